@@ -1,0 +1,115 @@
+"""Log micro-benchmark: append and read MB/s against the disk's own limit.
+
+For 1 KB records in batches of 16 KB to 1 MB it measures, on a fresh log each time:
+
+* append, one fsync at the end (the group-commit case: many appends, one fsync);
+* append with an fsync after every batch (the worst case for a synchronous producer);
+* read of the whole log back in 1 MB fetches.
+
+Beside them it runs ``dd if=/dev/zero bs=1M conv=fdatasync`` on the same file system: the
+physical limit for sequential writes made durable. Ratios are ours / dd, both measured in
+this run (the machine is shared, so absolute numbers drift; ratios drift less).
+
+    python -m bench log [--mb 256] [--dir DIR] [--json bench/results/log.json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from core.config import TopicConfig
+from core.log import PartitionLog
+from wire.records import simple_batch
+
+BATCH_SIZES = [16 * 1024, 64 * 1024, 256 * 1024, 1024 * 1024]
+RECORD = 1024
+
+
+def dd_limit(directory: Path, mb: int) -> float:
+    """MB/s of dd writing ``mb`` MiB and fdatasync'ing them (median of three)."""
+    target = directory / "dd.bin"
+    rates = []
+    for _ in range(3):
+        done = subprocess.run(
+            ["dd", "if=/dev/zero", f"of={target}", "bs=1M", f"count={mb}", "conv=fdatasync"],
+            capture_output=True, text=True, check=True,
+        )
+        m = re.search(r"(\d+) bytes .* copied, ([\d.,]+) s", done.stderr)
+        rates.append(int(m.group(1)) / float(m.group(2).replace(",", ".")) / 1e6)
+        target.unlink()
+    return statistics.median(rates)
+
+
+def one_run(directory: Path, batch_bytes: int, total_mb: int, fsync_each: bool) -> tuple[float, float]:
+    """(append MB/s, read MB/s) for one batch size."""
+    per_batch = max(batch_bytes // RECORD, 1)
+    batch = simple_batch([b"x" * (RECORD - 20)] * per_batch, timestamp_ms=int(time.time() * 1000))
+    count = max(total_mb * 1024 * 1024 // len(batch), 1)
+    config = TopicConfig.from_strings({"flush.messages": "1" if fsync_each else str(2**62)})
+    log = PartitionLog(directory / f"b{batch_bytes}-{int(fsync_each)}", config)
+    start = time.perf_counter()
+    for _ in range(count):
+        log.append(batch)
+        if fsync_each:
+            log.flush()
+    log.flush()
+    append_s = time.perf_counter() - start
+    written = count * len(batch) / 1e6
+    start = time.perf_counter()
+    offset, read = 0, 0
+    while offset < log.next_offset:
+        info = log.read(offset, 1024 * 1024)
+        read += len(info.records)
+        offset = _next_offset(info.records)
+    read_s = time.perf_counter() - start
+    log.delete()
+    return written / append_s, read / 1e6 / read_s
+
+
+def _next_offset(data: bytes) -> int:
+    """One past the last offset in a run of whole batches."""
+    pos, last = 0, 0
+    while pos + 27 <= len(data):
+        base = int.from_bytes(data[pos:pos + 8], "big")
+        length = int.from_bytes(data[pos + 8:pos + 12], "big")
+        delta = int.from_bytes(data[pos + 23:pos + 27], "big")
+        last = base + delta + 1
+        pos += 12 + length
+    return last
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench log", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mb", type=int, default=256, help="MiB written per measurement (default 256)")
+    parser.add_argument("--dir", type=Path, default=None, help="where to write (default: a temp dir under the cwd)")
+    parser.add_argument("--json", type=Path, default=Path("bench/results/log.json"))
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="logbench-", dir=args.dir or Path.cwd()) as tmp:
+        directory = Path(tmp)
+        print(f"measuring dd conv=fdatasync ({args.mb} MiB x3) ...", flush=True)
+        limit = dd_limit(directory, args.mb)
+        rows = []
+        for size in BATCH_SIZES:
+            for fsync_each in (False, True):
+                mb = args.mb if not fsync_each else min(args.mb, 64 if size < 256 * 1024 else args.mb)
+                print(f"  batch {size // 1024} KiB, fsync {'per batch' if fsync_each else 'at end'} ({mb} MiB) ...", flush=True)
+                append, read = one_run(directory, size, mb, fsync_each)
+                rows.append({"batch_kib": size // 1024, "fsync": "per batch" if fsync_each else "at end",
+                             "append_mb_s": round(append, 1), "read_mb_s": round(read, 1),
+                             "append_vs_dd": round(append / limit, 2)})
+    print()
+    print(f"dd if=/dev/zero bs=1M conv=fdatasync: {limit:.1f} MB/s (the physical limit)")
+    print(f"{'batch':>8} {'fsync':>10} {'append MB/s':>12} {'/ dd':>6} {'read MB/s':>10}")
+    for r in rows:
+        print(f"{r['batch_kib']:>6}Ki {r['fsync']:>10} {r['append_mb_s']:>12.1f} {r['append_vs_dd']:>6.2f} {r['read_mb_s']:>10.1f}")
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps({"dd_mb_s": round(limit, 1), "rows": rows}, indent=1))
+    print(f"\nwrote {args.json}")
+    return 0

@@ -1,0 +1,163 @@
+"""All partition logs of one broker, in one data directory.
+
+``<data-dir>/``::
+
+    metadata.json           topics (core.metadata, single-node mode)
+    <topic>-<partition>/    one PartitionLog each (core.log)
+    .clean-shutdown         present only between a clean shutdown and the next start-up
+
+When ``.clean-shutdown`` is missing at start-up the broker died: every partition's
+unflushed tail is scanned and repaired (see PartitionLog). The marker is removed as soon
+as the logs are open, so a crash after that is detected next time.
+
+Thread-safety: everything runs on the owner's thread except :meth:`flush_dirty`, which is
+meant for a worker thread and touches only what PartitionLog.flush allows.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator, Mapping
+
+from core.checkpoint import fsync_dir
+from core.cleaner import compact
+from core.config import TopicConfig
+from core.errors import UnknownTopicError
+from core.log import PartitionLog
+from core.metadata import MetadataStore, TopicMetadata
+
+log = logging.getLogger(__name__)
+
+CLEAN_SHUTDOWN = ".clean-shutdown"
+
+
+@dataclass(frozen=True)
+class StartupInfo:
+    partitions: int
+    recovered_segments: int
+    truncated_bytes: int
+    clean_shutdown: bool
+    seconds: float
+
+
+def partition_dir_name(topic: str, partition: int) -> str:
+    return f"{topic}-{partition}"
+
+
+class LogManager:
+    def __init__(self, data_dir: Path, store: MetadataStore, *, clock: Callable[[], float] = time.time):
+        self.data_dir = Path(data_dir)
+        self.store = store
+        self.clock = clock
+        self.logs: dict[tuple[str, int], PartitionLog] = {}
+        self._cleaned_upto: dict[tuple[str, int], int] = {}
+        self._clean_start = True
+
+    # --- life cycle -----------------------------------------------------------------
+    def startup(self) -> StartupInfo:
+        started = time.monotonic()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        for leftover in self.data_dir.glob("*-delete"):  # a topic deletion cut short by a crash
+            shutil.rmtree(leftover, ignore_errors=True)
+        marker = self.data_dir / CLEAN_SHUTDOWN
+        clean = marker.exists() or not any(self._partition_dirs())
+        recovered = truncated = 0
+        for topic in self.store.topics().values():
+            for partition in range(topic.partitions):
+                plog = self._open(topic, partition, recover=not clean)
+                recovered += plog.recovery_info.recovered_segments
+                truncated += plog.recovery_info.truncated_bytes
+                for reason in plog.recovery_info.reasons:
+                    log.warning("log repaired: %s %s", plog.directory.name, reason)
+        marker.unlink(missing_ok=True)
+        fsync_dir(self.data_dir)
+        return StartupInfo(len(self.logs), recovered, truncated, clean, time.monotonic() - started)
+
+    def shutdown(self) -> None:
+        for plog in self.logs.values():
+            plog.close()
+        self.logs.clear()
+        (self.data_dir / CLEAN_SHUTDOWN).write_bytes(b"")
+        fsync_dir(self.data_dir)
+
+    def _partition_dirs(self) -> Iterator[Path]:
+        if not self.data_dir.is_dir():
+            return iter(())
+        return (p for p in self.data_dir.iterdir() if p.is_dir() and "-" in p.name)
+
+    def _open(self, topic: TopicMetadata, partition: int, *, recover: bool = False) -> PartitionLog:
+        directory = self.data_dir / partition_dir_name(topic.name, partition)
+        plog = PartitionLog(directory, TopicConfig.from_strings(topic.configs), clock=self.clock, recover=recover)
+        self.logs[(topic.name, partition)] = plog
+        return plog
+
+    # --- topics ---------------------------------------------------------------------
+    def get_log(self, topic: str, partition: int) -> PartitionLog:
+        plog = self.logs.get((topic, partition))
+        if plog is None:
+            raise UnknownTopicError(f"partition {topic}-{partition} does not exist")
+        return plog
+
+    def create_topic(self, name: str, partitions: int, configs: Mapping[str, str] | None = None) -> TopicMetadata:
+        topic = self.store.create_topic(name, partitions, configs)
+        for partition in range(partitions):
+            self._open(topic, partition)
+        return topic
+
+    def delete_topic(self, name: str) -> None:
+        topic = self.store.delete_topic(name)
+        for partition in range(topic.partitions):
+            plog = self.logs.pop((name, partition), None)
+            if plog is None:
+                continue
+            # Rename first so a crash mid-delete cannot leave a half-deleted log that looks live.
+            graveyard = plog.directory.with_name(f"{plog.directory.name}.{uuid.uuid4().hex}-delete")
+            for segment in plog.segments:
+                segment.close()
+            os.replace(plog.directory, graveyard)
+            shutil.rmtree(graveyard, ignore_errors=True)
+
+    def alter_topic_configs(self, name: str, changes: Mapping[str, str | None]) -> TopicMetadata:
+        topic = self.store.alter_topic_configs(name, changes)
+        config = TopicConfig.from_strings(topic.configs)
+        for partition in range(topic.partitions):
+            self.get_log(name, partition).config = config
+        return topic
+
+    def add_partitions(self, name: str, total: int) -> TopicMetadata:
+        before = self.store.get_topic(name)
+        topic = self.store.set_partitions(name, total)
+        for partition in range(before.partitions if before else 0, total):
+            self._open(topic, partition)
+        return topic
+
+    # --- background duties ----------------------------------------------------------
+    def flush_dirty(self) -> int:
+        """fsync every log that its flush policy says is due (group commit); return how many."""
+        now = self.clock()
+        flushed = 0
+        for plog in list(self.logs.values()):
+            if plog.needs_flush(now):
+                plog.flush()
+                flushed += 1
+        return flushed
+
+    def maintenance(self) -> None:
+        """Roll by age, apply retention, compact: the periodic housekeeping of every log."""
+        for key, plog in list(self.logs.items()):
+            plog.maybe_roll()
+            deleted = plog.apply_retention()
+            if deleted:
+                log.info("retention deleted %d segment(s) of %s; log start offset now %d",
+                         deleted, plog.directory.name, plog.log_start_offset)
+            if plog.config.compact and plog.active.base_offset > self._cleaned_upto.get(key, -1):
+                info = compact(plog)
+                self._cleaned_upto[key] = plog.active.base_offset
+                if info.records_removed:
+                    log.info("compacted %s: %d record(s) removed, %d -> %d bytes", plog.directory.name,
+                             info.records_removed, info.bytes_before, info.bytes_after)

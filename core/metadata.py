@@ -1,0 +1,171 @@
+"""Cluster metadata: which topics exist, their partition counts and configs.
+
+:class:`MetadataStore` is the seam: single-node mode uses :class:`LocalMetadataStore`
+(a JSON file in the data directory); cluster mode will put the same operations over
+ZooKeeper. Callers go through the interface only.
+
+``<data-dir>/metadata.json``::
+
+    {"version": 1,
+     "topics": {"orders": {"partitions": 3, "configs": {"retention.ms": "3600000"},
+                           "topic_id": "<32 hex digits>", "created_ms": 1700000000000}}}
+
+Every change writes a complete new file and renames it over the old one (see
+core.checkpoint), so a crash leaves either the old metadata or the new, never a mix.
+"""
+from __future__ import annotations
+
+import abc
+import json
+import re
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Mapping
+
+from core.checkpoint import write_atomic
+from core.config import validate_configs
+from core.errors import (
+    InvalidPartitionsError,
+    InvalidTopicError,
+    TopicExistsError,
+    UnknownTopicError,
+)
+
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+MAX_TOPIC_LENGTH = 249
+
+
+def check_topic_name(name: str) -> None:
+    """Kafka's rules for topic names; raise InvalidTopicError saying which one is broken."""
+    if not name or name in (".", ".."):
+        raise InvalidTopicError(f"topic name {name!r} is not allowed")
+    if len(name) > MAX_TOPIC_LENGTH:
+        raise InvalidTopicError(f"topic name is {len(name)} characters long; the limit is {MAX_TOPIC_LENGTH}")
+    if not _LEGAL_TOPIC.match(name):
+        raise InvalidTopicError(f"topic name {name!r} may contain only ASCII letters, digits, '.', '_' and '-'")
+
+
+@dataclass(frozen=True, slots=True)
+class TopicMetadata:
+    name: str
+    partitions: int
+    configs: Mapping[str, str] = field(default_factory=dict)
+    topic_id: str = ""
+    created_ms: int = 0
+
+
+class MetadataStore(abc.ABC):
+    """Topics and their settings. Implementations are safe to call from one thread."""
+
+    @abc.abstractmethod
+    def topics(self) -> dict[str, TopicMetadata]: ...
+
+    def get_topic(self, name: str) -> TopicMetadata | None:
+        return self.topics().get(name)
+
+    @abc.abstractmethod
+    def create_topic(self, name: str, partitions: int, configs: Mapping[str, str] | None = None) -> TopicMetadata: ...
+
+    @abc.abstractmethod
+    def delete_topic(self, name: str) -> TopicMetadata: ...
+
+    @abc.abstractmethod
+    def alter_topic_configs(self, name: str, changes: Mapping[str, str | None]) -> TopicMetadata:
+        """Set keys to values; a value of None removes the key (back to the default)."""
+
+    @abc.abstractmethod
+    def set_partitions(self, name: str, partitions: int) -> TopicMetadata:
+        """Grow the topic to ``partitions`` partitions (never shrink)."""
+
+
+class LocalMetadataStore(MetadataStore):
+    FILE = "metadata.json"
+    VERSION = 1
+
+    def __init__(self, data_dir: Path, *, clock=time.time):
+        self.path = Path(data_dir) / self.FILE
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._topics = self._read()
+
+    def _read(self) -> dict[str, TopicMetadata]:
+        try:
+            doc = json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return {}
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ValueError(f"{self.path} is not valid JSON ({exc}); restore it from a backup") from None
+        if doc.get("version") != self.VERSION:
+            raise ValueError(f"{self.path} has version {doc.get('version')!r}; this broker reads version {self.VERSION}")
+        return {
+            name: TopicMetadata(name, t["partitions"], dict(t.get("configs", {})), t.get("topic_id", ""), t.get("created_ms", 0))
+            for name, t in doc.get("topics", {}).items()
+        }
+
+    def _write(self, topics: dict[str, TopicMetadata]) -> None:
+        doc = {
+            "version": self.VERSION,
+            "topics": {
+                t.name: {"partitions": t.partitions, "configs": dict(t.configs),
+                         "topic_id": t.topic_id, "created_ms": t.created_ms}
+                for t in topics.values()
+            },
+        }
+        write_atomic(self.path, json.dumps(doc, indent=1, sort_keys=True).encode())
+        self._topics = topics
+
+    def _existing(self, name: str) -> TopicMetadata:
+        topic = self._topics.get(name)
+        if topic is None:
+            raise UnknownTopicError(f"topic {name!r} does not exist")
+        return topic
+
+    def topics(self) -> dict[str, TopicMetadata]:
+        return dict(self._topics)
+
+    def create_topic(self, name, partitions, configs=None):
+        check_topic_name(name)
+        if partitions < 1:
+            raise InvalidPartitionsError(f"topic {name!r} needs at least 1 partition, not {partitions}")
+        clean = validate_configs(configs or {})
+        with self._lock:
+            if name in self._topics:
+                raise TopicExistsError(f"topic {name!r} already exists")
+            topic = TopicMetadata(name, partitions, clean, uuid.uuid4().hex, int(self.clock() * 1000))
+            self._write({**self._topics, name: topic})
+        return topic
+
+    def delete_topic(self, name):
+        with self._lock:
+            topic = self._existing(name)
+            rest = dict(self._topics)
+            del rest[name]
+            self._write(rest)
+        return topic
+
+    def alter_topic_configs(self, name, changes):
+        with self._lock:
+            topic = self._existing(name)
+            configs = dict(topic.configs)
+            for key, value in changes.items():
+                if value is None:
+                    configs.pop(key, None)
+                else:
+                    configs[key] = value
+            topic = replace(topic, configs=validate_configs(configs))
+            self._write({**self._topics, name: topic})
+        return topic
+
+    def set_partitions(self, name, partitions):
+        with self._lock:
+            topic = self._existing(name)
+            if partitions <= topic.partitions:
+                raise InvalidPartitionsError(
+                    f"topic {name!r} has {topic.partitions} partitions; it can only grow, not go to {partitions}"
+                )
+            topic = replace(topic, partitions=partitions)
+            self._write({**self._topics, name: topic})
+        return topic

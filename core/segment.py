@@ -1,0 +1,294 @@
+"""One segment of a partition log: ``<base>.log`` plus its two sparse indexes.
+
+``<base>.log`` is record batches v2 back to back, byte for byte as Kafka stores them;
+``<base>`` is the first offset the segment may hold, zero-padded to 20 digits. Batches
+are appended with ``os.write`` on an ``O_APPEND`` descriptor (one write per append call,
+however many batches it carries) and read with ``os.pread``, so readers never move a
+shared file position and a flush thread can ``fsync`` a duplicate of the descriptor.
+
+Thread-safety: appends, reads, truncation and close happen on one thread (the owner's);
+only :meth:`dup_fd` + ``fsync`` may run elsewhere.
+"""
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+from core.index import OffsetIndex, TimeIndex
+from wire.records import LOG_OVERHEAD, BatchHeader, CorruptBatchError, read_batch_header, validate_batch
+
+# baseOffset int64 | batchLength int32 | leaderEpoch int32 | magic int8 | crc uint32 |
+# attributes int16 | lastOffsetDelta int32: enough to walk batches and know their offsets.
+_PEEK = struct.Struct(">qiibIhi")
+PEEK_SIZE = _PEEK.size  # 27
+_RECOVER_CHUNK = 8 * 1024 * 1024
+
+
+def segment_name(base_offset: int) -> str:
+    return f"{base_offset:020d}"
+
+
+@dataclass(frozen=True, slots=True)
+class BatchPosition:
+    """Where one batch sits in a segment."""
+
+    position: int
+    base_offset: int
+    last_offset: int
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class RecoverInfo:
+    valid_bytes: int
+    truncated_bytes: int
+    batches: int
+    reason: str | None  # why the tail was cut, if it was
+
+
+class LogSegment:
+    def __init__(self, directory: Path, base_offset: int, *, index_interval_bytes: int = 4096):
+        self.directory = Path(directory)
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        stem = segment_name(base_offset)
+        self.log_path = self.directory / f"{stem}.log"
+        self.index_path = self.directory / f"{stem}.index"
+        self.timeindex_path = self.directory / f"{stem}.timeindex"
+        self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self.size = os.fstat(self.fd).st_size
+        self.next_offset = base_offset  # one past the last offset stored here
+        self.max_timestamp = -1
+        self.first_timestamp: int | None = None  # max timestamp of the first batch (segment.ms)
+        self._bytes_since_index = index_interval_bytes  # index the first batch
+        self.offset_index = OffsetIndex(self.index_path, base_offset)
+        self.time_index = TimeIndex(self.timeindex_path, base_offset)
+
+    # --- opening ------------------------------------------------------------------
+    def load(self, *, recover: bool) -> RecoverInfo | None:
+        """Bring in-memory state in line with the files.
+
+        With ``recover`` the whole log file is validated batch by batch (length, magic,
+        CRC-32C, offsets increasing) and cut after the last good batch; indexes are
+        rebuilt. Without it, the indexes are loaded, validated and used to find the tail
+        cheaply; a damaged or missing index is rebuilt from the log.
+        """
+        if recover:
+            return self._scan(validate=True)
+        if self.size == 0:
+            self._scan(validate=False)
+            return None
+        off = OffsetIndex.load(self.index_path, self.base_offset, OffsetIndex.validator(self.base_offset, self.size))
+        if off is None:
+            self._scan(validate=False)
+            return None
+        self.offset_index = off
+        last = self._last_batch_from(off.values[-1] if len(off) else 0)
+        self.next_offset = last.last_offset + 1 if last else self.base_offset
+        tim = TimeIndex.load(self.timeindex_path, self.base_offset, TimeIndex.validator(self.base_offset, self.next_offset))
+        if tim is None:
+            self._scan(validate=False)
+            return None
+        self.time_index = tim
+        self._load_timestamps()
+        return None
+
+    def _scan(self, *, validate: bool) -> RecoverInfo:
+        """Walk every batch from the start, rebuild both indexes, cut a bad tail."""
+        offset_keys, offset_vals, time_keys, time_vals = [], [], [], []
+        position, batches, since_index = 0, 0, self.index_interval_bytes
+        expected = self.base_offset
+        max_ts, first_ts, last_indexed_ts = -1, None, None
+        reason = None
+        buf, buf_start = b"", 0
+        while position < self.size:
+            rel = position - buf_start
+            if len(buf) - rel < PEEK_SIZE:
+                buf, buf_start, rel = os.pread(self.fd, _RECOVER_CHUNK, position), position, 0
+            if len(buf) - rel < PEEK_SIZE:
+                reason = f"torn batch header at position {position}"
+                break
+            base, length = _PEEK.unpack_from(buf, rel)[:2]
+            size = length + LOG_OVERHEAD
+            if length < 49 or position + size > self.size:
+                reason = f"batch at position {position} claims {size} bytes, file has {self.size - position}"
+                break
+            if len(buf) - rel < size:
+                buf, buf_start, rel = os.pread(self.fd, max(size, _RECOVER_CHUNK), position), position, 0
+            try:
+                header = validate_batch(buf, rel) if validate else read_batch_header(buf, rel)
+            except CorruptBatchError as exc:
+                reason = f"corrupt batch at position {position}: {exc.reason}"
+                break
+            if base < expected:
+                reason = f"batch at position {position} has offset {base}, expected at least {expected}"
+                break
+            max_ts = max(max_ts, header.max_timestamp)
+            if first_ts is None:
+                first_ts = header.max_timestamp
+            if since_index >= self.index_interval_bytes:
+                offset_keys.append(base)
+                offset_vals.append(position)
+                since_index = 0
+                if last_indexed_ts is None or max_ts > last_indexed_ts:
+                    time_keys.append(max_ts)
+                    time_vals.append(base)
+                    last_indexed_ts = max_ts
+            since_index += size
+            expected = header.last_offset + 1
+            position += size
+            batches += 1
+        truncated = self.size - position
+        if truncated:
+            os.ftruncate(self.fd, position)
+            self.size = position
+        self.next_offset = expected
+        self.max_timestamp, self.first_timestamp = max_ts, first_ts
+        self._bytes_since_index = since_index if batches else self.index_interval_bytes
+        self.offset_index.rewrite(offset_keys, offset_vals)
+        self.time_index.rewrite(time_keys, time_vals)
+        return RecoverInfo(position, truncated, batches, reason)
+
+    def _last_batch_from(self, position: int) -> BatchPosition | None:
+        """Walk the tail after the last index entry: the last batch and the tail's max timestamp."""
+        last, tail_max = None, -1
+        for bp in self.iter_positions(position):
+            last = bp
+            tail_max = max(tail_max, read_batch_header(os.pread(self.fd, 61, bp.position)).max_timestamp)
+        self._tail_max_timestamp = tail_max
+        if last is not None:
+            self._bytes_since_index = last.position + last.size - position
+        return last
+
+    def _load_timestamps(self) -> None:
+        indexed = self.time_index.keys[-1] if len(self.time_index) else -1
+        self.max_timestamp = max(indexed, self._tail_max_timestamp)
+        if self.size:
+            self.first_timestamp = read_batch_header(os.pread(self.fd, 61, 0)).max_timestamp
+
+    # --- appending ----------------------------------------------------------------
+    def append(self, data, batches: list[tuple[int, BatchHeader]], first_offset: int) -> None:
+        """Append ``data`` (whole batches whose offsets are already assigned).
+
+        ``batches`` lists (position within ``data``, header as parsed before offsets were
+        assigned); ``first_offset`` is the base offset given to the first batch.
+        """
+        start = self.size
+        written = os.write(self.fd, data)
+        if written != len(data):  # a short write on a regular file means the disk is full
+            os.ftruncate(self.fd, start)
+            raise OSError(f"short write to {self.log_path}: {written} of {len(data)} bytes")
+        offset = first_offset
+        for pos, header in batches:
+            if header.max_timestamp > self.max_timestamp:
+                self.max_timestamp = header.max_timestamp
+            if self.first_timestamp is None:
+                self.first_timestamp = header.max_timestamp
+            if self._bytes_since_index >= self.index_interval_bytes:
+                # Both indexes grow at the same sparse points; the time entry carries the
+                # running maximum, so every batch up to ``offset`` is at or below it.
+                self.offset_index.append(offset, start + pos)
+                self.time_index.append(self.max_timestamp, offset)
+                self._bytes_since_index = 0
+            self._bytes_since_index += header.size
+            offset += header.last_offset_delta + 1
+        self.size = start + len(data)
+        self.next_offset = offset
+
+    # --- reading ------------------------------------------------------------------
+    def iter_positions(self, position: int = 0, end: int | None = None):
+        """Yield every batch from ``position`` (a batch boundary) to ``end`` (default: size)."""
+        end = self.size if end is None else end
+        while position + PEEK_SIZE <= end:
+            base, length, _epoch, _magic, _crc, _attr, delta = _PEEK.unpack(os.pread(self.fd, PEEK_SIZE, position))
+            size = length + LOG_OVERHEAD
+            yield BatchPosition(position, base, base + delta, size)
+            position += size
+
+    def find(self, offset: int) -> BatchPosition | None:
+        """The first batch whose last offset is >= ``offset``."""
+        for bp in self.iter_positions(self.offset_index.lookup(offset)):
+            if bp.last_offset >= offset:
+                return bp
+        return None
+
+    def read(self, offset: int, max_bytes: int, max_offset: int, *, min_one: bool) -> bytes:
+        """Whole batches from the one holding ``offset``, up to ``max_bytes``.
+
+        Only batches starting below ``max_offset`` (the high watermark) are returned. With
+        ``min_one`` the first batch is returned whole even if it is larger than
+        ``max_bytes`` (so a consumer can always make progress).
+        """
+        first = self.find(offset)
+        if first is None or first.base_offset >= max_offset:
+            return b""
+        if first.size > max_bytes:
+            return os.pread(self.fd, first.size, first.position) if min_one else b""
+        chunk = os.pread(self.fd, min(max_bytes, self.size - first.position), first.position)
+        end, rel = 0, 0
+        while rel + PEEK_SIZE <= len(chunk):
+            base, length, _e, _m, _c, _a, delta = _PEEK.unpack_from(chunk, rel)
+            size = length + LOG_OVERHEAD
+            if base >= max_offset or rel + size > len(chunk):
+                break
+            rel += size
+            end = rel
+        return chunk[:end]
+
+    def read_all(self) -> bytes:
+        return os.pread(self.fd, self.size, 0)
+
+    def first_position_at_or_after_time(self, timestamp: int) -> BatchPosition | None:
+        """The first batch whose max timestamp is >= ``timestamp``."""
+        start = self.time_index.lookup(timestamp)
+        position = 0 if start is None else self.offset_index.lookup(start)
+        for bp in self.iter_positions(position):
+            header = read_batch_header(os.pread(self.fd, 61, bp.position))
+            if header.max_timestamp >= timestamp:
+                return bp
+        return None
+
+    # --- changing -----------------------------------------------------------------
+    def truncate_to(self, offset: int) -> int:
+        """Drop every batch starting at or after ``offset``; return the bytes removed."""
+        cut = self.size
+        for bp in self.iter_positions(self.offset_index.lookup(offset)):
+            if bp.base_offset >= offset:
+                cut = bp.position
+                break
+        if cut == self.size:
+            return 0
+        removed = self.size - cut
+        os.ftruncate(self.fd, cut)
+        self.size = cut
+        self._scan(validate=False)
+        return removed
+
+    def dup_fd(self) -> int:
+        return os.dup(self.fd)
+
+    def sync(self) -> None:
+        os.fsync(self.fd)
+        self.offset_index.sync()
+        self.time_index.sync()
+
+    def close(self) -> None:
+        self.offset_index.close()
+        self.time_index.close()
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def delete(self) -> None:
+        self.close()
+        for path in (self.log_path, self.index_path, self.timeindex_path):
+            path.unlink(missing_ok=True)
+
+    @property
+    def empty(self) -> bool:
+        return self.size == 0
+
+    def __repr__(self) -> str:
+        return f"LogSegment({self.log_path}, size={self.size}, next_offset={self.next_offset})"

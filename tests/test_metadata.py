@@ -1,0 +1,93 @@
+"""The single-node metadata store and the log manager on top of it."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from core.errors import (InvalidConfigError, InvalidPartitionsError, InvalidTopicError,
+                         TopicExistsError, UnknownTopicError)
+from core.log_manager import CLEAN_SHUTDOWN, LogManager
+from core.metadata import LocalMetadataStore
+from tests.logutil import batch
+
+
+def test_topics_persist_atomically(tmp_path):
+    store = LocalMetadataStore(tmp_path)
+    t = store.create_topic("orders", 3, {"retention.ms": "1000"})
+    assert len(t.topic_id) == 32
+    with pytest.raises(TopicExistsError):
+        store.create_topic("orders", 1)
+    store.alter_topic_configs("orders", {"segment.bytes": "4096", "retention.ms": None})
+    store.set_partitions("orders", 5)
+    again = LocalMetadataStore(tmp_path)
+    got = again.get_topic("orders")
+    assert got.partitions == 5 and dict(got.configs) == {"segment.bytes": "4096"}
+    assert got.topic_id == t.topic_id
+    assert not list(tmp_path.glob(".*.tmp"))
+    assert json.loads((tmp_path / "metadata.json").read_text())["version"] == 1
+    again.delete_topic("orders")
+    assert LocalMetadataStore(tmp_path).topics() == {}
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "a/b", "x" * 250, "spaces here", "ünïcode"])
+def test_illegal_topic_names(tmp_path, name):
+    with pytest.raises(InvalidTopicError):
+        LocalMetadataStore(tmp_path).create_topic(name, 1)
+
+
+def test_bad_requests_are_refused(tmp_path):
+    store = LocalMetadataStore(tmp_path)
+    with pytest.raises(InvalidConfigError, match="unknown topic config"):
+        store.create_topic("t", 1, {"retention.msx": "1"})
+    with pytest.raises(InvalidConfigError, match="integer"):
+        store.create_topic("t", 1, {"retention.ms": "soon"})
+    with pytest.raises(InvalidConfigError):
+        store.create_topic("t", 1, {"cleanup.policy": "forever"})
+    with pytest.raises(InvalidPartitionsError):
+        store.create_topic("t", 0)
+    store.create_topic("t", 2)
+    with pytest.raises(InvalidPartitionsError):
+        store.set_partitions("t", 1)
+    with pytest.raises(UnknownTopicError):
+        store.delete_topic("nope")
+
+
+def test_corrupt_metadata_file_is_reported(tmp_path):
+    (tmp_path / "metadata.json").write_text("{not json")
+    with pytest.raises(ValueError, match="metadata.json"):
+        LocalMetadataStore(tmp_path)
+
+
+def test_log_manager_life_cycle(tmp_path):
+    manager = LogManager(tmp_path, LocalMetadataStore(tmp_path))
+    info = manager.startup()
+    assert info.clean_shutdown and info.partitions == 0
+    manager.create_topic("events", 2)
+    manager.get_log("events", 1).append(batch(3))
+    assert manager.flush_dirty() == 1
+    assert manager.flush_dirty() == 0
+    manager.shutdown()
+    assert (tmp_path / CLEAN_SHUTDOWN).exists()
+
+    manager = LogManager(tmp_path, LocalMetadataStore(tmp_path))
+    info = manager.startup()
+    assert info.clean_shutdown and info.partitions == 2 and info.recovered_segments == 0
+    assert not (tmp_path / CLEAN_SHUTDOWN).exists()
+    assert manager.get_log("events", 1).next_offset == 3
+    manager.add_partitions("events", 3)
+    assert manager.get_log("events", 2).next_offset == 0
+    manager.alter_topic_configs("events", {"retention.ms": "5"})
+    assert manager.get_log("events", 0).config.retention_ms == 5
+    manager.delete_topic("events")
+    assert not list(tmp_path.glob("events-*"))
+    with pytest.raises(UnknownTopicError):
+        manager.get_log("events", 0)
+    # No shutdown: the next start sees a crash and recovers.
+    manager.create_topic("more", 1)
+    manager.get_log("more", 0).append(batch(2))
+    manager.flush_dirty()
+    manager = LogManager(tmp_path, LocalMetadataStore(tmp_path))
+    info = manager.startup()
+    assert not info.clean_shutdown and info.recovered_segments == 1
+    assert manager.get_log("more", 0).next_offset == 2

@@ -1,0 +1,12 @@
+"""Errors raised by the ``wire`` codecs."""
+
+
+class CorruptBatchError(ValueError):
+    """Bytes that do not form a valid record batch (or compressed payload).
+
+    ``reason`` says precisely what is wrong; ``str()`` of the error is the reason.
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
