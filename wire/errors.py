@@ -10,3 +10,7 @@ class CorruptBatchError(ValueError):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class FrameError(ValueError):
+    """A connection's framing is broken (negative or oversize length): close the connection."""

@@ -1,0 +1,77 @@
+"""``gateway`` command line: ``gateway serve [options]``.
+
+Exit codes: 0 after a clean stop, 2 for a usage or configuration error, 1 when the broker
+cannot start or fails. Every error is one line on stderr naming the problem, no traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from gateway.config import OPTIONS, ConfigError, load_settings
+
+log = logging.getLogger("gateway")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gateway", description="A Kafka and AMQP 0-9-1 broker over one log.")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    serve = commands.add_parser("serve", help="run a broker node",
+                                description="Run a broker node. Every option can also be set as the "
+                                            "environment variable shown, or as a key in the --config file; "
+                                            "the command line wins over the environment, which wins over the file.")
+    serve.add_argument("--config", metavar="FILE", help="TOML file of settings (env GATEWAY_CONFIG)")
+    for option in OPTIONS:
+        serve.add_argument(option.flag, dest=option.name, metavar=option.metavar, default=None,
+                           help=f"{option.help} (env {option.env}, default {option.default})")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command != "serve":
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        settings = load_settings(vars(args), os.environ, args.config)
+    except ConfigError as exc:
+        print(f"gateway: error: {exc}", file=sys.stderr)
+        return 2
+    return serve(settings)
+
+
+def serve(settings) -> int:
+    from twisted.internet import reactor
+
+    from gateway.logs import configure
+    from gateway.server import Broker, StartupError
+
+    configure(settings.log_level, settings.log_format)
+    broker = Broker(settings, reactor)
+    try:
+        broker.bind()
+    except StartupError as exc:
+        print(f"gateway: error: {exc}", file=sys.stderr)
+        return 1
+    outcome = {"code": 0}
+
+    def failed(failure):
+        exc = failure.value
+        message = str(exc) if isinstance(exc, StartupError) else f"{type(exc).__name__}: {exc}"
+        log.error("start-up failed: %s", message, exc_info=not isinstance(exc, StartupError) and
+                  (failure.type, failure.value, failure.getTracebackObject()))
+        print(f"gateway: error: {message}", file=sys.stderr)
+        outcome["code"] = 1
+        reactor.stop()
+
+    reactor.callWhenRunning(lambda: broker.start().addErrback(failed))
+    reactor.addSystemEventTrigger("before", "shutdown", broker.stop)
+    reactor.run()
+    return outcome["code"]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,49 @@
+"""The HTTP listener: ``GET /healthz`` for now (the management API comes later)."""
+from __future__ import annotations
+
+import json
+from typing import Callable
+
+from twisted.web import resource, server
+
+
+def _json(request, status: int, doc: dict) -> bytes:
+    request.setResponseCode(status)
+    request.setHeader(b"content-type", b"application/json")
+    return json.dumps(doc).encode() + b"\n"
+
+
+class Health(resource.Resource):
+    isLeaf = True
+
+    def __init__(self, status: Callable[[], tuple[bool, dict]]):
+        super().__init__()
+        self.status = status
+
+    def render_GET(self, request):
+        ready, doc = self.status()
+        return _json(request, 200 if ready else 503, doc)
+
+
+class NotFound(resource.Resource):
+    isLeaf = True
+
+    def render(self, request):
+        return _json(request, 404, {"error": "not found", "path": request.path.decode("utf-8", "replace")})
+
+
+class Root(resource.Resource):
+    def __init__(self, status: Callable[[], tuple[bool, dict]]):
+        super().__init__()
+        self.putChild(b"healthz", Health(status))
+
+    def getChild(self, path, request):
+        return NotFound()
+
+    def render(self, request):
+        return NotFound().render(request)
+
+
+def site(status: Callable[[], tuple[bool, dict]]) -> server.Site:
+    """``status()`` returns (ready, document): 200 with the document when ready, else 503."""
+    return server.Site(Root(status), logPath=None)

@@ -1,0 +1,220 @@
+"""One broker process: the log, three listeners and the background duties, on one reactor.
+
+Start-up order, so that a failure is reported before anything is half-running:
+
+1. the data directory is created, checked writable and locked (one broker per directory);
+2. the three ports are bound (a port in use fails here, in a second, not after recovery);
+   Kafka and AMQP connections are refused and /healthz answers 503 until step 4;
+3. the logs are opened and, after an unclean stop, recovered, in a worker thread;
+4. ``listeners.json`` is written, one "listening" line is logged, and group commit and
+   maintenance start.
+
+Shutdown (SIGTERM/SIGINT, through the reactor's "before shutdown" trigger) undoes it:
+stop accepting, wait for a running flush, flush and close every log, remove
+``listeners.json``, release the lock.
+"""
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import logging
+import os
+import time
+from pathlib import Path
+
+from twisted.internet import defer, error, task, threads
+
+from core.checkpoint import write_atomic
+from core.log_manager import LogManager
+from core.metadata import LocalMetadataStore
+from gateway import http
+from gateway.amqp_listener import AmqpFactory
+from gateway.config import HostPort, Settings
+from gateway.kafka_listener import KafkaFactory
+from gateway.logs import fields
+
+log = logging.getLogger(__name__)
+
+LISTENERS_FILE = "listeners.json"
+LOCK_FILE = ".lock"
+
+
+class StartupError(Exception):
+    """The broker cannot start; the message names the problem and how to fix it."""
+
+
+class _Gate:
+    """Wraps a factory so connections are refused (closed at once) until the broker is ready."""
+
+    def __init__(self, factory, is_ready):
+        self.factory, self.is_ready = factory, is_ready
+
+    def __getattr__(self, name):
+        return getattr(self.factory, name)
+
+    def buildProtocol(self, addr):
+        return self.factory.buildProtocol(addr) if self.is_ready() else None
+
+
+class Broker:
+    def __init__(self, settings: Settings, reactor):
+        self.settings = settings
+        self.reactor = reactor
+        self.data_dir = Path(settings.data_dir)
+        self.logs: LogManager | None = None
+        self.ports: dict[str, object] = {}
+        self.ready = False
+        self._logs_open = False
+        self.started_at = time.monotonic()
+        self._lock_fd: int | None = None
+        self._loops: list[task.LoopingCall] = []
+        self._flushing: defer.Deferred | None = None
+        self._starting: defer.Deferred | None = None
+
+    # --- start --------------------------------------------------------------------
+    def bind(self) -> None:
+        """Steps 1 and 2; raises StartupError. Call before the reactor runs."""
+        self._prepare_data_dir()
+        factories = {
+            "kafka": _Gate(KafkaFactory(), lambda: self.ready),
+            "amqp": _Gate(AmqpFactory(), lambda: self.ready),
+            "http": http.site(self.health),
+        }
+        for factory in factories.values():
+            getattr(factory, "factory", factory).noisy = False
+        try:
+            for name, address in self.settings.listeners.items():
+                self.ports[name] = self._listen(name, address, factories[name])
+        except StartupError:
+            self._close_ports()
+            self._unlock()
+            raise
+
+    def _listen(self, name: str, address: HostPort, factory):
+        try:
+            return self.reactor.listenTCP(address.port, factory, interface=address.host)
+        except error.CannotListenError as exc:
+            cause = exc.socketError
+            why = cause.strerror if isinstance(cause, OSError) and cause.strerror else str(cause)
+            hint = "is another broker running? pick another port with" if isinstance(cause, OSError) and \
+                cause.errno == errno.EADDRINUSE else "check the address given to"
+            raise StartupError(f"cannot listen for {name} on {address}: {why}; {hint} "
+                               f"--{name}-listen HOST:PORT (0 picks a free port)") from None
+
+    def _prepare_data_dir(self) -> None:
+        d = self.data_dir
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            probe = d / ".write-probe"
+            probe.write_bytes(b"")
+            probe.unlink()
+            self._lock_fd = os.open(d / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StartupError(f"data directory {d} is not usable: {exc.strerror or exc}; "
+                               f"choose a writable directory with --data-dir") from None
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+            raise StartupError(f"data directory {d} is in use by another broker (locked: {d / LOCK_FILE}); "
+                               f"stop it or choose another --data-dir") from None
+        (d / LISTENERS_FILE).unlink(missing_ok=True)  # left by a broker that was killed
+
+    def start(self) -> defer.Deferred:
+        """Steps 3 and 4, once the reactor runs; fires when ready, fails with the start-up error."""
+        self.logs = LogManager(self.data_dir, LocalMetadataStore(self.data_dir))
+        log.info("opening logs", extra=fields(data_dir=str(self.data_dir)))
+        self._starting = threads.deferToThread(self.logs.startup)
+        self._starting.addCallback(self._opened)
+        return self._starting
+
+    def _opened(self, info) -> None:
+        log.info("logs opened", extra=fields(
+            partitions=info.partitions, clean_shutdown=info.clean_shutdown,
+            recovered_segments=info.recovered_segments, truncated_bytes=info.truncated_bytes,
+            seconds=round(info.seconds, 3)))
+        self._logs_open = True
+        addresses = self.addresses()
+        write_atomic(self.data_dir / LISTENERS_FILE, json.dumps(addresses).encode())
+        self.ready = True
+        log.info("listening", extra=fields(node_id=self.settings.node_id, **addresses))
+        self._every(self.settings.flush_interval_ms, self._flush_tick)
+        self._every(self.settings.maintenance_interval_ms, self._maintenance_tick)
+
+    def _every(self, interval_ms: int, fn) -> None:
+        loop = task.LoopingCall(fn)
+        loop.clock = self.reactor
+        loop.start(interval_ms / 1000, now=False).addErrback(
+            lambda f: log.error("background task %s stopped: %s", fn.__name__, f.getErrorMessage()))
+        self._loops.append(loop)
+
+    def addresses(self) -> dict[str, str]:
+        out = {}
+        for name, port in self.ports.items():
+            host = port.getHost()
+            out[name] = str(HostPort(host.host, host.port))
+        return out
+
+    def health(self) -> tuple[bool, dict]:
+        doc = {"status": "ok" if self.ready else "starting", "node_id": self.settings.node_id,
+               "uptime_seconds": round(time.monotonic() - self.started_at, 3)}
+        if self.ready:
+            doc["partitions"] = len(self.logs.logs)
+            doc["listeners"] = self.addresses()
+        return self.ready, doc
+
+    # --- background duties ----------------------------------------------------------
+    def _flush_tick(self) -> None:
+        # Group commit: one worker-thread pass fsyncs everything appended since the last one.
+        # A pass still running when the next tick comes simply absorbs that tick's work.
+        if self._flushing is not None:
+            return
+        self._flushing = threads.deferToThread(self.logs.flush_dirty)
+        self._flushing.addErrback(lambda f: log.error("flush failed: %s", f.getErrorMessage()))
+        self._flushing.addBoth(self._flush_done)
+
+    def _flush_done(self, _):
+        self._flushing = None
+
+    def _maintenance_tick(self) -> None:
+        try:
+            self.logs.maintenance()
+        except Exception:
+            log.exception("log maintenance failed; will retry at the next interval")
+
+    # --- stop -----------------------------------------------------------------------
+    @defer.inlineCallbacks
+    def stop(self):
+        log.info("shutting down")
+        self.ready = False
+        yield self._close_ports()
+        for loop in self._loops:
+            if loop.running:
+                loop.stop()
+        if self._starting is not None and not self._starting.called:
+            yield _settled(self._starting)
+        if self._flushing is not None:
+            yield _settled(self._flushing)
+        if self._logs_open:  # never mark a log clean whose recovery did not finish
+            self.logs.shutdown()  # flushes and closes every segment, leaves the clean-shutdown mark
+        (self.data_dir / LISTENERS_FILE).unlink(missing_ok=True)
+        self._unlock()
+        log.info("stopped")
+
+    def _close_ports(self) -> defer.Deferred:
+        ports, self.ports = list(self.ports.values()), {}
+        return defer.gatherResults([defer.maybeDeferred(p.stopListening) for p in ports])
+
+    def _unlock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+
+def _settled(d: defer.Deferred) -> defer.Deferred:
+    """A Deferred that fires when ``d`` does, whatever its result, without consuming it."""
+    done = defer.Deferred()
+    d.addBoth(lambda result: (done.callback(None), result)[1])
+    return done
