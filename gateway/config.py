@@ -47,6 +47,13 @@ def _int_at_least(low: int) -> Callable[[Any], int]:
     return parse
 
 
+def _bool(value: Any) -> bool:
+    text = str(value).lower()
+    if text not in ("true", "false", "1", "0", "yes", "no"):
+        raise ValueError(f"{value!r} is not true or false")
+    return text in ("true", "1", "yes")
+
+
 def _choice(*allowed: str) -> Callable[[Any], str]:
     def parse(value: Any) -> str:
         text = str(value).lower()
@@ -83,6 +90,9 @@ OPTIONS: tuple[Option, ...] = (
            "debug, info, warning or error"),
     Option("log_format", _choice("text", "json"), "text", "FORMAT", "text, or json for one object per line"),
     Option("flush_interval_ms", _int_at_least(1), 5, "MS", "group-commit cadence: fsync due logs this often"),
+    Option("auto_create_topics", _bool, True, "BOOL",
+           "create a topic when a client produces to or asks metadata for one that does not exist"),
+    Option("num_partitions", _int_at_least(1), 1, "N", "partitions of an auto-created topic"),
     Option("maintenance_interval_ms", _int_at_least(100), 30000, "MS",
            "how often retention, segment roll by age and compaction run"),
 )
@@ -98,6 +108,8 @@ class Settings:
     log_level: str
     log_format: str
     flush_interval_ms: int
+    auto_create_topics: bool
+    num_partitions: int
     maintenance_interval_ms: int
 
     @property

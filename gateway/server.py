@@ -15,29 +15,38 @@ stop accepting, wait for a running flush, flush and close every log, remove
 """
 from __future__ import annotations
 
+import base64
 import errno
 import fcntl
 import json
 import logging
 import os
+import socket
 import time
+import uuid
 from pathlib import Path
 
 from twisted.internet import defer, error, task, threads
 
 from core.checkpoint import write_atomic
+from core.groups import GroupCoordinator
 from core.log_manager import LogManager
 from core.metadata import LocalMetadataStore
+from core.producers import ProducerStates
 from gateway import http
 from gateway.amqp_listener import AmqpFactory
 from gateway.config import HostPort, Settings
-from gateway.kafka_listener import KafkaFactory
+from gateway.kafka.connection import KafkaFactory
+from gateway.kafka.context import KafkaContext
+from gateway.kafka.waiters import Waiters
 from gateway.logs import fields
 
 log = logging.getLogger(__name__)
 
 LISTENERS_FILE = "listeners.json"
 LOCK_FILE = ".lock"
+CLUSTER_ID_FILE = "cluster-id"
+GROUP_TICK_S = 0.1
 
 
 class StartupError(Exception):
@@ -68,16 +77,30 @@ class Broker:
         self._logs_open = False
         self.started_at = time.monotonic()
         self._lock_fd: int | None = None
+        self._kafka_port = None
         self._loops: list[task.LoopingCall] = []
         self._flushing: defer.Deferred | None = None
+        self._flush_again = False
+        self.kafka: KafkaContext | None = None
         self._starting: defer.Deferred | None = None
 
     # --- start --------------------------------------------------------------------
     def bind(self) -> None:
         """Steps 1 and 2; raises StartupError. Call before the reactor runs."""
         self._prepare_data_dir()
+        try:
+            self.logs = LogManager(self.data_dir, LocalMetadataStore(self.data_dir))
+        except Exception as exc:
+            self._unlock()
+            raise StartupError(f"cannot read the metadata in {self.data_dir}: {exc}") from None
+        self.kafka = KafkaContext(
+            logs=self.logs, producers=ProducerStates(self.data_dir), groups=GroupCoordinator(self.logs),
+            waiters=Waiters(self.reactor), node_id=self.settings.node_id, cluster_id=self._cluster_id(),
+            advertised=self._kafka_advertised, request_flush=self.request_flush,
+            auto_create_topics=self.settings.auto_create_topics, num_partitions=self.settings.num_partitions,
+            reactor=self.reactor)
         factories = {
-            "kafka": _Gate(KafkaFactory(), lambda: self.ready),
+            "kafka": _Gate(KafkaFactory(self.kafka), lambda: self.ready),
             "amqp": _Gate(AmqpFactory(), lambda: self.ready),
             "http": http.site(self.health),
         }
@@ -122,13 +145,34 @@ class Broker:
                                f"stop it or choose another --data-dir") from None
         (d / LISTENERS_FILE).unlink(missing_ok=True)  # left by a broker that was killed
 
+    def _cluster_id(self) -> str:
+        path = self.data_dir / CLUSTER_ID_FILE
+        try:
+            return path.read_text().strip()
+        except FileNotFoundError:
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            write_atomic(path, cluster_id.encode())
+            return cluster_id
+
+    def _kafka_advertised(self) -> tuple[str, int]:
+        port = self.ports.get("kafka") or self._kafka_port
+        host = port.getHost()
+        name = host.host
+        if name in ("0.0.0.0", "::", ""):
+            name = socket.getfqdn()
+        return name, host.port
+
     def start(self) -> defer.Deferred:
         """Steps 3 and 4, once the reactor runs; fires when ready, fails with the start-up error."""
-        self.logs = LogManager(self.data_dir, LocalMetadataStore(self.data_dir))
         log.info("opening logs", extra=fields(data_dir=str(self.data_dir)))
-        self._starting = threads.deferToThread(self.logs.startup)
+        self._starting = threads.deferToThread(self._open_logs)
         self._starting.addCallback(self._opened)
         return self._starting
+
+    def _open_logs(self):
+        info = self.logs.startup()
+        self.kafka.groups.load()  # committed offsets come back from __consumer_offsets
+        return info
 
     def _opened(self, info) -> None:
         log.info("logs opened", extra=fields(
@@ -140,8 +184,10 @@ class Broker:
         write_atomic(self.data_dir / LISTENERS_FILE, json.dumps(addresses).encode())
         self.ready = True
         log.info("listening", extra=fields(node_id=self.settings.node_id, **addresses))
-        self._every(self.settings.flush_interval_ms, self._flush_tick)
+        self._kafka_port = self.ports["kafka"]
+        self._every(self.settings.flush_interval_ms, self.request_flush)
         self._every(self.settings.maintenance_interval_ms, self._maintenance_tick)
+        self._every(GROUP_TICK_S * 1000, self._group_tick)
 
     def _every(self, interval_ms: int, fn) -> None:
         loop = task.LoopingCall(fn)
@@ -166,17 +212,34 @@ class Broker:
         return self.ready, doc
 
     # --- background duties ----------------------------------------------------------
-    def _flush_tick(self) -> None:
-        # Group commit: one worker-thread pass fsyncs everything appended since the last one.
-        # A pass still running when the next tick comes simply absorbs that tick's work.
+    def request_flush(self) -> None:
+        """Group commit: one worker-thread pass fsyncs everything appended since the last one.
+
+        Called after every append and on a timer. While a pass runs, requests only mark that
+        another pass is due, so all appends that arrived meanwhile share the next fsync.
+        """
+        if not self._logs_open:
+            return
         if self._flushing is not None:
+            self._flush_again = True
             return
         self._flushing = threads.deferToThread(self.logs.flush_dirty)
         self._flushing.addErrback(lambda f: log.error("flush failed: %s", f.getErrorMessage()))
         self._flushing.addBoth(self._flush_done)
 
-    def _flush_done(self, _):
+    def _flush_done(self, flushed):
         self._flushing = None
+        if flushed:
+            self.kafka.waiters.notify()  # high watermarks moved: parked produces and fetches may go
+        if self._flush_again and self.ready:
+            self._flush_again = False
+            self.request_flush()
+
+    def _group_tick(self) -> None:
+        try:
+            self.kafka.groups.tick()
+        except Exception:
+            log.exception("group coordinator tick failed")
 
     def _maintenance_tick(self) -> None:
         try:

@@ -1,0 +1,150 @@
+"""Idempotent producers: producer ids, and per-partition sequence tracking.
+
+A producer with idempotence on gets a producer id and epoch from InitProducerId and numbers
+its batches per partition (baseSequence). The broker remembers, per (producer id,
+partition), the last five batches it stored; a retried batch that matches one of them is
+acknowledged with the offsets it got the first time instead of being appended again, and a
+batch that skips ahead is refused (OUT_OF_ORDER_SEQUENCE_NUMBER), as in Kafka.
+
+Producer ids come from blocks reserved in ``<data-dir>/producer-id-block`` (the end of the
+last block handed out), so ids stay unique across restarts. Sequence state is not written
+anywhere: after a restart it is rebuilt from the batch headers at the tail of each log.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kio.schema.errors import ErrorCode
+
+from core.checkpoint import read_int, write_int
+from core.log import PartitionLog
+from wire.records import BATCH_HEADER_SIZE, BatchHeader, read_batch_header
+
+NO_PRODUCER_ID = -1
+NO_SEQUENCE = -1
+MAX_EPOCH = 32767
+TRACKED_BATCHES = 5  # max.in.flight.requests.per.connection a client may use with idempotence
+REBUILD_SCAN_SEGMENTS = 2  # tail segments scanned after a restart
+_BLOCK = 1000
+_INT32_MAX = 2**31 - 1
+
+
+class ProducerIdAllocator:
+    FILE = "producer-id-block"
+
+    def __init__(self, data_dir: Path):
+        self.path = Path(data_dir) / self.FILE
+        self._lock = threading.Lock()
+        self._next = self._end = read_int(self.path, 0)
+
+    def allocate(self) -> int:
+        with self._lock:
+            if self._next >= self._end:
+                self._end = self._next + _BLOCK
+                write_int(self.path, self._end)  # reserve before handing out: no id is ever reused
+            pid, self._next = self._next, self._next + 1
+            return pid
+
+
+@dataclass(frozen=True, slots=True)
+class _Batch:
+    first_seq: int
+    last_seq: int
+    first_offset: int
+    last_offset: int
+
+
+@dataclass(slots=True)
+class _Producer:
+    epoch: int
+    batches: deque = field(default_factory=lambda: deque(maxlen=TRACKED_BATCHES))
+
+
+@dataclass(frozen=True, slots=True)
+class SequenceCheck:
+    """The verdict on one produced batch: append it, or answer ``error``, or it is ``duplicate_of``."""
+    error: ErrorCode = ErrorCode.none
+    duplicate_of: tuple[int, int] | None = None  # (first, last) offsets it was stored at
+
+
+APPEND = SequenceCheck()
+
+
+def _last_seq(header: BatchHeader) -> int:
+    return (header.base_sequence + header.last_offset_delta) % (_INT32_MAX + 1)
+
+
+class PartitionProducers:
+    """Sequence state of every idempotent producer writing to one partition."""
+
+    def __init__(self) -> None:
+        self.producers: dict[int, _Producer] = {}
+
+    def check(self, header: BatchHeader) -> SequenceCheck:
+        pid = header.producer_id
+        if pid < 0 or header.base_sequence < 0:
+            return APPEND  # not an idempotent producer
+        state = self.producers.get(pid)
+        if state is None:
+            return APPEND  # unknown producer (new, or its state aged out): accept, as Kafka does
+        if header.producer_epoch < state.epoch:
+            return SequenceCheck(ErrorCode.invalid_producer_epoch)
+        if header.producer_epoch > state.epoch:
+            return APPEND if header.base_sequence == 0 else SequenceCheck(ErrorCode.out_of_order_sequence_number)
+        last = _last_seq(header)
+        for batch in state.batches:
+            if batch.first_seq == header.base_sequence and batch.last_seq == last:
+                return SequenceCheck(duplicate_of=(batch.first_offset, batch.last_offset))
+        if state.batches and header.base_sequence != (state.batches[-1].last_seq + 1) % (_INT32_MAX + 1):
+            return SequenceCheck(ErrorCode.out_of_order_sequence_number)
+        return APPEND
+
+    def record(self, header: BatchHeader, first_offset: int) -> None:
+        """Remember a batch that was appended at ``first_offset``."""
+        if header.producer_id < 0 or header.base_sequence < 0:
+            return
+        state = self.producers.get(header.producer_id)
+        if state is None or header.producer_epoch != state.epoch:
+            state = self.producers[header.producer_id] = _Producer(header.producer_epoch)
+        state.batches.append(_Batch(header.base_sequence, _last_seq(header), first_offset,
+                                    first_offset + header.last_offset_delta))
+
+    @classmethod
+    def rebuild(cls, plog: PartitionLog) -> "PartitionProducers":
+        """Replay the batch headers of the log's last segments."""
+        producers = cls()
+        for segment in plog.segments[-REBUILD_SCAN_SEGMENTS:]:
+            for bp in segment.iter_positions():
+                header = read_batch_header(os.pread(segment.fd, BATCH_HEADER_SIZE, bp.position))
+                if not header.is_control:
+                    producers.record(header, header.base_offset)
+        return producers
+
+
+class ProducerStates:
+    """Producer ids and the sequence state of every partition (built on first use)."""
+
+    def __init__(self, data_dir: Path):
+        self.ids = ProducerIdAllocator(data_dir)
+        self._partitions: dict[tuple[str, int], PartitionProducers] = {}
+
+    def partition(self, topic: str, partition: int, plog: PartitionLog) -> PartitionProducers:
+        key = (topic, partition)
+        state = self._partitions.get(key)
+        if state is None:
+            state = self._partitions[key] = PartitionProducers.rebuild(plog)
+        return state
+
+    def forget(self, topic: str) -> None:
+        for key in [k for k in self._partitions if k[0] == topic]:
+            del self._partitions[key]
+
+    def init_producer(self, producer_id: int = NO_PRODUCER_ID, epoch: int = -1) -> tuple[int, int]:
+        """(producer id, epoch) for InitProducerId; a known id asking again gets its epoch bumped."""
+        if producer_id >= 0 and 0 <= epoch < MAX_EPOCH:
+            return producer_id, epoch + 1
+        return self.ids.allocate(), 0

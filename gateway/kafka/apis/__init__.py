@@ -1,0 +1,37 @@
+"""Kafka API handlers, one module per group of APIs, registered by api key.
+
+A handler takes ``(ctx, conn, header, body)`` and returns the encoded response, a Deferred
+that fires with it, or None when no response is owed (acks=0). Handlers turn core's
+exceptions into Kafka error codes; nothing else in the broker knows those codes.
+"""
+from __future__ import annotations
+
+import logging
+
+from gateway.logs import fields
+from wire.kafka import API_VERSIONS
+
+log = logging.getLogger(__name__)
+
+HANDLERS: dict[int, object] = {}
+
+
+def handles(api_key: int):
+    def register(fn):
+        HANDLERS[api_key] = fn
+        return fn
+    return register
+
+
+def dispatch(ctx, conn, request):
+    h = request.header
+    if request.body is None:
+        if h.api_key == API_VERSIONS:
+            return session.api_versions_unsupported(h)
+        conn.drop("unsupported API or version (see ApiVersions)", api_key=h.api_key, api_version=h.api_version,
+                  correlation_id=h.correlation_id)
+        return None
+    return HANDLERS[h.api_key](ctx, conn, h, request.body)
+
+
+from gateway.kafka.apis import admin, fetch, groups, metadata, offsets, produce, session  # noqa: E402,F401

@@ -1,0 +1,215 @@
+"""Topic administration: CreateTopics, DeleteTopics, CreatePartitions, configs, DescribeCluster."""
+from __future__ import annotations
+
+import logging
+
+from kio.schema.errors import ErrorCode
+
+from core.config import default_configs, validate_configs
+from core.errors import (InvalidConfigError, InvalidPartitionsError, InvalidTopicError, LogError, TopicExistsError,
+                         UnknownTopicError)
+from core.metadata import check_topic_name
+from gateway.kafka.apis import handles
+from gateway.kafka.apis.metadata import UNKNOWN_OPERATIONS, broker_list
+from gateway.logs import fields
+from wire.kafka import respond
+
+log = logging.getLogger(__name__)
+
+TOPIC, BROKER = 2, 4  # DescribeConfigs resource types
+DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5  # config sources
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3  # IncrementalAlterConfigs operations
+
+_ERRORS: list[tuple[type, ErrorCode]] = [
+    (TopicExistsError, ErrorCode.topic_already_exists),
+    (InvalidTopicError, ErrorCode.invalid_topic_exception),
+    (InvalidConfigError, ErrorCode.invalid_config),
+    (InvalidPartitionsError, ErrorCode.invalid_partitions),
+    (UnknownTopicError, ErrorCode.unknown_topic_or_partition),
+]
+
+
+def error_code(exc: LogError) -> ErrorCode:
+    for cls, code in _ERRORS:
+        if isinstance(exc, cls):
+            return code
+    return ErrorCode.unknown_server_error
+
+
+def _config_entries(configs: dict[str, str]) -> list[dict]:
+    out = []
+    for key, default in sorted(default_configs().items()):
+        explicit = key in configs
+        out.append({"name": key, "value": configs.get(key, default), "read_only": False,
+                    "config_source": DYNAMIC_TOPIC_CONFIG if explicit else DEFAULT_CONFIG, "is_sensitive": False,
+                    "is_default": not explicit, "synonyms": [], "config_type": 0, "documentation": None})
+    return out
+
+
+@handles(19)
+def create_topics(ctx, conn, h, req):
+    out = []
+    for t in req.topics:
+        entry = {"name": t.name, "topic_id": 0, "error_code": ErrorCode.none, "error_message": None,
+                 "topic_config_error_code": 0, "num_partitions": -1, "replication_factor": -1, "configs": None}
+        partitions = t.num_partitions if t.num_partitions != -1 else (len(t.assignments) or ctx.num_partitions)
+        configs = {c.name: c.value for c in t.configs}
+        try:
+            if t.replication_factor not in (-1, 1) or any(len(a.broker_ids) != 1 for a in t.assignments):
+                entry["error_code"] = ErrorCode.invalid_replication_factor
+                entry["error_message"] = (f"replication factor {t.replication_factor} is larger than the 1 broker "
+                                          "of this single-node cluster")
+            elif req.validate_only:
+                check_topic_name(t.name)
+                validate_configs(configs)
+                if ctx.logs.store.get_topic(t.name):
+                    raise TopicExistsError(f"topic {t.name!r} already exists")
+                if partitions < 1:
+                    raise InvalidPartitionsError(f"topic {t.name!r} needs at least 1 partition")
+            else:
+                topic = ctx.logs.create_topic(t.name, partitions, configs)
+                entry["topic_id"] = ctx.topic_id(t.name)
+                log.info("created topic", extra=fields(topic=t.name, partitions=partitions, configs=topic.configs))
+            if entry["error_code"] == ErrorCode.none:
+                entry.update(num_partitions=partitions, replication_factor=1,
+                             configs=_config_entries(validate_configs(configs)))
+        except LogError as exc:
+            entry["error_code"], entry["error_message"] = error_code(exc), str(exc)
+        out.append(entry)
+    return respond(h, {"throttle_time": 0, "topics": out})
+
+
+@handles(20)
+def delete_topics(ctx, conn, h, req):
+    names = list(req.topic_names) if h.api_version < 6 else [t.name for t in req.topics]
+    out = []
+    for name in names:
+        entry = {"name": name, "topic_id": ctx.topic_id(name) if name else 0, "error_code": ErrorCode.none,
+                 "error_message": None}
+        try:
+            if name is None:  # deletion by topic id only
+                raise UnknownTopicError("deleting topics by id is not supported; give the name")
+            ctx.logs.delete_topic(name)
+            ctx.producers.forget(name)
+            log.info("deleted topic", extra=fields(topic=name))
+        except LogError as exc:
+            entry["error_code"], entry["error_message"] = error_code(exc), str(exc)
+        out.append(entry)
+    return respond(h, {"throttle_time": 0, "responses": out})
+
+
+@handles(37)
+def create_partitions(ctx, conn, h, req):
+    out = []
+    for t in req.topics:
+        entry = {"name": t.name, "error_code": ErrorCode.none, "error_message": None}
+        try:
+            topic = ctx.logs.store.get_topic(t.name)
+            if topic is None:
+                raise UnknownTopicError(f"topic {t.name!r} does not exist")
+            if t.count <= topic.partitions:
+                raise InvalidPartitionsError(f"topic {t.name!r} has {topic.partitions} partitions; "
+                                             f"it can only grow, not go to {t.count}")
+            if not req.validate_only:
+                ctx.logs.add_partitions(t.name, t.count)
+        except LogError as exc:
+            entry["error_code"], entry["error_message"] = error_code(exc), str(exc)
+        out.append(entry)
+    return respond(h, {"throttle_time": 0, "results": out})
+
+
+def _broker_configs(ctx) -> dict[str, str]:
+    return {"auto.create.topics.enable": str(ctx.auto_create_topics).lower(), "num.partitions": str(ctx.num_partitions),
+            "socket.request.max.bytes": str(ctx.max_request_bytes), "broker.id": str(ctx.node_id),
+            "default.replication.factor": "1", "offsets.topic.replication.factor": "1"}
+
+
+@handles(32)
+def describe_configs(ctx, conn, h, req):
+    results = []
+    for r in req.resources:
+        entry = {"error_code": ErrorCode.none, "error_message": None, "resource_type": r.resource_type,
+                 "resource_name": r.resource_name, "configs": []}
+        if r.resource_type == TOPIC:
+            topic = ctx.logs.store.get_topic(r.resource_name)
+            if topic is None:
+                entry["error_code"] = ErrorCode.unknown_topic_or_partition
+                entry["error_message"] = f"topic {r.resource_name!r} does not exist"
+            else:
+                entry["configs"] = _config_entries(dict(topic.configs))
+        elif r.resource_type == BROKER:
+            entry["configs"] = [{"name": k, "value": v, "read_only": True, "config_source": STATIC_BROKER_CONFIG,
+                                 "is_sensitive": False, "is_default": False, "synonyms": [], "config_type": 0,
+                                 "documentation": None} for k, v in sorted(_broker_configs(ctx).items())]
+        else:
+            entry["error_code"] = ErrorCode.invalid_request
+            entry["error_message"] = f"resource type {r.resource_type} has no configs here (topics: 2, brokers: 4)"
+        if r.configuration_keys:  # null or empty: every config
+            wanted = set(r.configuration_keys)
+            entry["configs"] = [c for c in entry["configs"] if c["name"] in wanted]
+        results.append(entry)
+    return respond(h, {"throttle_time": 0, "results": results})
+
+
+def _alter(ctx, r, validate_only: bool, changes_of) -> dict:
+    entry = {"error_code": ErrorCode.none, "error_message": None, "resource_type": r.resource_type,
+             "resource_name": r.resource_name}
+    try:
+        if r.resource_type != TOPIC:
+            entry["error_code"] = ErrorCode.invalid_request
+            entry["error_message"] = "only topic configs can be changed (broker configs are start-up settings)"
+            return entry
+        topic = ctx.logs.store.get_topic(r.resource_name)
+        if topic is None:
+            raise UnknownTopicError(f"topic {r.resource_name!r} does not exist")
+        changes = changes_of(dict(topic.configs))
+        merged = {**topic.configs, **changes}
+        validate_configs(merged)
+        if not validate_only:
+            ctx.logs.alter_topic_configs(r.resource_name, changes)
+            log.info("altered topic configs", extra=fields(topic=r.resource_name, changes=changes))
+    except LogError as exc:
+        entry["error_code"], entry["error_message"] = error_code(exc), str(exc)
+    return entry
+
+
+@handles(33)
+def alter_configs(ctx, conn, h, req):
+    def replace_all(r):  # AlterConfigs sets the whole dynamic config: unnamed keys go back to defaults
+        def changes(current):
+            new = {c.name: c.value for c in r.configs}
+            return {**{k: None for k in current if k not in new}, **new}
+        return changes
+    out = [_alter(ctx, r, req.validate_only, replace_all(r)) for r in req.resources]
+    return respond(h, {"throttle_time": 0, "responses": out})
+
+
+@handles(44)
+def incremental_alter_configs(ctx, conn, h, req):
+    def incremental(r):
+        def changes(current):
+            out = {}
+            for c in r.configs:
+                if c.config_operation == SET:
+                    out[c.name] = c.value
+                elif c.config_operation == DELETE:
+                    out[c.name] = None
+                else:  # APPEND/SUBTRACT apply to list configs: cleanup.policy is the one we have
+                    items = [x for x in (current.get(c.name) or "").split(",") if x]
+                    value = [x for x in (c.value or "").split(",") if x]
+                    items = items + [x for x in value if x not in items] if c.config_operation == APPEND \
+                        else [x for x in items if x not in value]
+                    out[c.name] = ",".join(items) or None
+            return out
+        return changes
+    out = [_alter(ctx, r, req.validate_only, incremental(r)) for r in req.resources]
+    return respond(h, {"throttle_time": 0, "responses": out})
+
+
+@handles(60)
+def describe_cluster(ctx, conn, h, req):
+    brokers = [{"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": b["rack"]}
+               for b in broker_list(ctx)]
+    return respond(h, {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None, "endpoint_type": 1,
+                       "cluster_id": ctx.cluster_id, "controller_id": ctx.node_id, "brokers": brokers,
+                       "cluster_authorized_operations": UNKNOWN_OPERATIONS})

@@ -1,0 +1,163 @@
+"""Consumer groups: coordinator lookup, the join/sync/heartbeat/leave protocol, offsets.
+
+The coordinator itself lives in core.groups; this module only maps requests onto it and
+its results back onto responses. Join and sync answer later (when the rebalance
+completes), so they return Deferreds fired by the coordinator's callbacks.
+"""
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+from twisted.internet import defer
+
+from gateway.kafka.apis import handles
+from gateway.kafka.apis.metadata import UNKNOWN_OPERATIONS
+from wire.kafka import respond
+
+GROUP_KEY, TRANSACTION_KEY = 0, 1
+
+
+def _coordinator(ctx, key: str, key_type: int) -> dict:
+    host, port = ctx.advertised()
+    if key_type != GROUP_KEY:
+        return {"key": key, "error_code": ErrorCode.coordinator_not_available,
+                "error_message": "transactions are not supported yet", "node_id": -1, "host": "", "port": -1}
+    return {"key": key, "error_code": ErrorCode.none, "error_message": None, "node_id": ctx.node_id,
+            "host": host, "port": port}
+
+
+@handles(10)
+def find_coordinator(ctx, conn, h, req):
+    key_type = getattr(req, "key_type", GROUP_KEY)
+    if h.api_version >= 4:
+        return respond(h, {"throttle_time": 0, "coordinators": [_coordinator(ctx, k, key_type)
+                                                                for k in req.coordinator_keys]})
+    return respond(h, {"throttle_time": 0, **_coordinator(ctx, req.key, key_type)})
+
+
+@handles(11)
+def join_group(ctx, conn, h, req):
+    d = defer.Deferred()
+    session_ms = int(req.session_timeout.total_seconds() * 1000)
+    rebalance = getattr(req, "rebalance_timeout", None)
+    rebalance_ms = int(rebalance.total_seconds() * 1000) if rebalance is not None and h.api_version >= 1 else session_ms
+
+    def done(result) -> None:
+        members = [{"member_id": m, "group_instance_id": gi, "metadata": md} for m, gi, md in result.members]
+        d.callback(respond(h, {"throttle_time": 0, "error_code": result.error, "generation_id": result.generation_id,
+                               "protocol_type": result.protocol_type, "protocol_name": result.protocol_name or "",
+                               "leader": result.leader, "skip_assignment": result.skip_assignment,
+                               "member_id": result.member_id, "members": members}))
+
+    ctx.groups.join(req.group_id, req.member_id, getattr(req, "group_instance_id", None), h.client_id or "",
+                    conn.peer_host, req.protocol_type, [(p.name, bytes(p.metadata)) for p in req.protocols],
+                    session_ms, rebalance_ms, h.api_version >= 4, done)
+    return d
+
+
+@handles(14)
+def sync_group(ctx, conn, h, req):
+    d = defer.Deferred()
+
+    def done(result) -> None:
+        d.callback(respond(h, {"throttle_time": 0, "error_code": result.error, "protocol_type": result.protocol_type,
+                               "protocol_name": result.protocol_name, "assignment": result.assignment}))
+
+    ctx.groups.sync(req.group_id, req.generation_id, req.member_id, getattr(req, "group_instance_id", None),
+                    getattr(req, "protocol_type", None), getattr(req, "protocol_name", None),
+                    {a.member_id: bytes(a.assignment) for a in req.assignments}, done)
+    return d
+
+
+@handles(12)
+def heartbeat(ctx, conn, h, req):
+    error = ctx.groups.heartbeat(req.group_id, req.generation_id, req.member_id, getattr(req, "group_instance_id", None))
+    return respond(h, {"throttle_time": 0, "error_code": error})
+
+
+@handles(13)
+def leave_group(ctx, conn, h, req):
+    if h.api_version < 3:
+        members = [(req.member_id, None)]
+    else:
+        members = [(m.member_id, m.group_instance_id) for m in req.members]
+    error, results = ctx.groups.leave(req.group_id, members)
+    if h.api_version < 3 and error == ErrorCode.none and results:
+        error = results[0][2]
+    return respond(h, {"throttle_time": 0, "error_code": error, "members": [
+        {"member_id": m or "", "group_instance_id": gi, "error_code": e} for m, gi, e in results]})
+
+
+@handles(16)
+def list_groups(ctx, conn, h, req):
+    states = list(getattr(req, "states_filter", ()) or ()) or None
+    groups = [{"group_id": g.group_id, "protocol_type": g.protocol_type or "", "group_state": g.state}
+              for g in ctx.groups.list_groups(states)]
+    return respond(h, {"throttle_time": 0, "error_code": ErrorCode.none, "groups": groups})
+
+
+@handles(15)
+def describe_groups(ctx, conn, h, req):
+    out = []
+    for group_id in req.groups:
+        g = ctx.groups.describe_group(group_id)
+        members = [{"member_id": m, "group_instance_id": gi, "client_id": cid, "client_host": host,
+                    "member_metadata": md, "member_assignment": asg} for m, gi, cid, host, md, asg in g.members]
+        out.append({"error_code": g.error, "group_id": group_id, "group_state": g.state,
+                    "protocol_type": g.protocol_type or "", "protocol_data": g.protocol or "", "members": members,
+                    "authorized_operations": UNKNOWN_OPERATIONS})
+    return respond(h, {"throttle_time": 0, "groups": out})
+
+
+@handles(42)
+def delete_groups(ctx, conn, h, req):
+    results = ctx.groups.delete_groups(list(req.groups_names))
+    return respond(h, {"throttle_time": 0, "results": [{"group_id": g, "error_code": e} for g, e in results.items()]})
+
+
+@handles(8)
+def offset_commit(ctx, conn, h, req):
+    offsets = {}
+    for t in req.topics:
+        for p in t.partitions:
+            offsets[(t.name, p.partition_index)] = (p.committed_offset, getattr(p, "committed_leader_epoch", -1),
+                                                    p.committed_metadata)
+    info = ctx.groups.commit_offsets(req.group_id, getattr(req, "generation_id_or_member_epoch", -1), req.member_id,
+                                     getattr(req, "group_instance_id", None), offsets)
+
+    def answer(_=None) -> bytes:
+        topics = {}
+        for t in req.topics:
+            topics[t.name] = [{"partition_index": p.partition_index, "error_code": info.errors[(t.name, p.partition_index)]}
+                              for p in t.partitions]
+        return respond(h, {"throttle_time": 0, "topics": [{"name": n, "partitions": ps} for n, ps in topics.items()]})
+
+    if info.durable_at is None:
+        return answer()
+    topic, partition, last = info.durable_at
+    plog = ctx.partition(topic, partition)
+    ctx.request_flush()
+    return ctx.waiters.wait(lambda: plog.high_watermark > last, 30.0).addCallback(answer)
+
+
+def _fetched(ctx, group_id: str, topics) -> list[dict]:
+    wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
+    committed = ctx.groups.fetch_offsets(group_id, wanted)
+    keys = wanted if wanted is not None else sorted(committed)
+    by_topic: dict[str, list] = {}
+    for topic, partition in keys:
+        offset, epoch, metadata = committed.get((topic, partition), (-1, -1, ""))
+        by_topic.setdefault(topic, []).append({"partition_index": partition, "committed_offset": offset,
+                                               "committed_leader_epoch": epoch, "metadata": metadata,
+                                               "error_code": ErrorCode.none})
+    return [{"name": n, "partitions": ps} for n, ps in by_topic.items()]
+
+
+@handles(9)
+def offset_fetch(ctx, conn, h, req):
+    if h.api_version >= 8:
+        groups = [{"group_id": g.group_id, "topics": _fetched(ctx, g.group_id, g.topics), "error_code": ErrorCode.none}
+                  for g in req.groups]
+        return respond(h, {"throttle_time": 0, "groups": groups})
+    topics = req.topics if h.api_version >= 2 else (req.topics or ())
+    return respond(h, {"throttle_time": 0, "topics": _fetched(ctx, req.group_id, topics),
+                       "error_code": ErrorCode.none})

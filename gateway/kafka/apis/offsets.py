@@ -1,0 +1,83 @@
+"""ListOffsets, OffsetForLeaderEpoch and DeleteRecords."""
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+from core.errors import OffsetOutOfRangeError
+from gateway.kafka.apis import handles
+from gateway.kafka.apis.metadata import LEADER_EPOCH
+from wire.kafka import respond
+
+LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
+
+
+def _list_one(plog, timestamp: int) -> tuple[int, int]:
+    """(timestamp, offset) for one ListOffsets query."""
+    if timestamp == LATEST:
+        return -1, plog.high_watermark  # also the last stable offset: no transactions yet
+    if timestamp == EARLIEST:
+        return -1, plog.log_start_offset
+    found = plog.max_timestamp_offset() if timestamp == MAX_TIMESTAMP else plog.offset_for_timestamp(timestamp)
+    if found is None:
+        return -1, -1
+    offset, ts = found
+    return ts, offset
+
+
+@handles(2)
+def list_offsets(ctx, conn, h, req):
+    topics = []
+    for t in req.topics:
+        parts = []
+        for p in t.partitions:
+            plog = ctx.partition(t.name, p.partition_index)
+            if plog is None:
+                parts.append({"partition_index": p.partition_index, "error_code": ErrorCode.unknown_topic_or_partition,
+                              "timestamp": -1, "offset": -1, "leader_epoch": -1})
+                continue
+            ts, offset = _list_one(plog, p.timestamp)
+            parts.append({"partition_index": p.partition_index, "error_code": ErrorCode.none, "timestamp": ts,
+                          "offset": offset, "leader_epoch": LEADER_EPOCH if offset >= 0 else -1})
+        topics.append({"name": t.name, "partitions": parts})
+    return respond(h, {"throttle_time": 0, "topics": topics})
+
+
+@handles(23)
+def offset_for_leader_epoch(ctx, conn, h, req):
+    topics = []
+    for t in req.topics:
+        parts = []
+        for p in t.partitions:
+            plog = ctx.partition(t.topic, p.partition)
+            if plog is None:
+                parts.append({"error_code": ErrorCode.unknown_topic_or_partition, "partition": p.partition,
+                              "leader_epoch": -1, "end_offset": -1})
+            elif p.current_leader_epoch > LEADER_EPOCH:
+                parts.append({"error_code": ErrorCode.unknown_leader_epoch, "partition": p.partition,
+                              "leader_epoch": -1, "end_offset": -1})
+            else:
+                # Every batch was written in epoch 0, so any epoch >= 0 ends at the log end.
+                parts.append({"error_code": ErrorCode.none, "partition": p.partition, "leader_epoch": LEADER_EPOCH,
+                              "end_offset": plog.next_offset})
+        topics.append({"topic": t.topic, "partitions": parts})
+    return respond(h, {"throttle_time": 0, "topics": topics})
+
+
+@handles(21)
+def delete_records(ctx, conn, h, req):
+    topics = []
+    for t in req.topics:
+        parts = []
+        for p in t.partitions:
+            plog = ctx.partition(t.name, p.partition_index)
+            error, low = ErrorCode.none, -1
+            if plog is None:
+                error = ErrorCode.unknown_topic_or_partition
+            else:
+                try:
+                    low = plog.delete_records(p.offset)
+                except OffsetOutOfRangeError:
+                    error, low = ErrorCode.offset_out_of_range, plog.log_start_offset
+            parts.append({"partition_index": p.partition_index, "low_watermark": low, "error_code": error})
+        topics.append({"name": t.name, "partitions": parts})
+    return respond(h, {"throttle_time": 0, "topics": topics})

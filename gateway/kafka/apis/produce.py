@@ -1,0 +1,91 @@
+"""Produce: validate and append each partition's batch, answer once it is durable (acks 1/-1).
+
+Idempotent producers are checked against core.producers before anything is written: a
+retried batch gets the offsets of its first append, a sequence gap is refused. With
+``flush.messages=1`` a partition's high watermark moves only after the group-commit fsync,
+so acks=1 and acks=all both wait for that fsync (one node: the ISR is this node).
+"""
+from __future__ import annotations
+
+import logging
+
+from kio.schema.errors import ErrorCode
+
+from core.errors import InvalidRecordError, RecordTooLargeError
+from gateway.kafka.apis import handles
+from gateway.logs import fields
+from wire.errors import CorruptBatchError
+from wire.kafka import respond
+from wire.records import read_batch_header
+
+log = logging.getLogger(__name__)
+
+
+def _append(ctx, topic: str, index: int, data: bytes) -> tuple[ErrorCode, int, int, str | None]:
+    """(error, base offset, last offset, message) for one partition's records."""
+    plog = ctx.partition(topic, index)
+    if plog is None:
+        return ErrorCode.unknown_topic_or_partition, -1, -1, None
+    try:
+        header = read_batch_header(data)
+        state = ctx.producers.partition(topic, index, plog)
+        verdict = state.check(header)
+        if verdict.error:
+            return verdict.error, -1, -1, None
+        if verdict.duplicate_of:
+            return ErrorCode.none, verdict.duplicate_of[0], verdict.duplicate_of[1], None
+        info = plog.append(data)
+        state.record(header, info.first_offset)
+        return ErrorCode.none, info.first_offset, info.last_offset, None
+    except CorruptBatchError as exc:
+        log.warning("corrupt batch refused: %s", exc.reason, extra=fields(topic=topic, partition=index))
+        return ErrorCode.corrupt_message, -1, -1, exc.reason
+    except RecordTooLargeError as exc:
+        return ErrorCode.message_too_large, -1, -1, str(exc)
+    except InvalidRecordError as exc:
+        return ErrorCode.invalid_record, -1, -1, str(exc)
+
+
+@handles(0)
+def produce(ctx, conn, h, req):
+    acks = req.acks
+    results: list[tuple[str, list[dict]]] = []
+    durable: list[tuple[object, int]] = []  # (log, last offset) that must be under the HW
+    for td in req.topic_data:
+        topic = ctx.topic_or_create(td.name)
+        parts = []
+        for pd in td.partition_data:
+            if acks not in (0, 1, -1):
+                error, base, last, message = ErrorCode.invalid_required_acks, -1, -1, None
+            elif topic is None:
+                error, base, last, message = ErrorCode.unknown_topic_or_partition, -1, -1, None
+            else:
+                error, base, last, message = _append(ctx, td.name, pd.index, bytes(pd.records or b""))
+            plog = ctx.partition(td.name, pd.index)
+            if error == ErrorCode.none:
+                durable.append((plog, last))
+            parts.append({"index": pd.index, "error_code": error, "base_offset": base, "log_append_time": None,
+                          "log_start_offset": plog.log_start_offset if plog else -1, "record_errors": [],
+                          "error_message": message, "_durable": (plog, last) if error == ErrorCode.none else None})
+        results.append((td.name, parts))
+    if durable:
+        ctx.request_flush()
+        ctx.waiters.notify()
+    if acks == 0:
+        return None
+
+    def all_durable() -> bool:
+        return all(plog.high_watermark > last for plog, last in durable)
+
+    def answer(in_time: bool) -> bytes:
+        responses = []
+        for name, parts in results:
+            for part in parts:
+                pending = part.pop("_durable")
+                if not in_time and pending and pending[0].high_watermark <= pending[1]:
+                    part["error_code"] = ErrorCode.request_timed_out
+            responses.append({"name": name, "partition_responses": parts})
+        return respond(h, {"responses": responses, "throttle_time": 0})
+
+    # A zero timeout must not turn every acks=1 produce into an error while the fsync runs.
+    return ctx.waiters.wait(all_durable, max(req.timeout.total_seconds(), 1.0)).addCallback(answer)

@@ -1,0 +1,57 @@
+"""What every Kafka API handler needs: the logs, groups, producer state, this node's identity."""
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass, field
+from typing import Callable
+
+from core.errors import LogError
+from core.log import PartitionLog
+from core.log_manager import LogManager
+from core.metadata import check_topic_name
+from core.producers import ProducerStates
+from gateway.kafka.waiters import Waiters
+from gateway.logs import fields
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class KafkaContext:
+    logs: LogManager
+    producers: ProducerStates
+    groups: object  # core.groups.GroupCoordinator
+    waiters: Waiters
+    node_id: int
+    cluster_id: str
+    advertised: Callable[[], tuple[str, int]]  # (host, port) clients should connect to
+    request_flush: Callable[[], None] = lambda: None
+    auto_create_topics: bool = True
+    num_partitions: int = 1
+    max_request_bytes: int = 100 * 1024 * 1024
+    reactor: object = None
+    users: dict = field(default_factory=dict)
+
+    def partition(self, topic: str, index: int) -> PartitionLog | None:
+        return self.logs.logs.get((topic, index))
+
+    def topic_or_create(self, name: str, allow_create: bool = True):
+        """The topic's metadata; auto-created (if allowed and enabled) when it does not exist."""
+        topic = self.logs.store.get_topic(name)
+        if topic is None and allow_create and self.auto_create_topics:
+            try:
+                check_topic_name(name)
+                topic = self.logs.create_topic(name, self.num_partitions)
+                log.info("auto-created topic", extra=fields(topic=name, partitions=self.num_partitions))
+            except LogError as exc:
+                log.warning("topic not auto-created: %s", exc, extra=fields(topic=name))
+                return self.logs.store.get_topic(name)
+        return topic
+
+    def topic_id(self, name: str) -> uuid.UUID:
+        topic = self.logs.store.get_topic(name)
+        try:
+            return uuid.UUID(topic.topic_id) if topic and topic.topic_id else uuid.UUID(int=0)
+        except ValueError:
+            return uuid.UUID(int=0)

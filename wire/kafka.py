@@ -1,0 +1,230 @@
+"""Kafka requests and responses: header parsing, body codecs from ``kio``, the version set.
+
+``kio`` is generated from Kafka's own JSON message specs and has a typed, frozen dataclass
+for every API, version and direction, with a native reader. This module adds what a broker
+needs around it:
+
+* :data:`ADVERTISED`: the API version ranges this broker announces (one coherent set,
+  shaped like a Kafka 3.x/4.0 broker, see the README);
+* :func:`parse_request`: request header v1/v2 (v2, with tagged fields, for flexible
+  versions) and the body;
+* :func:`build`: a response entity of any version from plain dicts, so handlers write one
+  version-agnostic description and fields a version lacks are dropped;
+* :func:`encode_response`: the framed response, header v0 for ApiVersions (KIP-511, so a
+  client that asked with a version we do not know can still read our answer), v1 for other
+  flexible versions.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import io
+import struct
+import typing
+import uuid
+from dataclasses import dataclass
+from functools import cache
+
+from kio.index import load_payload_module
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_reader, entity_writer
+from kio.static.constants import EntityType
+from kio.static.primitive import i32Timedelta, i64Timedelta
+
+from wire.varint import decode_uvarint
+
+API_VERSIONS = 18
+PRODUCE = 0
+
+# api key -> (min, max). Produce 0-2 are advertised but answered with UNSUPPORTED_VERSION:
+# librdkafka before 2.11.1 turns compression off when a broker does not list them.
+ADVERTISED: dict[int, tuple[int, int]] = {
+    0: (0, 9),    # Produce
+    1: (4, 12),   # Fetch
+    2: (1, 7),    # ListOffsets
+    3: (0, 12),   # Metadata
+    8: (2, 8),    # OffsetCommit
+    9: (1, 8),    # OffsetFetch
+    10: (0, 4),   # FindCoordinator
+    11: (0, 7),   # JoinGroup
+    12: (0, 4),   # Heartbeat
+    13: (0, 4),   # LeaveGroup
+    14: (0, 5),   # SyncGroup
+    15: (0, 5),   # DescribeGroups
+    16: (0, 4),   # ListGroups
+    17: (0, 1),   # SaslHandshake
+    18: (0, 3),   # ApiVersions
+    19: (2, 7),   # CreateTopics
+    20: (1, 6),   # DeleteTopics
+    21: (0, 2),   # DeleteRecords
+    22: (0, 4),   # InitProducerId
+    23: (2, 4),   # OffsetForLeaderEpoch
+    32: (1, 4),   # DescribeConfigs
+    33: (0, 2),   # AlterConfigs
+    36: (0, 2),   # SaslAuthenticate
+    37: (0, 3),   # CreatePartitions
+    42: (0, 2),   # DeleteGroups
+    44: (0, 1),   # IncrementalAlterConfigs
+    60: (0, 1),   # DescribeCluster
+}
+REJECTED = {PRODUCE: range(0, 3)}
+
+_HEAD = struct.Struct(">hhih")  # api_key, api_version, correlation_id, client_id length
+
+
+class RequestError(ValueError):
+    """A request that cannot be parsed; the connection it came on must be closed."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeader:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    flexible: bool  # the response header is v1 (tagged fields) unless this is ApiVersions
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    header: RequestHeader
+    body: typing.Any  # the kio request entity; None when the version is not supported
+
+
+@cache
+def request_class(api_key: int, version: int):
+    return _entity_class(api_key, version, EntityType.request)
+
+
+@cache
+def response_class(api_key: int, version: int):
+    return _entity_class(api_key, version, EntityType.response)
+
+
+def _entity_class(api_key: int, version: int, kind: EntityType):
+    module = load_payload_module(api_key, version, kind)
+    for value in vars(module).values():
+        if isinstance(value, type) and getattr(value, "__type__", None) == kind:
+            return value
+    raise LookupError(f"kio has no {kind.name} for api {api_key} v{version}")
+
+
+def supported(api_key: int, version: int) -> bool:
+    low, high = ADVERTISED.get(api_key, (1, 0))
+    return low <= version <= high and version not in REJECTED.get(api_key, ())
+
+
+@cache
+def _reader(api_key: int, version: int):
+    return entity_reader(request_class(api_key, version))
+
+
+def parse_request(payload: bytes) -> Request:
+    """Parse one request frame. An unsupported version gives ``body=None`` (answer, don't parse)."""
+    if len(payload) < _HEAD.size:
+        raise RequestError(f"request of {len(payload)} bytes is shorter than a request header")
+    api_key, version, correlation_id, client_len = _HEAD.unpack_from(payload)
+    pos = _HEAD.size
+    client_id = None
+    if client_len >= 0:
+        if pos + client_len > len(payload):
+            raise RequestError("client id runs past the end of the request")
+        client_id = payload[pos:pos + client_len].decode("utf-8", "replace")
+        pos += client_len
+    if not supported(api_key, version):
+        flexible = api_key == API_VERSIONS and version >= 3
+        return Request(RequestHeader(api_key, version, correlation_id, client_id, flexible), None)
+    cls = request_class(api_key, version)
+    flexible = cls.__flexible__
+    try:
+        if flexible:
+            pos = _skip_tagged_fields(payload, pos)
+        body, _size = _reader(api_key, version)(payload, pos)
+    except RequestError:
+        raise
+    except Exception as exc:  # kio's native reader: any failure means malformed bytes
+        raise RequestError(f"malformed {cls.__name__} v{version}: {exc}") from None
+    return Request(RequestHeader(api_key, version, correlation_id, client_id, flexible), body)
+
+
+def _skip_tagged_fields(buf: bytes, pos: int) -> int:
+    count, pos = decode_uvarint(buf, pos)
+    for _ in range(count):
+        _tag, pos = decode_uvarint(buf, pos)
+        size, pos = decode_uvarint(buf, pos)
+        pos += size
+    if pos > len(buf):
+        raise RequestError("tagged fields run past the end of the request header")
+    return pos
+
+
+# --- responses ------------------------------------------------------------------------------
+@cache
+def _fields(cls) -> tuple[tuple[str, typing.Any, bool], ...]:
+    """(name, converter, required) per field of a kio entity class."""
+    hints = typing.get_type_hints(cls)
+    out = []
+    for f in dataclasses.fields(cls):
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        out.append((f.name, _converter(hints[f.name]), required))
+    return tuple(out)
+
+
+def _converter(hint):
+    args = typing.get_args(hint)
+    origin = typing.get_origin(hint)
+    if origin is tuple and args and dataclasses.is_dataclass(args[0]):
+        item = args[0]
+        return lambda v: tuple(build(item, x) if isinstance(x, dict) else x for x in v)
+    if origin is tuple:
+        return tuple
+    if args:  # X | None
+        inner = [a for a in args if a is not type(None)]
+        if len(inner) == 1:
+            conv = _converter(inner[0])
+            return lambda v: None if v is None else conv(v)
+        return lambda v: v
+    if dataclasses.is_dataclass(hint):
+        return lambda v: build(hint, v) if isinstance(v, dict) else v
+    if hint is i32Timedelta or hint is i64Timedelta:
+        return lambda v: v if isinstance(v, datetime.timedelta) else datetime.timedelta(milliseconds=v)
+    if hint is uuid.UUID:
+        return lambda v: v if isinstance(v, uuid.UUID) else uuid.UUID(int=v or 0)
+    if hint is ErrorCode:
+        return ErrorCode
+    return lambda v: v
+
+
+def build(cls, data: dict):
+    """An instance of kio entity ``cls`` from a dict; keys this version lacks are ignored."""
+    kwargs = {}
+    for name, convert, required in _fields(cls):
+        if name in data:
+            kwargs[name] = convert(data[name])
+        elif required:
+            raise KeyError(f"{cls.__qualname__} v{getattr(cls, '__version__', '?')} needs field {name!r}")
+    return cls(**kwargs)
+
+
+@cache
+def _writer(cls):
+    return entity_writer(cls)
+
+
+def encode_response(header: RequestHeader, body) -> bytes:
+    """The whole framed response (size, header, body) for a request."""
+    out = io.BytesIO()
+    out.write(b"\0\0\0\0")
+    out.write(struct.pack(">i", header.correlation_id))
+    if header.flexible and header.api_key != API_VERSIONS:
+        out.write(b"\0")  # response header v1: no tagged fields
+    _writer(type(body))(out, body)
+    data = out.getbuffer()
+    struct.pack_into(">i", data, 0, len(data) - 4)
+    del data
+    return out.getvalue()
+
+
+def respond(header: RequestHeader, data: dict) -> bytes:
+    """Build the response of the request's API and version from ``data`` and encode it."""
+    return encode_response(header, build(response_class(header.api_key, header.api_version), data))
