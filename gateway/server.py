@@ -252,6 +252,8 @@ class Broker:
     def stop(self):
         log.info("shutting down")
         self.ready = False
+        if self.kafka is not None:
+            self.kafka.accepting = False
         yield self._close_ports()
         for loop in self._loops:
             if loop.running:

@@ -49,6 +49,9 @@ class KafkaConnection(protocol.Protocol):
             self.requestReceived(payload)
 
     def requestReceived(self, payload: bytes) -> None:
+        if not self.ctx.accepting:
+            self.drop("the broker is shutting down")
+            return
         try:
             request = parse_request(payload)
         except RequestError as exc:

