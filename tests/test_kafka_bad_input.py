@@ -81,7 +81,7 @@ def test_malformed_request_and_unsupported_version_close_only_that_connection(br
         s.sendall(frame(struct.pack(">hhih", 3, 12, 1, -1) + b"\xff\xff\xff"))  # Metadata v12 body cut short
         assert _closed(s)
     with socket.create_connection(broker.address("kafka")) as s:
-        s.sendall(frame(struct.pack(">hhih", 0, 1, 1, -1) + b"\0" * 20))  # Produce v1: listed, refused
+        s.sendall(frame(struct.pack(">hhih", 9, 0, 1, -1) + b"\0" * 20))  # OffsetFetch v0: not offered
         assert _closed(s)
     with socket.create_connection(broker.address("kafka")) as s:  # the broker is fine
         data = _call(s, request_bytes(18, 3, 5, request_class(18, 3)(client_software_name="t",
@@ -89,6 +89,23 @@ def test_malformed_request_and_unsupported_version_close_only_that_connection(br
         assert struct.unpack_from(">i", data)[0] == 5
     out = broker.output()
     assert "malformed MetadataRequest v12" in out and "unsupported API or version" in out
+
+
+def test_produce_v0_to_v2_get_unsupported_version_per_partition(broker):
+    topic = b"old-client"
+    body = struct.pack(">hi", 1, 5000) + struct.pack(">i", 1) + struct.pack(">h", len(topic)) + topic
+    body += struct.pack(">i", 2) + struct.pack(">ii", 0, 3) + b"abc" + struct.pack(">ii", 1, 0)
+    with socket.create_connection(broker.address("kafka")) as s:
+        for version in (0, 1, 2):
+            data = _call(s, struct.pack(">hhih", 0, version, 30 + version, -1) + body)
+            corr, ntopics, name_len = struct.unpack_from(">iih", data)
+            assert (corr, ntopics, data[10:10 + name_len]) == (30 + version, 1, topic)
+            pos = 10 + name_len
+            (nparts,) = struct.unpack_from(">i", data, pos)
+            first = struct.unpack_from(">ihq", data, pos + 4)
+            assert nparts == 2 and first == (0, ErrorCode.unsupported_version, -1)
+            per_partition = 14 + (8 if version >= 2 else 0)
+            assert len(data) == pos + 4 + 2 * per_partition + (4 if version >= 1 else 0)
 
 
 def test_client_vanishing_mid_request_is_harmless(broker):

@@ -89,6 +89,8 @@ class RequestHeader:
 class Request:
     header: RequestHeader
     body: typing.Any  # the kio request entity; None when the version is not supported
+    raw: bytes = b""  # the frame, kept only for requests with no kio body
+    body_offset: int = 0
 
 
 @cache
@@ -133,7 +135,7 @@ def parse_request(payload: bytes) -> Request:
         pos += client_len
     if not supported(api_key, version):
         flexible = api_key == API_VERSIONS and version >= 3
-        return Request(RequestHeader(api_key, version, correlation_id, client_id, flexible), None)
+        return Request(RequestHeader(api_key, version, correlation_id, client_id, flexible), None, payload, pos)
     cls = request_class(api_key, version)
     flexible = cls.__flexible__
     try:
@@ -156,6 +158,49 @@ def _skip_tagged_fields(buf: bytes, pos: int) -> int:
     if pos > len(buf):
         raise RequestError("tagged fields run past the end of the request header")
     return pos
+
+
+# --- Produce v0-2: listed, never served --------------------------------------------------
+# kio starts at v3, so these few bytes are read and written here: enough to answer every
+# partition of an old Produce with UNSUPPORTED_VERSION instead of dropping the connection.
+def legacy_produce_partitions(payload: bytes, header_size: int) -> list[tuple[str, list[int]]]:
+    """(topic, [partition...]) of a Produce v0-2 request body."""
+    try:
+        pos = header_size + 6  # acks int16, timeout int32
+        (topic_count,) = struct.unpack_from(">i", payload, pos)
+        pos += 4
+        topics = []
+        for _ in range(max(topic_count, 0)):
+            (name_len,) = struct.unpack_from(">h", payload, pos)
+            name = payload[pos + 2:pos + 2 + name_len].decode("utf-8", "replace")
+            pos += 2 + name_len
+            (part_count,) = struct.unpack_from(">i", payload, pos)
+            pos += 4
+            parts = []
+            for _ in range(max(part_count, 0)):
+                index, size = struct.unpack_from(">ii", payload, pos)
+                parts.append(index)
+                pos += 8 + max(size, 0)
+            topics.append((name, parts))
+        return topics
+    except struct.error:
+        raise RequestError("malformed ProduceRequest v0-2") from None
+
+
+def legacy_produce_refusal(header: RequestHeader, topics: list[tuple[str, list[int]]]) -> bytes:
+    """A Produce v0-2 response giving every partition UNSUPPORTED_VERSION."""
+    out = [struct.pack(">ii", header.correlation_id, len(topics))]
+    for name, parts in topics:
+        raw = name.encode()
+        out.append(struct.pack(">h", len(raw)) + raw + struct.pack(">i", len(parts)))
+        for index in parts:
+            out.append(struct.pack(">ihq", index, int(ErrorCode.unsupported_version), -1))
+            if header.api_version >= 2:
+                out.append(struct.pack(">q", -1))  # log_append_time
+    if header.api_version >= 1:
+        out.append(struct.pack(">i", 0))  # throttle_time_ms
+    body = b"".join(out)
+    return struct.pack(">i", len(body)) + body
 
 
 # --- responses ------------------------------------------------------------------------------

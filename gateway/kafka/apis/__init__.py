@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 
 from gateway.logs import fields
-from wire.kafka import API_VERSIONS
+from wire.kafka import API_VERSIONS, PRODUCE, REJECTED, legacy_produce_partitions, legacy_produce_refusal
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +28,12 @@ def dispatch(ctx, conn, request):
     if request.body is None:
         if h.api_key == API_VERSIONS:
             return session.api_versions_unsupported(h)
+        if h.api_key == PRODUCE and h.api_version in REJECTED[PRODUCE]:
+            log.warning("Produce v%d refused: this broker stores record batches v2 only (Produce v3+)", h.api_version,
+                        extra=fields(peer=conn.peer, client_id=h.client_id))
+            topics = legacy_produce_partitions(request.raw, request.body_offset)
+            acks = int.from_bytes(request.raw[request.body_offset:request.body_offset + 2], "big", signed=True)
+            return None if acks == 0 else legacy_produce_refusal(h, topics)
         conn.drop("unsupported API or version (see ApiVersions)", api_key=h.api_key, api_version=h.api_version,
                   correlation_id=h.correlation_id)
         return None
