@@ -43,9 +43,14 @@ def join_group(ctx, conn, h, req):
 
     def done(result) -> None:
         members = [{"member_id": m, "group_instance_id": gi, "metadata": md} for m, gi, md in result.members]
+        leader = result.leader
+        if result.skip_assignment and h.api_version < 9:
+            # A static leader rejoining a stable group keeps the current assignment. Versions
+            # without skip_assignment learn that by being told they are a follower.
+            leader, members = "", []
         d.callback(respond(h, {"throttle_time": 0, "error_code": result.error, "generation_id": result.generation_id,
                                "protocol_type": result.protocol_type, "protocol_name": result.protocol_name or "",
-                               "leader": result.leader, "skip_assignment": result.skip_assignment,
+                               "leader": leader, "skip_assignment": result.skip_assignment,
                                "member_id": result.member_id, "members": members}))
 
     ctx.groups.join(req.group_id, req.member_id, getattr(req, "group_instance_id", None), h.client_id or "",

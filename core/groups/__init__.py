@@ -1,0 +1,16 @@
+"""Consumer groups: Kafka's classic group coordinator and the committed offsets behind it.
+
+``core.groups.coordinator`` runs the join/sync/heartbeat/leave protocol and the offset
+commit rules; ``core.groups.group`` keeps one group's books; ``core.offsets`` stores offsets
+in the compacted ``__consumer_offsets`` topic.
+"""
+from core.groups.coordinator import GroupCoordinator
+from core.groups.group import GroupState
+from core.groups.results import (
+    CommitInfo, GroupDescription, GroupListing, JoinResult, MemberDescription, SyncResult,
+)
+
+__all__ = [
+    "GroupCoordinator", "GroupState", "JoinResult", "SyncResult", "CommitInfo",
+    "GroupListing", "GroupDescription", "MemberDescription",
+]

@@ -1,0 +1,285 @@
+"""Committed offsets: the compacted topic ``__consumer_offsets`` and the cache in front of it.
+
+A group's commits all go to one partition of ``__consumer_offsets``, chosen as Kafka does
+(:func:`partition_for`: ``abs(java hashCode(group_id)) % partitions``), so one group's
+history is ordered. The topic is created with ``cleanup.policy=compact``: the cleaner keeps
+the newest record per key, and a record with a null value (a tombstone) deletes the key.
+
+Record format: Kafka's own (``OffsetCommitKey`` v1 / ``OffsetCommitValue`` v3), so tools
+that read ``__consumer_offsets`` understand ours. Integers are big-endian; a ``string`` is an
+int16 byte length followed by UTF-8::
+
+    key    int16  version = 1        (0 is read too; 2 is Kafka's group-metadata key, skipped)
+           string group_id
+           string topic
+           int32  partition
+
+    value  int16  version = 3        (0..2 are read too)
+           int64  offset
+           int32  leader_epoch       (-1 = none; absent before v3)
+           string metadata           (Kafka stores a null metadata as "", and so do we)
+           int64  commit_timestamp   (ms; v1 has an int64 expire timestamp after it)
+
+    value  null                      tombstone: the group's offset for that partition is deleted
+
+Every record's timestamp is the commit time, which is what the cleaner measures
+``delete.retention.ms`` against for tombstones.
+
+The cache (group -> (topic, partition) -> :class:`OffsetAndMetadata`) answers every fetch;
+:meth:`OffsetStore.load` rebuilds it at start-up by replaying every partition from its log
+start offset to its end, in offset order, so the newest record per key wins and tombstones
+delete. The cache is updated as soon as a commit is appended; the caller holds the
+*response* until the append is durable (``durable_at``), as Kafka's coordinator does.
+
+Thread-safety: none; the owner's thread only, like the logs it writes.
+"""
+from __future__ import annotations
+
+import logging
+import struct
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterable, Mapping
+
+from core.errors import UnknownTopicError
+from core.log_manager import LogManager
+from wire.records import Record, decode_batch, encode_batch, iter_batches
+
+log = logging.getLogger(__name__)
+
+OFFSETS_TOPIC = "__consumer_offsets"
+# Kafka's offsets.topic.segment.bytes: small enough that closed segments exist for the cleaner.
+OFFSETS_TOPIC_CONFIGS = {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)}
+MAX_METADATA_BYTES = 4096  # Kafka's offset.metadata.max.bytes
+
+_KEY_VERSION, _GROUP_METADATA_KEY_VERSION, _VALUE_VERSION = 1, 2, 3
+_I16, _I32, _I64 = struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">q")
+_READ_CHUNK = 1 << 20
+
+TopicPartition = tuple[str, int]
+DurableAt = tuple[str, int, int]  # (topic, partition, last offset of the append)
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetAndMetadata:
+    offset: int
+    leader_epoch: int = -1
+    metadata: str = ""
+    commit_timestamp: int = -1
+
+    def as_tuple(self) -> tuple[int, int, str]:
+        return self.offset, self.leader_epoch, self.metadata
+
+
+# --- partitioning -------------------------------------------------------------------------
+
+def java_string_hash(text: str) -> int:
+    """``String.hashCode()`` of the JVM: 31-polynomial over UTF-16 code units, as an int32."""
+    h = 0
+    data = text.encode("utf-16-be", "surrogatepass")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def partition_for(group_id: str, partitions: int) -> int:
+    """Kafka's ``Utils.abs(groupId.hashCode) % offsets.topic.num.partitions``."""
+    h = java_string_hash(group_id)
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
+# --- record codec -------------------------------------------------------------------------
+
+def _string(text: str) -> bytes:
+    data = text.encode()
+    if len(data) > 0x7FFF:
+        raise ValueError(f"string of {len(data)} bytes does not fit an int16 length")
+    return _I16.pack(len(data)) + data
+
+
+def _read_string(buf: bytes, pos: int) -> tuple[str, int]:
+    (n,) = _I16.unpack_from(buf, pos)
+    pos += 2
+    if n < 0:
+        return "", pos
+    if pos + n > len(buf):
+        raise ValueError("string runs past the end of the record")
+    return buf[pos:pos + n].decode(), pos + n
+
+
+def encode_key(group_id: str, topic: str, partition: int) -> bytes:
+    return _I16.pack(_KEY_VERSION) + _string(group_id) + _string(topic) + _I32.pack(partition)
+
+
+def decode_key(key: bytes) -> tuple[str, str, int] | None:
+    """``(group_id, topic, partition)`` of an offset key, None for other key kinds (group metadata)."""
+    (version,) = _I16.unpack_from(key, 0)
+    if version not in (0, 1):
+        return None
+    group_id, pos = _read_string(key, 2)
+    topic, pos = _read_string(key, pos)
+    (partition,) = _I32.unpack_from(key, pos)
+    return group_id, topic, partition
+
+
+def encode_value(om: OffsetAndMetadata) -> bytes:
+    return (_I16.pack(_VALUE_VERSION) + _I64.pack(om.offset) + _I32.pack(om.leader_epoch)
+            + _string(om.metadata) + _I64.pack(om.commit_timestamp))
+
+
+def decode_value(value: bytes) -> OffsetAndMetadata:
+    (version,) = _I16.unpack_from(value, 0)
+    if not 0 <= version <= 3:
+        raise ValueError(f"unknown offset value version {version}")
+    (offset,) = _I64.unpack_from(value, 2)
+    pos, epoch = 10, -1
+    if version >= 3:
+        (epoch,) = _I32.unpack_from(value, pos)
+        pos += 4
+    metadata, pos = _read_string(value, pos)
+    (commit_ts,) = _I64.unpack_from(value, pos)
+    return OffsetAndMetadata(offset, epoch, metadata, commit_ts)
+
+
+# --- the store ----------------------------------------------------------------------------
+
+class OffsetStore:
+    """Committed offsets of every group: appended to ``__consumer_offsets``, served from memory."""
+
+    def __init__(self, logs: LogManager, clock: Callable[[], float] = time.time, *, partitions: int = 1):
+        if partitions < 1:
+            raise ValueError(f"__consumer_offsets needs at least one partition, not {partitions}")
+        self.logs = logs
+        self.clock = clock
+        self.partitions = partitions
+        self._cache: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
+
+    def ensure_topic(self) -> None:
+        """Create ``__consumer_offsets`` if missing; adopt the partition count of an existing one."""
+        topic = self.logs.store.get_topic(OFFSETS_TOPIC)
+        if topic is None:
+            self.logs.create_topic(OFFSETS_TOPIC, self.partitions, OFFSETS_TOPIC_CONFIGS)
+        elif topic.partitions != self.partitions:
+            log.warning("%s has %d partitions, not the configured %d; keeping %d (groups are hashed over them)",
+                        OFFSETS_TOPIC, topic.partitions, self.partitions, topic.partitions)
+            self.partitions = topic.partitions
+
+    def load(self) -> int:
+        """Rebuild the cache from the topic (created if missing); return how many records were replayed."""
+        self.ensure_topic()
+        self._cache.clear()
+        replayed = 0
+        for partition in range(self.partitions):
+            replayed += self._replay(self.logs.get_log(OFFSETS_TOPIC, partition))
+        return replayed
+
+    def _replay(self, plog) -> int:
+        position, end, replayed = plog.log_start_offset, plog.next_offset, 0
+        while position < end:
+            data = plog.read(position, _READ_CHUNK, max_offset=end).records
+            if not data:
+                break
+            buf = bytearray(data)
+            for pos, header in iter_batches(buf):
+                position = max(position, header.last_offset + 1)
+                if header.is_control:
+                    continue
+                for record in decode_batch(buf, pos).records:
+                    replayed += self._apply(record)
+        return replayed
+
+    def _apply(self, record: Record) -> int:
+        if record.key is None:
+            return 0
+        try:
+            key = decode_key(record.key)
+            if key is None:
+                return 0
+            group_id, topic, partition = key
+            if record.value is None:
+                offsets = self._cache.get(group_id)
+                if offsets is not None:
+                    offsets.pop((topic, partition), None)
+                    if not offsets:
+                        del self._cache[group_id]
+            else:
+                self._cache.setdefault(group_id, {})[(topic, partition)] = decode_value(record.value)
+        except (ValueError, struct.error, UnicodeDecodeError) as exc:
+            log.warning("skipping unreadable %s record at offset %d: %s", OFFSETS_TOPIC, record.offset, exc)
+            return 0
+        return 1
+
+    # --- queries --------------------------------------------------------------------
+    def partition_for(self, group_id: str) -> int:
+        return partition_for(group_id, self.partitions)
+
+    def groups(self) -> list[str]:
+        """Groups that have at least one committed offset."""
+        return list(self._cache)
+
+    def has_offsets(self, group_id: str) -> bool:
+        return bool(self._cache.get(group_id))
+
+    def fetch(self, group_id: str, partitions: Iterable[TopicPartition] | None = None) -> dict[TopicPartition, OffsetAndMetadata]:
+        """The group's committed offsets; only those committed (missing partitions are left out)."""
+        offsets = self._cache.get(group_id, {})
+        if partitions is None:
+            return dict(offsets)
+        return {tp: offsets[tp] for tp in partitions if tp in offsets}
+
+    # --- writes ---------------------------------------------------------------------
+    def commit(self, group_id: str, offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> DurableAt | None:
+        """Append the offsets as one batch and cache them. Raises LogError/OSError if the append fails."""
+        if not offsets:
+            return None
+        now_ms = int(self.clock() * 1000)
+        records = [Record(i, now_ms, encode_key(group_id, topic, partition), encode_value(om))
+                   for i, ((topic, partition), om) in enumerate(offsets.items())]
+        durable_at = self._append(group_id, records)
+        cached = self._cache.setdefault(group_id, {})
+        cached.update(offsets)
+        return durable_at
+
+    def delete_group(self, group_id: str) -> DurableAt | None:
+        """Tombstone every committed offset of the group."""
+        offsets = self._cache.get(group_id)
+        if not offsets:
+            return None
+        now_ms = int(self.clock() * 1000)
+        records = [Record(i, now_ms, encode_key(group_id, topic, partition), None)
+                   for i, (topic, partition) in enumerate(offsets)]
+        durable_at = self._append(group_id, records)
+        del self._cache[group_id]
+        return durable_at
+
+    def delete_topic_partitions(self, group_id: str, partitions: Iterable[TopicPartition]) -> DurableAt | None:
+        """Tombstone some of the group's offsets (OffsetDelete)."""
+        offsets = self._cache.get(group_id, {})
+        doomed = [tp for tp in partitions if tp in offsets]
+        if not doomed:
+            return None
+        now_ms = int(self.clock() * 1000)
+        records = [Record(i, now_ms, encode_key(group_id, t, p), None) for i, (t, p) in enumerate(doomed)]
+        durable_at = self._append(group_id, records)
+        for tp in doomed:
+            offsets.pop(tp, None)
+        if not offsets:
+            self._cache.pop(group_id, None)
+        return durable_at
+
+    def _append(self, group_id: str, records: list[Record]) -> DurableAt:
+        partition = self.partition_for(group_id)
+        try:
+            plog = self.logs.get_log(OFFSETS_TOPIC, partition)
+        except UnknownTopicError:
+            self.ensure_topic()
+            partition = self.partition_for(group_id)
+            plog = self.logs.get_log(OFFSETS_TOPIC, partition)
+        info = plog.append(encode_batch(records))
+        return OFFSETS_TOPIC, partition, info.last_offset
+
+
+__all__ = [
+    "OFFSETS_TOPIC", "OFFSETS_TOPIC_CONFIGS", "MAX_METADATA_BYTES", "OffsetAndMetadata", "OffsetStore",
+    "java_string_hash", "partition_for", "encode_key", "decode_key", "encode_value", "decode_value",
+]
