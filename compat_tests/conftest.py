@@ -123,3 +123,8 @@ def pytest_sessionfinish(session, exitstatus):
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None and reporter.stats.get("skipped") and session.exitstatus == 0:
         session.exitstatus = 1
+
+
+def pytest_configure(config):
+    # kafka-python loads its protocol schemas with a deprecated importlib.resources call
+    config.addinivalue_line("filterwarnings", "ignore:.*is deprecated. Use files\\(\\) instead:DeprecationWarning")

@@ -86,15 +86,18 @@ class ConsumerLog:
         self.assignments: list[tuple[int, ...]] = []
         self.sessions: dict[tuple[int, int], list] = {}  # (generation, partition) -> [(offset, key, value)]
         self.count = 0
+        self.positions: set[tuple[int, int]] = set()
         self.errors: list[str] = []
 
     def on_assign(self, partitions) -> None:
+        partitions = list(partitions)
         with self.lock:
             self.generation += 1
             self.assigned = set(partitions)
             self.assignments.append(tuple(sorted(partitions)))
 
     def on_revoke(self, partitions) -> None:
+        partitions = list(partitions)
         with self.lock:
             self.generation += 1
             self.assigned -= set(partitions)
@@ -103,6 +106,16 @@ class ConsumerLog:
         with self.lock:
             self.sessions.setdefault((self.generation, partition), []).append((offset, key, value))
             self.count += 1
+            self.positions.add((partition, offset))
+
+
+def covered(logs: list[ConsumerLog]) -> set:
+    """The (partition, offset) positions consumed by any member so far."""
+    out = set()
+    for log in logs:
+        with log.lock:
+            out |= log.positions
+    return out
 
 
 def check_group_consumption(produced: Produced, logs: list[ConsumerLog], partitions: int) -> dict:
