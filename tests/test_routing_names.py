@@ -1,0 +1,23 @@
+from hypothesis import given, strategies as st
+
+from routing.names import PREFIX, queue_topic, topic_queue
+from core.metadata import check_topic_name
+
+
+def test_plain_names_of_the_default_vhost_are_kept():
+    assert queue_topic("/", "orders") == "orders"
+    assert topic_queue("orders") == ("/", "orders")
+
+
+def test_other_vhosts_and_illegal_names_are_escaped():
+    assert queue_topic("/", "a queue") == PREFIX + "_2f.a_20queue"
+    assert queue_topic("prod", "orders.eu_1") == PREFIX + "prod.orders_2eeu__1"
+    assert topic_queue(PREFIX + "prod.orders_2eeu__1") == ("prod", "orders.eu_1")
+    assert queue_topic("/", PREFIX + "x") != PREFIX + "x"  # the prefix itself cannot pass through
+
+
+@given(st.text(min_size=1, max_size=20), st.text(min_size=1, max_size=40))
+def test_round_trip_and_legal(vhost, queue):
+    topic = queue_topic(vhost, queue)
+    check_topic_name(topic)
+    assert topic_queue(topic) == (vhost, queue)
