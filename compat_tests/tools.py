@@ -8,7 +8,7 @@
   ``shigawire-apache-flink-libraries`` (``pip download --no-deps``) into ``.cache/tools/java``.
   :func:`compile_java` compiles a source of ``compat_tests/java`` against them.
 
-Everything lands in ``<repo>/.cache/tools`` (override with ``GATEWAY_TOOLS_CACHE``); a second
+Everything lands in ``<repo>/.cache/tools`` (override with ``COMPAT_TOOLS_CACHE``); a second
 run finds it there and downloads nothing.
 """
 from __future__ import annotations
@@ -31,7 +31,7 @@ class ToolUnavailable(RuntimeError):
 
 
 def cache_dir() -> Path:
-    d = Path(os.environ.get("GATEWAY_TOOLS_CACHE") or ROOT / ".cache" / "tools")
+    d = Path(os.environ.get("COMPAT_TOOLS_CACHE") or ROOT / ".cache" / "tools")
     d.mkdir(parents=True, exist_ok=True)
     return d
 

@@ -102,6 +102,10 @@ class ConsumerLog:
             self.generation += 1
             self.assigned -= set(partitions)
 
+    def owned(self) -> set[int]:
+        with self.lock:
+            return set(self.assigned)
+
     def record(self, partition: int, offset: int, key: bytes, value: bytes) -> None:
         with self.lock:
             self.sessions.setdefault((self.generation, partition), []).append((offset, key, value))
@@ -121,6 +125,13 @@ def covered(logs: list[ConsumerLog]) -> set:
 def check_group_consumption(produced: Produced, logs: list[ConsumerLog], partitions: int) -> dict:
     """Every produced record consumed byte-exact, in order within each session, none lost."""
     ends = produced.check_dense_and_ordered(partitions)
+    # per key, offsets follow the order the messages were handed to the producer
+    last_index = {}
+    for (p, o) in sorted(produced.records):
+        key, value = produced.records[(p, o)]
+        index = int(value.rpartition(b"msg-")[2])
+        assert last_index.get(key, -1) < index, f"key {key!r}: message {index} stored after a later one"
+        last_index[key] = index
     seen = defaultdict(int)
     for log in logs:
         assert not log.errors, f"{log.name}: {log.errors[:5]}"
