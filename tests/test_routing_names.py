@@ -1,7 +1,9 @@
+import pytest
 from hypothesis import given, strategies as st
 
-from routing.names import PREFIX, queue_topic, topic_queue
-from core.metadata import check_topic_name
+from core.errors import InvalidTopicError
+from core.metadata import MAX_TOPIC_LENGTH, check_topic_name
+from routing.names import PREFIX, _escape, _legal, queue_topic, topic_queue
 
 
 def test_plain_names_of_the_default_vhost_are_kept():
@@ -18,6 +20,13 @@ def test_other_vhosts_and_illegal_names_are_escaped():
 
 @given(st.text(min_size=1, max_size=20), st.text(min_size=1, max_size=40))
 def test_round_trip_and_legal(vhost, queue):
+    escaped_length = len(PREFIX) + len(_escape(vhost)) + 1 + len(_escape(queue))
+    kept = vhost == "/" and _legal(queue) and not queue.startswith(PREFIX)
+    if escaped_length > MAX_TOPIC_LENGTH and not kept:
+        # Names whose escape exceeds Kafka's limit are refused with a clear error, never truncated.
+        with pytest.raises(InvalidTopicError, match="use a shorter queue name"):
+            queue_topic(vhost, queue)
+        return
     topic = queue_topic(vhost, queue)
     check_topic_name(topic)
     assert topic_queue(topic) == (vhost, queue)
