@@ -95,6 +95,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("num_partitions", _int_at_least(1), 1, "N", "partitions of an auto-created topic"),
     Option("maintenance_interval_ms", _int_at_least(100), 30000, "MS",
            "how often retention, segment roll by age and compaction run"),
+    Option("disk_free_limit_mb", _int_at_least(0), 50, "MB",
+           "below this much free space in the data directory, publishers are blocked (disk alarm)"),
+    Option("memory_limit_mb", _int_at_least(0), 0, "MB",
+           "above this resident memory, publishers are blocked (memory alarm); 0 means 40 percent of RAM"),
 )
 
 
@@ -111,6 +115,8 @@ class Settings:
     auto_create_topics: bool
     num_partitions: int
     maintenance_interval_ms: int
+    disk_free_limit_mb: int
+    memory_limit_mb: int
 
     @property
     def listeners(self) -> dict[str, HostPort]:

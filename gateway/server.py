@@ -33,8 +33,11 @@ from core.groups import GroupCoordinator
 from core.log_manager import LogManager
 from core.metadata import LocalMetadataStore
 from core.producers import ProducerStates
+from routing.broker import Router
 from gateway import http
-from gateway.amqp_listener import AmqpFactory
+from gateway.alarms import Alarms
+from gateway.amqp.connection import AmqpFactory
+from gateway.amqp.service import AmqpService
 from gateway.config import HostPort, Settings
 from gateway.kafka.connection import KafkaFactory
 from gateway.kafka.context import KafkaContext
@@ -47,6 +50,7 @@ LISTENERS_FILE = "listeners.json"
 LOCK_FILE = ".lock"
 CLUSTER_ID_FILE = "cluster-id"
 GROUP_TICK_S = 0.1
+AMQP_TICK_S = 0.25
 
 
 class StartupError(Exception):
@@ -82,6 +86,7 @@ class Broker:
         self._flushing: defer.Deferred | None = None
         self._flush_again = False
         self.kafka: KafkaContext | None = None
+        self.amqp: AmqpService | None = None
         self._starting: defer.Deferred | None = None
 
     # --- start --------------------------------------------------------------------
@@ -99,9 +104,11 @@ class Broker:
             advertised=self._kafka_advertised, request_flush=self.request_flush,
             auto_create_topics=self.settings.auto_create_topics, num_partitions=self.settings.num_partitions,
             reactor=self.reactor)
+        alarms = Alarms(self.data_dir, self.settings.disk_free_limit_mb, self.settings.memory_limit_mb)
+        self.amqp = AmqpService(Router(self.data_dir, self.logs), self.reactor, self.request_flush, alarms)
         factories = {
             "kafka": _Gate(KafkaFactory(self.kafka), lambda: self.ready),
-            "amqp": _Gate(AmqpFactory(), lambda: self.ready),
+            "amqp": _Gate(AmqpFactory(self.amqp), lambda: self.ready),
             "http": http.site(self.health),
         }
         for factory in factories.values():
@@ -172,6 +179,7 @@ class Broker:
     def _open_logs(self):
         info = self.logs.startup()
         self.kafka.groups.load()  # committed offsets come back from __consumer_offsets
+        self.amqp.router.load()  # durable exchanges, queues, bindings and ack floors
         return info
 
     def _opened(self, info) -> None:
@@ -188,6 +196,7 @@ class Broker:
         self._every(self.settings.flush_interval_ms, self.request_flush)
         self._every(self.settings.maintenance_interval_ms, self._maintenance_tick)
         self._every(GROUP_TICK_S * 1000, self._group_tick)
+        self._every(AMQP_TICK_S * 1000, self.amqp.tick)
 
     def _every(self, interval_ms: int, fn) -> None:
         loop = task.LoopingCall(fn)
@@ -231,6 +240,7 @@ class Broker:
         self._flushing = None
         if flushed:
             self.kafka.waiters.notify()  # high watermarks moved: parked produces and fetches may go
+            self.amqp.log_moved()  # queues deliver, publisher confirms go out
         if self._flush_again and self.ready:
             self._flush_again = False
             self.request_flush()
@@ -254,6 +264,8 @@ class Broker:
         self.ready = False
         if self.kafka is not None:
             self.kafka.accepting = False
+        if self.amqp is not None and self._logs_open:
+            self.amqp.stop()
         yield self._close_ports()
         for loop in self._loops:
             if loop.running:

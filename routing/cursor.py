@@ -70,6 +70,22 @@ class QueueCursor:
             return offset, offset < self._redelivered_below
         return None
 
+    def peek(self) -> int | None:
+        """The offset :meth:`take` would hand out next, without taking it."""
+        returned = self._returned
+        while returned:
+            offset = returned[0]
+            if offset in self.unacked or offset < self.ack_floor or offset in self.settled_above:
+                heapq.heappop(returned)
+                continue
+            return offset
+        offset = self.next_offset
+        while offset < self.end_offset:
+            if offset not in self.settled_above:
+                return offset
+            offset += 1
+        return None
+
     def skip(self, offset: int) -> None:
         """Settle a message that was taken but will never be delivered (expired, dropped)."""
         self.unacked.pop(offset, None)

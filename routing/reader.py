@@ -27,7 +27,8 @@ class LogReader:
         return self._records.get(offset)
 
     def _load(self, offset: int) -> None:
-        data = self.plog.read(offset, self.chunk_bytes).records
+        # Up to the log end, not the high watermark: AMQP delivers before the fsync, as RabbitMQ does.
+        data = self.plog.read(offset, self.chunk_bytes, max_offset=self.plog.next_offset).records
         self._records = {}
         self._low, self._high = offset, offset
         for pos, header in iter_batches(data):

@@ -1,0 +1,455 @@
+"""One AMQP channel: its consumers, unacked deliveries, prefetch, confirms and transaction.
+
+The channel turns methods into calls on the routing model (:mod:`routing.vhost`,
+:mod:`routing.broker`) and the model's results into frames. Business rules live below, in
+``routing``; what is here is the per-channel protocol state RabbitMQ keeps in its channel
+process. A method that breaks a rule raises :class:`routing.errors.ChannelError` (the
+connection closes this channel with it) or ``ConnectionError`` (the connection closes).
+"""
+from __future__ import annotations
+
+import base64
+import os
+from collections import deque
+from typing import TYPE_CHECKING
+
+from pamqp import commands as spec
+
+from routing import mapping
+from routing.errors import (
+    ACCESS_REFUSED, NOT_ALLOWED, NOT_FOUND, NOT_IMPLEMENTED, PRECONDITION_FAILED, ChannelError, ConnectionError,
+)
+from routing.queue import Queue
+
+if TYPE_CHECKING:
+    from gateway.amqp.connection import AmqpConnection
+
+NO_ROUTE = 312
+
+
+class Consumer:
+    """A basic.consume subscription; the queue calls ``has_credit`` and ``deliver``."""
+
+    __slots__ = ("channel", "queue", "tag", "no_ack", "exclusive", "priority", "prefetch", "unacked", "owner",
+                 "stream_position")
+
+    def __init__(self, channel: "Channel", queue: Queue, tag: str, no_ack: bool, exclusive: bool, priority: int,
+                 prefetch: int):
+        self.channel = channel
+        self.owner = channel
+        self.queue = queue
+        self.tag = tag
+        self.no_ack = no_ack
+        self.exclusive = exclusive
+        self.priority = priority
+        self.prefetch = prefetch
+        self.unacked = 0
+        self.stream_position = 0  # stream queues: the next offset this consumer reads
+
+    def has_credit(self) -> bool:
+        channel = self.channel
+        if not channel.flow or channel.closing:
+            return False
+        if self.no_ack:
+            return not channel.connection.write_blocked
+        if self.prefetch and self.unacked >= self.prefetch:
+            return False
+        if channel.global_prefetch and len(channel.unacked) >= channel.global_prefetch:
+            return False
+        return not channel.connection.write_blocked
+
+    def deliver(self, queue: Queue, offset: int, record, redelivered: bool) -> None:
+        self.channel.send_delivery(self, queue, offset, record, redelivered)
+
+    def cancelled_by_server(self, queue: Queue) -> None:
+        self.channel.server_cancel(self)
+
+
+class Channel:
+    def __init__(self, connection: "AmqpConnection", number: int):
+        self.connection = connection
+        self.number = number
+        self.vhost = connection.vhost
+        self.router = connection.router
+        self.consumers: dict[str, Consumer] = {}
+        # delivery tag -> (queue, offset, consumer or None for basic.get)
+        self.unacked: dict[int, tuple[Queue, int, Consumer | None]] = {}
+        self.next_tag = 1
+        self.prefetch = 0  # for consumers created from now on (basic.qos global=false)
+        self.global_prefetch = 0
+        self.flow = True
+        self.closing = False
+        self.confirm = False
+        self.publish_seq = 0
+        self.pending_confirms: deque = deque()  # (seq, Publish)
+        self.tx: list | None = None  # buffered operations while in tx mode
+
+    def __repr__(self) -> str:
+        return f"<Channel {self.number} of {self.connection.peer}>"
+
+    # --- dispatch -------------------------------------------------------------------------
+    def handle(self, method) -> None:
+        handler = _HANDLERS.get(type(method))
+        if handler is None:
+            raise ConnectionError(540, f"method {type(method).__name__} not implemented")
+        if type(method) in _SEES_PUBLISHES:
+            self.router.settle_appends()  # what was published before must be in the queues this looks at
+        handler(self, method)
+
+    def reply(self, method) -> None:
+        self.connection.send_method(self.number, method)
+
+    # --- exchanges ------------------------------------------------------------------------
+    def exchange_declare(self, m: spec.Exchange.Declare) -> None:
+        self.vhost.declare_exchange(m.exchange, m.exchange_type, passive=m.passive, durable=m.durable,
+                                    auto_delete=m.auto_delete, internal=m.internal, arguments=m.arguments or {})
+        if not m.nowait:
+            self.reply(spec.Exchange.DeclareOk())
+
+    def exchange_delete(self, m: spec.Exchange.Delete) -> None:
+        self.vhost.delete_exchange(m.exchange, if_unused=m.if_unused)
+        if not m.nowait:
+            self.reply(spec.Exchange.DeleteOk())
+
+    def exchange_bind(self, m: spec.Exchange.Bind) -> None:
+        self.vhost.bind_exchange(m.destination, m.source, m.routing_key, m.arguments or {})
+        if not m.nowait:
+            self.reply(spec.Exchange.BindOk())
+
+    def exchange_unbind(self, m: spec.Exchange.Unbind) -> None:
+        self.vhost.unbind_exchange(m.destination, m.source, m.routing_key, m.arguments or {})
+        if not m.nowait:
+            self.reply(spec.Exchange.UnbindOk())
+
+    # --- queues ---------------------------------------------------------------------------
+    def queue_declare(self, m: spec.Queue.Declare) -> None:
+        queue = self.vhost.declare_queue(m.queue, owner=self.connection, passive=m.passive, durable=m.durable,
+                                         exclusive=m.exclusive, auto_delete=m.auto_delete,
+                                         arguments=m.arguments or {})
+        self.connection.last_queue = queue.name
+        if not m.nowait:
+            self.reply(spec.Queue.DeclareOk(queue.name, queue.message_count(), queue.consumer_count()))
+
+    def _queue_name(self, name: str) -> str:
+        """An empty queue name means the last queue declared on this connection, as in AMQP."""
+        if name:
+            return name
+        if self.connection.last_queue is None:
+            raise ChannelError(NOT_FOUND, "no previously declared queue")
+        return self.connection.last_queue
+
+    def queue_bind(self, m: spec.Queue.Bind) -> None:
+        self.vhost.bind_queue(self._queue_name(m.queue), m.exchange, m.routing_key, m.arguments or {},
+                              self.connection)
+        if not m.nowait:
+            self.reply(spec.Queue.BindOk())
+
+    def queue_unbind(self, m: spec.Queue.Unbind) -> None:
+        self.vhost.unbind_queue(self._queue_name(m.queue), m.exchange, m.routing_key, m.arguments or {},
+                                self.connection)
+        self.reply(spec.Queue.UnbindOk())
+
+    def queue_purge(self, m: spec.Queue.Purge) -> None:
+        count = self.vhost.purge_queue(self._queue_name(m.queue), self.connection)
+        if not m.nowait:
+            self.reply(spec.Queue.PurgeOk(count))
+
+    def queue_delete(self, m: spec.Queue.Delete) -> None:
+        count = self.vhost.delete_queue(self._queue_name(m.queue), owner=self.connection, if_unused=m.if_unused,
+                                        if_empty=m.if_empty)
+        if not m.nowait:
+            self.reply(spec.Queue.DeleteOk(count))
+
+    # --- publishing -----------------------------------------------------------------------
+    def publish(self, message) -> None:
+        """A whole message (method + header + body) arrived."""
+        if message.publish.immediate:
+            raise ConnectionError(NOT_IMPLEMENTED, "immediate=true")
+        if self.tx is not None:
+            exchange = message.publish.exchange
+            if exchange:
+                self.vhost.exchange(exchange)  # a missing exchange fails the publish now, not at commit
+            self.tx.append(("publish", message))
+            return
+        self._publish(message)
+
+    def _publish(self, message) -> None:
+        p = message.publish
+        properties = message.properties
+        user_id = properties.user_id
+        if user_id is not None and user_id != self.connection.username:
+            raise ChannelError(PRECONDITION_FAILED, f"user_id property set to '{user_id}' but authenticated user "
+                                                    f"was '{self.connection.username}'")
+        publish, routed = self.router.publish(self.vhost, p.exchange, p.routing_key, message.properties_raw,
+                                              message.body, properties.headers, self.confirm)
+        if not routed and p.mandatory:
+            self.connection.send_message(self.number, spec.Basic.Return(NO_ROUTE, "NO_ROUTE", p.exchange,
+                                                                        p.routing_key),
+                                         message.properties_raw, message.body)
+        if self.confirm:
+            self.publish_seq += 1
+            self.pending_confirms.append((self.publish_seq, publish))
+            self.connection.confirms_waiting.add(self)
+            self.connection.service.confirming.add(self.connection)
+
+    def confirm_select(self, m: spec.Confirm.Select) -> None:
+        if self.tx is not None:
+            raise ChannelError(PRECONDITION_FAILED, "cannot switch from tx to confirm mode")
+        self.confirm = True
+        if not m.nowait:
+            self.reply(spec.Confirm.SelectOk())
+
+    def send_confirms(self) -> bool:
+        """Ack (or nack) every leading publish that is now durable; True when none is left waiting."""
+        pending = self.pending_confirms
+        acked_upto = None
+        while pending:
+            seq, publish = pending[0]
+            if publish is not None and not publish.durable():
+                break
+            pending.popleft()
+            if publish is not None and publish.rejected:
+                if acked_upto is not None:
+                    self.reply(spec.Basic.Ack(acked_upto, multiple=True))
+                    acked_upto = None
+                self.reply(spec.Basic.Nack(seq, multiple=False, requeue=False))
+            else:
+                acked_upto = seq
+        if acked_upto is not None:
+            self.reply(spec.Basic.Ack(acked_upto, multiple=True))
+        return not pending
+
+    # --- consuming ------------------------------------------------------------------------
+    def basic_qos(self, m: spec.Basic.Qos) -> None:
+        if m.global_:
+            self.global_prefetch = m.prefetch_count
+        else:
+            self.prefetch = m.prefetch_count
+        self.reply(spec.Basic.QosOk())
+        self._dispatch_all()
+
+    def basic_consume(self, m: spec.Basic.Consume) -> None:
+        queue = self.vhost.queue(self._queue_name(m.queue), self.connection)
+        tag = m.consumer_tag or "amq.ctag-" + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
+        if tag in self.consumers:
+            raise ConnectionError(NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'")
+        if any(c.exclusive for c in queue.consumers) or (m.exclusive and queue.consumers):
+            raise ChannelError(ACCESS_REFUSED, f"queue '{queue.name}' in vhost '{self.vhost.name}' in exclusive use")
+        arguments = m.arguments or {}
+        priority = arguments.get("x-priority", 0)
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise ChannelError(PRECONDITION_FAILED, f"invalid arg 'x-priority' for consumer: {priority!r}")
+        consumer = Consumer(self, queue, tag, m.no_ack, m.exclusive, priority, self.prefetch)
+        if queue.is_stream:
+            if not self.prefetch and not self.global_prefetch:
+                raise ChannelError(PRECONDITION_FAILED, "consumer prefetch count is not set for stream queue "
+                                                        f"'{queue.name}' in vhost '{self.vhost.name}'")
+            consumer.stream_position = queue.stream_start(arguments.get("x-stream-offset"))
+        self.consumers[tag] = consumer
+        queue.add_consumer(consumer)
+        if not m.nowait:
+            self.reply(spec.Basic.ConsumeOk(tag))
+        queue.dispatch()
+
+    def basic_cancel(self, m: spec.Basic.Cancel) -> None:
+        consumer = self.consumers.pop(m.consumer_tag, None)
+        if not m.nowait:
+            self.reply(spec.Basic.CancelOk(m.consumer_tag))
+        if consumer is not None:
+            consumer.queue.remove_consumer(consumer)
+
+    def server_cancel(self, consumer: Consumer) -> None:
+        """The queue went away under a consumer: tell the client (consumer_cancel_notify)."""
+        self.consumers.pop(consumer.tag, None)
+        if not self.closing and self.connection.client_capability("consumer_cancel_notify"):
+            self.reply(spec.Basic.Cancel(consumer.tag, nowait=True))
+
+    def send_delivery(self, consumer: Consumer, queue: Queue, offset: int, record, redelivered: bool) -> None:
+        tag = self.next_tag
+        self.next_tag += 1
+        if not consumer.no_ack:
+            self.unacked[tag] = (queue, offset, consumer)
+            consumer.unacked += 1
+        exchange, routing_key, properties_raw = mapping.amqp_from_record(record)
+        self.connection.send_message(self.number, spec.Basic.Deliver(consumer.tag, tag, redelivered, exchange,
+                                                                     routing_key),
+                                     properties_raw, record.value or b"")
+
+    def basic_get(self, m: spec.Basic.Get) -> None:
+        queue = self.vhost.queue(self._queue_name(m.queue), self.connection)
+        if queue.is_stream:
+            raise ChannelError(PRECONDITION_FAILED, f"queue '{queue.name}' in vhost '{self.vhost.name}' is a "
+                                                    f"stream: basic.get is not supported, use basic.consume")
+        taken = queue.get(self, m.no_ack)
+        if taken is None:
+            self.reply(spec.Basic.GetEmpty())
+            return
+        offset, redelivered, record = taken
+        tag = self.next_tag
+        self.next_tag += 1
+        if not m.no_ack:
+            self.unacked[tag] = (queue, offset, None)
+        exchange, routing_key, properties_raw = mapping.amqp_from_record(record)
+        self.connection.send_message(self.number, spec.Basic.GetOk(tag, redelivered, exchange, routing_key,
+                                                                   queue.message_count()),
+                                     properties_raw, record.value or b"")
+
+    # --- settling -------------------------------------------------------------------------
+    def _take_tags(self, tag: int, multiple: bool) -> list[tuple[Queue, int, Consumer | None]]:
+        if multiple:
+            tags = [t for t in self.unacked if t <= tag] if tag else list(self.unacked)
+        else:
+            if tag not in self.unacked:
+                raise ChannelError(PRECONDITION_FAILED, f"unknown delivery tag {tag}")
+            tags = [tag]
+        out = []
+        for t in tags:
+            entry = self.unacked.pop(t)
+            consumer = entry[2]
+            if consumer is not None:
+                consumer.unacked -= 1
+            out.append(entry)
+        return out
+
+    def basic_ack(self, m: spec.Basic.Ack) -> None:
+        if self.tx is not None:
+            self._check_tag(m.delivery_tag, m.multiple)
+            self.tx.append(("ack", m))
+            return
+        self._settle(self._take_tags(m.delivery_tag, m.multiple), ack=True, requeue=False)
+
+    def basic_nack(self, m: spec.Basic.Nack) -> None:
+        if self.tx is not None:
+            self._check_tag(m.delivery_tag, m.multiple)
+            self.tx.append(("nack", m))
+            return
+        self._settle(self._take_tags(m.delivery_tag, m.multiple), ack=False, requeue=m.requeue)
+
+    def basic_reject(self, m: spec.Basic.Reject) -> None:
+        if self.tx is not None:
+            self._check_tag(m.delivery_tag, False)
+            self.tx.append(("reject", m))
+            return
+        self._settle(self._take_tags(m.delivery_tag, False), ack=False, requeue=m.requeue)
+
+    def _check_tag(self, tag: int, multiple: bool) -> None:
+        if not multiple and tag not in self.unacked:
+            raise ChannelError(PRECONDITION_FAILED, f"unknown delivery tag {tag}")
+
+    def _settle(self, entries, *, ack: bool, requeue: bool) -> None:
+        by_queue: dict[Queue, list[int]] = {}
+        for queue, offset, _consumer in entries:
+            by_queue.setdefault(queue, []).append(offset)
+        for queue, offsets in by_queue.items():
+            if queue.deleted:
+                continue
+            if ack:
+                queue.ack(offsets)
+            else:
+                queue.reject(sorted(offsets), requeue)
+        self._dispatch_all(by_queue)
+        self.router.settle_appends()  # dead-lettered messages, if any
+
+    def basic_recover(self, m) -> None:
+        if not m.requeue:
+            raise ConnectionError(NOT_IMPLEMENTED, "requeue=false")  # as RabbitMQ
+        entries = self._take_tags(0, True)
+        self._settle(entries, ack=False, requeue=True)
+        if isinstance(m, spec.Basic.Recover):
+            self.reply(spec.Basic.RecoverOk())
+
+    def _dispatch_all(self, queues=None) -> None:
+        targets = set(queues) if queues is not None else {c.queue for c in self.consumers.values()}
+        for consumer in list(self.consumers.values()):
+            targets.add(consumer.queue)
+        for queue in targets:
+            if not queue.deleted:
+                queue.dispatch()
+
+    # --- flow and transactions --------------------------------------------------------------
+    def channel_flow(self, m: spec.Channel.Flow) -> None:
+        if not m.active:
+            raise ConnectionError(NOT_IMPLEMENTED, "active=false")  # RabbitMQ does not pause channels either
+        self.flow = m.active
+        self.reply(spec.Channel.FlowOk(m.active))
+        if m.active:
+            self._dispatch_all()
+
+    def tx_select(self, m) -> None:
+        if self.confirm:
+            raise ChannelError(PRECONDITION_FAILED, "cannot switch from confirm to tx mode")
+        if self.tx is None:
+            self.tx = []
+        self.reply(spec.Tx.SelectOk())
+
+    def tx_commit(self, m) -> None:
+        if self.tx is None:
+            raise ChannelError(PRECONDITION_FAILED, "channel is not transactional")
+        operations, self.tx = self.tx, None
+        try:
+            for kind, item in operations:
+                if kind == "publish":
+                    self._publish(item)
+                elif kind == "ack":
+                    self.basic_ack(item)
+                elif kind == "nack":
+                    self.basic_nack(item)
+                else:
+                    self.basic_reject(item)
+        finally:
+            self.tx = []
+        self.reply(spec.Tx.CommitOk())
+
+    def tx_rollback(self, m) -> None:
+        if self.tx is None:
+            raise ChannelError(PRECONDITION_FAILED, "channel is not transactional")
+        self.tx = []
+        self.reply(spec.Tx.RollbackOk())
+
+    # --- closing --------------------------------------------------------------------------
+    def release(self) -> None:
+        """The channel is closing: cancel consumers, return unacked deliveries to their queues."""
+        self.closing = True
+        for consumer in list(self.consumers.values()):
+            consumer.queue.remove_consumer(consumer)
+        self.consumers.clear()
+        queues = {queue for queue, _, _ in self.unacked.values()}
+        self.unacked.clear()
+        for queue in queues:
+            if not queue.deleted:
+                queue.release(self)
+        self.pending_confirms.clear()
+        self.connection.confirms_waiting.discard(self)
+        for queue in queues:
+            if not queue.deleted:
+                queue.dispatch()
+
+
+_SEES_PUBLISHES = frozenset({spec.Queue.Declare, spec.Queue.Purge, spec.Queue.Delete, spec.Basic.Get,
+                             spec.Basic.Consume, spec.Basic.Recover, spec.Exchange.Delete, spec.Queue.Unbind})
+
+_HANDLERS = {
+    spec.Exchange.Declare: Channel.exchange_declare,
+    spec.Exchange.Delete: Channel.exchange_delete,
+    spec.Exchange.Bind: Channel.exchange_bind,
+    spec.Exchange.Unbind: Channel.exchange_unbind,
+    spec.Queue.Declare: Channel.queue_declare,
+    spec.Queue.Bind: Channel.queue_bind,
+    spec.Queue.Unbind: Channel.queue_unbind,
+    spec.Queue.Purge: Channel.queue_purge,
+    spec.Queue.Delete: Channel.queue_delete,
+    spec.Basic.Qos: Channel.basic_qos,
+    spec.Basic.Consume: Channel.basic_consume,
+    spec.Basic.Cancel: Channel.basic_cancel,
+    spec.Basic.Get: Channel.basic_get,
+    spec.Basic.Ack: Channel.basic_ack,
+    spec.Basic.Nack: Channel.basic_nack,
+    spec.Basic.Reject: Channel.basic_reject,
+    spec.Basic.Recover: Channel.basic_recover,
+    spec.Basic.RecoverAsync: Channel.basic_recover,
+    spec.Confirm.Select: Channel.confirm_select,
+    spec.Channel.Flow: Channel.channel_flow,
+    spec.Tx.Select: Channel.tx_select,
+    spec.Tx.Commit: Channel.tx_commit,
+    spec.Tx.Rollback: Channel.tx_rollback,
+}

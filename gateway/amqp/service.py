@@ -1,0 +1,87 @@
+"""The AMQP side of the broker process: the router, the open connections, and their timers.
+
+Glue between Twisted and :class:`routing.broker.Router`: after each batch of input it asks the
+router to append what was published and then lets queues deliver and channels confirm; after
+each group-commit fsync (:meth:`log_moved`) it does the same for everything that became durable;
+:meth:`tick` runs TTL expiry, ``x-expires`` and the ack-floor checkpoint.
+"""
+from __future__ import annotations
+
+import logging
+from importlib import metadata
+
+from routing.broker import Router
+
+log = logging.getLogger(__name__)
+
+PRODUCT = "gateway"
+
+
+def _version() -> str:
+    try:
+        return metadata.version("gateway")
+    except metadata.PackageNotFoundError:
+        return "0"
+
+
+class AmqpService:
+    def __init__(self, router: Router, reactor, request_flush, alarms=None, cluster_name: str = "gateway"):
+        self.router = router
+        self.alarms = alarms
+        self.alarm_reason: str | None = None  # "low on disk" / "low on memory" while an alarm is on
+        self.reactor = reactor
+        self.connections: set = set()
+        self.confirming: set = set()  # connections with publishes waiting for their confirm
+        self.accepting = True
+        self.cluster_name = cluster_name
+        self._request_flush = request_flush
+        router.on_appended = request_flush
+
+    def server_properties(self, capabilities: dict) -> dict:
+        return {"product": PRODUCT, "version": _version(), "platform": "Python/Twisted",
+                "copyright": "the gateway authors", "information": "one log, Kafka and AMQP 0-9-1",
+                "cluster_name": self.cluster_name, "capabilities": dict(capabilities)}
+
+    def after_input(self) -> None:
+        """A connection handled what it received: append, deliver what was appended, confirm."""
+        self.router.settle_appends()
+        self._send_confirms()
+
+    def _send_confirms(self) -> None:
+        for connection in list(self.confirming):
+            connection.send_confirms()
+            if not connection.confirms_waiting:
+                self.confirming.discard(connection)
+
+    def log_moved(self) -> None:
+        """An fsync moved high watermarks: confirms may go out; Kafka-produced records may be in queues."""
+        self.router.log_moved()
+        self._send_confirms()
+
+    def tick(self) -> None:
+        try:
+            self.router.tick()
+            self.router.checkpoint()
+            self._check_alarms()
+            self._send_confirms()
+        except Exception:
+            log.exception("AMQP housekeeping failed; will retry at the next tick")
+
+    def _check_alarms(self) -> None:
+        if self.alarms is None:
+            return
+        active = self.alarms.check()
+        reason = " and ".join(f"low on {name}" for name in sorted(active)) or None
+        if reason != self.alarm_reason:
+            self.alarm_reason = reason
+            for connection in list(self.connections):
+                connection.alarm_changed()
+
+    def stop(self) -> None:
+        self.accepting = False
+        for connection in list(self.connections):
+            connection.drain_input()  # acks a client sent just before the stop still count
+        self.after_input()
+        for connection in list(self.connections):
+            connection.close_connection(320, "broker forced connection closure with reason 'shutdown'")
+        self.router.checkpoint()

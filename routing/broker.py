@@ -1,0 +1,315 @@
+"""The AMQP model of one broker: vhosts, users, durable definitions, and the publish pipeline.
+
+Publishing is two steps so that appends are batched per event-loop turn, as DESIGN.md asks:
+:meth:`Router.publish` routes one message and stages a record on each queue it reaches;
+:meth:`Router.commit` (called by the gateway once it has handled all it received in a turn)
+appends each queue's staged records to its log as one batch and fills in every publish's
+``targets`` with (log, offset) pairs. A publisher confirm for it is due once each of those
+offsets is below its log's high watermark (:meth:`Publish.durable`); the gateway's group-commit
+flush moves the watermarks and then calls :meth:`Router.log_moved`, which lets queues deliver
+what became visible.
+
+State on disk, under ``<data-dir>/amqp/``: ``definitions.json`` (durable exchanges, queues and
+bindings of every vhost), ``ack-floors.json`` (each durable queue's ack floor, written by
+:meth:`Router.checkpoint`; everything above it is delivered again after a crash, flagged
+redelivered) and ``transient.json`` (topics of non-durable queues, deleted at the next start).
+"""
+from __future__ import annotations
+
+import base64
+import datetime
+import decimal
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from core.checkpoint import write_atomic
+from core.log import PartitionLog
+from core.log_manager import LogManager
+from routing import mapping
+from routing.errors import ACCESS_REFUSED, NOT_ALLOWED, ConnectionError
+from routing.queue import Queue
+from routing.vhost import VirtualHost
+from wire.records import Record, encode_batch
+
+log = logging.getLogger(__name__)
+
+DEFAULT_VHOST = "/"
+DEFAULT_USER = ("guest", "guest")
+
+
+class Publish:
+    """One published message on its way to the log: where it went, and whether that is durable."""
+
+    __slots__ = ("targets", "rejected")
+
+    def __init__(self) -> None:
+        self.targets: list[tuple[PartitionLog, int]] = []
+        self.rejected = False  # a queue refused it (x-overflow reject-publish): nack, not ack
+
+    def durable(self) -> bool:
+        for plog, offset in self.targets:
+            if plog.high_watermark <= offset:
+                return False
+        return True
+
+
+class _Staged:
+    __slots__ = ("records", "publishes", "sizes")
+
+    def __init__(self) -> None:
+        self.records: list[Record] = []
+        self.publishes: list[Publish | None] = []
+        self.sizes: list[int] = []
+
+
+class Router:
+    def __init__(self, data_dir: Path, logs: LogManager, *, clock: Callable[[], float] = time.time):
+        self.dir = Path(data_dir) / "amqp"
+        self.logs = logs
+        self.clock = clock
+        self.vhosts: dict[str, VirtualHost] = {}
+        self.users: dict[str, str] = {DEFAULT_USER[0]: DEFAULT_USER[1]}
+        self._staged: dict[Queue, _Staged] = {}
+        self._floors_written: dict[str, int] = {}
+        self._transient: set[str] = set()
+        self._definitions_dirty = False
+        self.on_appended: Callable[[], None] = lambda: None  # the gateway asks for a flush
+
+    # --- start and stop ----------------------------------------------------------------
+    def load(self) -> None:
+        """Delete the last run's transient queues; bring back durable definitions and ack floors."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        for topic in _read_json(self.dir / "transient.json", []):
+            if self.logs.store.get_topic(topic) is not None:
+                self.logs.delete_topic(topic)
+        write_atomic(self.dir / "transient.json", b"[]")
+        definitions = _read_json(self.dir / "definitions.json", {"vhosts": {}})
+        floors = _read_json(self.dir / "ack-floors.json", {})
+        self._floors_written = dict(floors)
+        for name, defs in definitions["vhosts"].items():
+            self.vhost_create(name, persist=False).restore(_decode(defs), floors)
+        self.vhost_create(DEFAULT_VHOST, persist=False)
+
+    def vhost_create(self, name: str, persist: bool = True) -> VirtualHost:
+        vhost = self.vhosts.get(name)
+        if vhost is None:
+            vhost = VirtualHost(name, self.logs, on_change=self._definitions_changed, on_queue=self._queue_made)
+            vhost.dead_letter = self._dead_letter
+            self.vhosts[name] = vhost
+            if persist:
+                self._definitions_changed()
+        return vhost
+
+    def _definitions_changed(self) -> None:
+        self._definitions_dirty = True
+        self.save_definitions()
+
+    def _queue_made(self, queue: Queue, created: bool) -> None:
+        """Keep transient.json current: those topics are dropped at the next start."""
+        if queue.durable:
+            return
+        if created:
+            self._transient.add(queue.topic)
+        else:
+            self._transient.discard(queue.topic)
+        write_atomic(self.dir / "transient.json", json.dumps(sorted(self._transient)).encode())
+
+    def save_definitions(self) -> None:
+        doc = {"vhosts": {name: _encode(v.durable_definitions()) for name, v in self.vhosts.items()}}
+        write_atomic(self.dir / "definitions.json", json.dumps(doc, indent=1, sort_keys=True).encode())
+        self._definitions_dirty = False
+
+    def checkpoint(self) -> None:
+        """Persist the ack floors that moved (durable queues only)."""
+        floors = {}
+        for vhost in self.vhosts.values():
+            for queue in vhost.queues.values():
+                if queue.durable:
+                    floors[queue.topic] = queue.ack_floor
+        if floors != self._floors_written:
+            write_atomic(self.dir / "ack-floors.json", json.dumps(floors, sort_keys=True).encode())
+            self._floors_written = floors
+
+    # --- connections -------------------------------------------------------------------
+    def authenticate(self, username: str, password: str, loopback: bool) -> bool:
+        if self.users.get(username) != password:
+            return False
+        return loopback or username != DEFAULT_USER[0]  # guest only from loopback, as RabbitMQ
+
+    def open_vhost(self, name: str, username: str) -> VirtualHost:
+        vhost = self.vhosts.get(name)
+        if vhost is None:
+            raise ConnectionError(NOT_ALLOWED, f"vhost {name} not found")
+        if username not in self.users:
+            raise ConnectionError(ACCESS_REFUSED, f"access to vhost '{name}' refused for user '{username}'")
+        return vhost
+
+    # --- publishing --------------------------------------------------------------------
+    def publish(self, vhost: VirtualHost, exchange: str, routing_key: str, properties_raw: bytes, body: bytes,
+                headers: dict | None, confirm: bool) -> tuple[Publish | None, bool]:
+        """Route and stage one message; returns (its Publish if confirm, whether it reached a queue).
+
+        Raises ChannelError for a missing (404) or internal (403) exchange.
+        """
+        queues = vhost.route(exchange, routing_key, headers)
+        publish = Publish() if confirm else None
+        if not queues:
+            return publish, False
+        key, value, record_headers, timestamp = mapping.record_from_amqp(
+            exchange, routing_key, properties_raw, body, int(self.clock() * 1000))
+        record = Record(0, timestamp, key, value, record_headers)
+        staged_map = self._staged
+        for queue in queues:
+            if queue.args.overflow != "drop-head" and not self._admits(queue, len(body)):
+                if publish is not None:
+                    publish.rejected = True
+                if queue.args.overflow == "reject-publish-dlx":
+                    queue._dead_letter(record, "maxlen")
+                continue
+            staged = staged_map.get(queue)
+            if staged is None:
+                staged = staged_map[queue] = _Staged()
+            staged.records.append(record)
+            staged.publishes.append(publish)
+            staged.sizes.append(len(body))
+        return publish, True
+
+    def _admits(self, queue: Queue, size: int) -> bool:
+        staged = self._staged.get(queue)
+        return queue.admits(size, len(staged.records) if staged else 0)
+
+    def stage_record(self, queue: Queue, record: Record) -> None:
+        staged = self._staged.get(queue)
+        if staged is None:
+            staged = self._staged[queue] = _Staged()
+        staged.records.append(record)
+        staged.publishes.append(None)
+        staged.sizes.append(len(record.value or b""))
+
+    def commit(self) -> list[Queue]:
+        """Append everything staged, one batch per queue; returns the queues appended to."""
+        if not self._staged:
+            return []
+        staged_map, self._staged = self._staged, {}
+        for queue, staged in staged_map.items():
+            if queue.deleted:
+                continue
+            records = [Record(i, r.timestamp, r.key, r.value, r.headers) for i, r in enumerate(staged.records)]
+            try:
+                info = queue.plog.append(encode_batch(records))
+            except Exception as exc:  # e.g. a Kafka-made topic with a smaller max.message.bytes
+                log.error("cannot append %d message(s) to queue %s in vhost %s: %s", len(records), queue.name,
+                          queue.vhost, exc)
+                for publish in staged.publishes:
+                    if publish is not None:
+                        publish.rejected = True  # nack: the publisher must not think it is stored
+                continue
+            queue.appended(info.first_offset, staged.sizes)
+            queue.appended_limits()
+            plog = queue.plog
+            for i, publish in enumerate(staged.publishes):
+                if publish is not None:
+                    publish.targets.append((plog, info.first_offset + i))
+        self.on_appended()
+        return list(staged_map)
+
+    def settle_appends(self) -> None:
+        """Commit, let the queues appended to deliver, and repeat while that dead-letters more."""
+        touched = self.commit()
+        while touched:
+            for queue in touched:
+                if queue.consumers and not queue.deleted:
+                    queue.dispatch()
+            touched = self.commit()
+
+    # --- the log moved ----------------------------------------------------------------
+    def log_moved(self) -> None:
+        """High watermarks may have moved: let every queue with consumers deliver."""
+        for vhost in self.vhosts.values():
+            for queue in list(vhost.queues.values()):
+                if queue.consumers:
+                    queue.dispatch()
+        self.settle_appends()  # dead-lettered messages
+
+    def tick(self) -> None:
+        """Periodic: expire messages at queue heads, drop unused queues (x-expires)."""
+        now = self.clock()
+        for vhost in self.vhosts.values():
+            for queue in list(vhost.queues.values()):
+                queue.expire_head()
+                expires = queue.args.expires
+                if expires is not None and not queue.consumers and (now - queue.last_used) * 1000 >= expires:
+                    log.info("queue %s in vhost %s expired (x-expires %d ms)", queue.name, vhost.name, expires)
+                    vhost.delete_queue(queue.name, owner=queue.exclusive_owner)
+        self.settle_appends()
+
+    # --- dead-lettering ----------------------------------------------------------------
+    def _dead_letter(self, queue: Queue, record: Record, reason: str) -> None:
+        vhost = self.vhosts.get(queue.vhost)
+        exchange_name = queue.args.dead_letter_exchange
+        if vhost is None or exchange_name is None:
+            return
+        exchange, routing_key, properties_raw = mapping.amqp_from_record(record)
+        dl_key = queue.args.dead_letter_routing_key
+        new_raw = mapping.dead_lettered(properties_raw, queue=queue.name, reason=reason, exchange=exchange,
+                                        routing_keys=[routing_key], now_s=int(self.clock()))
+        try:
+            targets = vhost.route(exchange_name, dl_key if dl_key is not None else routing_key,
+                                  mapping.headers_table(new_raw))
+        except Exception:  # the dead-letter exchange is missing: RabbitMQ drops the message
+            return
+        if not targets:
+            return
+        key, value, headers, timestamp = mapping.record_from_amqp(
+            exchange_name, dl_key if dl_key is not None else routing_key, new_raw, record.value or b"",
+            int(self.clock() * 1000))
+        new = Record(0, timestamp, key, value, headers)
+        for target in targets:
+            if target is not queue or reason != "expired":
+                self.stage_record(target, new)
+
+
+# --- JSON for definitions: AMQP argument values that JSON lacks get a tagged form ----------
+
+def _encode(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _encode(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_encode(v) for v in value]
+    if isinstance(value, (bytes, bytearray)):
+        return {"$bytes": base64.b64encode(bytes(value)).decode()}
+    if isinstance(value, decimal.Decimal):
+        return {"$decimal": str(value)}
+    if isinstance(value, datetime.datetime):
+        return {"$timestamp": value.timestamp()}
+    if isinstance(value, float):
+        return {"$float": repr(value)}
+    return value
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, dict):
+        if len(value) == 1:
+            (tag, inner), = value.items()
+            if tag == "$bytes":
+                return base64.b64decode(inner)
+            if tag == "$decimal":
+                return decimal.Decimal(inner)
+            if tag == "$timestamp":
+                return datetime.datetime.fromtimestamp(inner, datetime.timezone.utc)
+            if tag == "$float":
+                return float(inner)
+        return {k: _decode(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_decode(v) for v in value]
+    return value
+
+
+def _read_json(path: Path, default):
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return default

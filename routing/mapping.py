@@ -1,0 +1,1076 @@
+"""An AMQP 0-9-1 message as a Kafka record and back, byte for byte.
+
+A publish is appended as one record; a delivery is made from one record. Both directions are
+pure functions of bytes (no I/O, no global state):
+
+- :func:`record_from_amqp` ``(exchange, routing_key, properties_raw, body, now_ms)`` ->
+  ``(key, value, headers, timestamp_ms)``, once per published message;
+- :func:`amqp_from_record` ``(record)`` -> ``(exchange, routing_key, properties_raw)``, once per
+  delivery (the body is ``record.value or b""``);
+- per-message accessors that do not build a delivery: :func:`delivery_mode`, :func:`priority`,
+  :func:`expiration` (a :class:`~wire.records.Record`, its headers, or a property section), and
+  :func:`headers_table` (a dict, for headers exchanges and dead-lettering);
+- :func:`with_headers` (replace the headers table and/or drop ``expiration``) and
+  :func:`dead_lettered` (RabbitMQ's ``x-death`` bookkeeping) return a new property section.
+
+``properties_raw`` is the property section of a Basic content header as it came off the wire:
+16-bit flag words (bit 15 content-type ... bit 2 cluster-id, bit 0 "another flag word follows"),
+then the present properties in flag order.
+
+AMQP-origin records
+-------------------
+
+==================== ============================== ==================================================
+AMQP                 Kafka record                   encoding
+==================== ============================== ==================================================
+body                 value                          as is
+routing key          key                            UTF-8; the empty routing key is a null key
+exchange             header ``amqp.exchange``       UTF-8; omitted for the default exchange ``""``
+                                                    (then written empty only if the record would
+                                                    carry no other ``amqp.`` header, see below)
+content-type         header ``amqp.content-type``   the short string's (UTF-8) bytes, as sent
+content-encoding     ``amqp.content-encoding``      bytes as sent
+headers (table)      one header per table entry     see the next table; an empty table (present, no
+                                                    entries) is ``amqp.headers`` with an empty value
+delivery-mode        ``amqp.delivery-mode``         decimal text (``2``)
+priority             ``amqp.priority``              decimal text (``0``..``255``)
+correlation-id       ``amqp.correlation-id``        bytes as sent
+reply-to             ``amqp.reply-to``              bytes as sent
+expiration           ``amqp.expiration``            bytes as sent (milliseconds as text, ``60000``)
+message-id           ``amqp.message-id``            bytes as sent
+timestamp            ``amqp.timestamp``             decimal text, seconds since the epoch
+type                 ``amqp.type``                  bytes as sent
+user-id              ``amqp.user-id``               bytes as sent
+app-id               ``amqp.app-id``                bytes as sent
+cluster-id           ``amqp.cluster-id``            bytes as sent
+(publish time)       record timestamp               ``now_ms``, the broker's clock at the publish
+==================== ============================== ==================================================
+
+Headers-table entries, in table order, after the properties:
+
+============================= ===================================== ====================================
+table entry (type octet)      record header name                    record header value
+============================= ===================================== ====================================
+``S`` long string             ``<name>``                            the string's bytes
+``V`` void                    ``<name>``                            null
+any other type, and every     ``amqp.h.<type>.<name>``              ``b B s u I i l L``: decimal text
+entry whose name starts         (e.g. ``amqp.h.I.retries``,         (``b s I l L`` signed, ``B u i``
+with ``amqp.``                  ``amqp.h.S.amqp.x``)                unsigned); ``t``: the octet in
+                                                                    decimal (``1`` true, ``0`` false);
+                                                                    ``T``: decimal seconds; ``f d``:
+                                                                    the shortest decimal text that
+                                                                    reads back to the same bits
+                                                                    (``1.5``, ``-0``, ``inf``), a NaN
+                                                                    as its 4/8 raw IEEE bytes; ``D``:
+                                                                    decimal text with *scale* digits
+                                                                    after the point (``123.45``);
+                                                                    ``S x``: the bytes; ``V``: null;
+                                                                    ``F A``: their wire encoding
+                                                                    without the 4-byte length
+============================= ===================================== ====================================
+
+Types are RabbitMQ's (``s`` is a signed 16-bit integer, not a short string; ``u`` unsigned 16,
+``i`` unsigned 32, ``l`` and ``L`` signed 64, ``x`` byte array); ``U`` or any other octet is a
+malformed table. Names of record headers starting with ``amqp.`` are reserved: a record carrying
+at least one of them is AMQP-form, a record carrying none is Kafka-origin.
+
+When a property section cannot be rebuilt exactly from those headers - extra flag words or the
+reserved flag bit 1, bytes after the last property, a short-string property or a table key
+(at any depth) that is not UTF-8 (pamqp-based clients could not read those either) - the
+record carries ``amqp.properties`` (the section verbatim) and ``amqp.exchange`` instead, so an
+AMQP -> record -> AMQP round trip is always byte-exact. Malformed sections (truncated, unknown
+field type, a value running past its table) raise :class:`ValueError`; the caller reports them
+as 501 FRAME_ERROR.
+
+Kafka-origin records (no ``amqp.`` header)
+------------------------------------------
+
+Delivered from exchange ``""`` with the key as routing key (null -> ``""``) and two properties:
+
+- ``headers``: every record header in order as a long string ``S`` (a null value as void
+  ``V``), then the broker's own entries: ``x-kafka-key`` (``x``, the key's bytes) when the key
+  cannot be the routing key (empty, not UTF-8, or longer than 255 bytes; the routing key is then
+  ``""``), ``x-kafka-tombstone`` (``t``, true) when the value is null, and always last
+  ``x-kafka-timestamp`` (``l``, the record timestamp in milliseconds). If a header name is longer
+  than a table key allows (255 bytes), all the record headers travel instead as one entry
+  ``x-kafka-headers``: an array of ``[name S, value S|V]`` arrays.
+- ``timestamp``: the record timestamp in seconds (floor), omitted for a negative timestamp or one
+  past the year 9999 (clients turn it into a date; ``x-kafka-timestamp`` still has it).
+
+``record_from_amqp`` recognises exactly that shape (exchange ``""``, the same routing key, the
+byte-identical property section, an empty body for a tombstone) and re-creates the original
+record from it: same key, value, headers in order, and the timestamp of ``x-kafka-timestamp``
+(not the publish time: a verbatim re-publish of a Kafka record keeps its create time, as
+MirrorMaker does). So neither the timestamp property nor the marker entries become ``amqp.``
+headers, and Kafka record -> AMQP -> record is exact. Any other section is AMQP-form, which in
+turn always carries an ``amqp.`` header (``amqp.exchange`` empty if nothing else), so the two
+forms never meet.
+
+A Kafka producer may set properties by writing ``amqp.`` headers itself. Headers of this form
+that do not decode (``amqp.priority: high``, a duplicate, an unknown ``amqp.`` name, a value
+text in a non-canonical form such as ``02``) are delivered as long-string table entries under
+their full name rather than refused; an AMQP-form record whose key is not UTF-8 gets a lossy
+routing key. Those are the only lossy cases, and only for records no AMQP publish produced.
+"""
+from __future__ import annotations
+
+import datetime
+import decimal
+import struct
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from wire.records import Header, Record
+
+__all__ = [
+    "record_from_amqp", "amqp_from_record",
+    "delivery_mode", "priority", "expiration", "timestamp", "headers_table",
+    "with_headers", "dead_lettered", "encode_table",
+]
+
+_U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+_U64 = struct.Struct(">Q")
+_I64 = struct.Struct(">q")
+_FLOAT = struct.Struct(">f")
+_DOUBLE = struct.Struct(">d")
+
+_STR, _TABLE, _OCTET, _TS = range(4)
+
+# (flag bit, record header, kind), in wire order
+_PROPERTIES = (
+    (0x8000, "amqp.content-type", _STR),
+    (0x4000, "amqp.content-encoding", _STR),
+    (0x2000, "amqp.headers", _TABLE),
+    (0x1000, "amqp.delivery-mode", _OCTET),
+    (0x0800, "amqp.priority", _OCTET),
+    (0x0400, "amqp.correlation-id", _STR),
+    (0x0200, "amqp.reply-to", _STR),
+    (0x0100, "amqp.expiration", _STR),
+    (0x0080, "amqp.message-id", _STR),
+    (0x0040, "amqp.timestamp", _TS),
+    (0x0020, "amqp.type", _STR),
+    (0x0010, "amqp.user-id", _STR),
+    (0x0008, "amqp.app-id", _STR),
+    (0x0004, "amqp.cluster-id", _STR),
+)
+_HEADERS_INDEX = 2
+_DELIVERY_MODE_INDEX, _PRIORITY_INDEX, _EXPIRATION_INDEX, _TIMESTAMP_INDEX = 3, 4, 7, 9
+_HEADERS_BIT, _EXPIRATION_BIT, _TIMESTAMP_BIT = 0x2000, 0x0100, 0x0040
+_PROPERTY_SLOT = {name: (i, bit, kind) for i, (bit, name, kind) in enumerate(_PROPERTIES) if i != _HEADERS_INDEX}
+
+_H_EXCHANGE = "amqp.exchange"
+_H_HEADERS = "amqp.headers"
+_H_PROPERTIES = "amqp.properties"
+_H_TYPED = "amqp.h."
+_RESERVED = "amqp."
+
+_X_KEY = b"x-kafka-key"
+_X_TOMBSTONE = b"x-kafka-tombstone"
+_X_TIMESTAMP = b"x-kafka-timestamp"
+_X_HEADERS = b"x-kafka-headers"
+_X_TOMBSTONE_ENTRY = bytes((len(_X_TOMBSTONE),)) + _X_TOMBSTONE + b"t\x01"
+_X_TIMESTAMP_PREFIX = bytes((len(_X_TIMESTAMP),)) + _X_TIMESTAMP + b"l"
+_X_KEY_PREFIX = bytes((len(_X_KEY),)) + _X_KEY + b"x"
+_X_HEADERS_PREFIX = bytes((len(_X_HEADERS),)) + _X_HEADERS + b"A"
+
+# the timestamp property of a Kafka-origin delivery stops at year 9999 (clients build dates from it)
+_MAX_TIMESTAMP_MS = 253402300799999
+_MAX_FLAG_WORDS = 8  # as pamqp (the codec refuses more before we see them)
+_MAX_DEPTH = 200  # nested tables/arrays; deeper is refused rather than overflowing the stack
+
+# field value types (RabbitMQ's set, as pamqp decodes them)
+_T_S, _T_x, _T_F, _T_A, _T_V = ord("S"), ord("x"), ord("F"), ord("A"), ord("V")
+_T_t, _T_b, _T_B, _T_f, _T_d, _T_D, _T_T = (ord(c) for c in "tbBfdDT")
+_WIDTH = {ord("t"): 1, ord("b"): 1, ord("B"): 1, ord("s"): 2, ord("u"): 2, ord("I"): 4, ord("i"): 4,
+          ord("l"): 8, ord("L"): 8, ord("f"): 4, ord("d"): 8, ord("D"): 5, ord("T"): 8, ord("V"): 0}
+_VARIABLE = frozenset((_T_S, _T_x, _T_F, _T_A))
+# integer types carried as decimal text: struct, min, max
+_INTS = {
+    ord("b"): (struct.Struct(">b"), -(1 << 7), (1 << 7) - 1),
+    ord("B"): (struct.Struct(">B"), 0, 255),
+    ord("t"): (struct.Struct(">B"), 0, 255),
+    ord("s"): (struct.Struct(">h"), -(1 << 15), (1 << 15) - 1),
+    ord("u"): (struct.Struct(">H"), 0, (1 << 16) - 1),
+    ord("I"): (struct.Struct(">i"), -(1 << 31), (1 << 31) - 1),
+    ord("i"): (struct.Struct(">I"), 0, (1 << 32) - 1),
+    ord("l"): (_I64, -(1 << 63), (1 << 63) - 1),
+    ord("L"): (_I64, -(1 << 63), (1 << 63) - 1),
+    ord("T"): (_U64, 0, (1 << 64) - 1),
+}
+# constant tables (not caches): octet -> decimal text, decimal text -> octet, n -> bytes((n,))
+_DEC = tuple(b"%d" % i for i in range(256))
+_OCTET_WIRE = {b"%d" % i: bytes((i,)) for i in range(256)}
+_LEN1 = tuple(bytes((i,)) for i in range(256))
+_TYPE_CHARS = {chr(t): t for t in (*_WIDTH, *_VARIABLE)}
+
+
+class _Unrepresentable(Exception):
+    """The section is well formed but per-property headers cannot rebuild it: store it verbatim."""
+
+
+def _malformed(what: str) -> ValueError:
+    return ValueError(f"malformed content header properties: {what}")
+
+
+# --- AMQP -> record ---------------------------------------------------------------------
+
+# Header is a frozen slots dataclass; its generated __init__ (object.__setattr__ per field) is
+# half the cost of a publish, so the hot loops fill the two slots directly. Same objects.
+_new = object.__new__
+_set_key = Header.key.__set__  # type: ignore[attr-defined]
+_set_value = Header.value.__set__  # type: ignore[attr-defined]
+_NAMES = tuple(name for _, name, _ in _PROPERTIES)
+_KINDS = tuple(kind for _, _, kind in _PROPERTIES)
+
+
+def record_from_amqp(exchange: str, routing_key: str, properties_raw: bytes, body: bytes,
+                     now_ms: int) -> tuple[bytes | None, bytes | None, tuple[Header, ...], int]:
+    """(key, value, headers, timestamp_ms) of the record that stores this publish.
+
+    ``value`` is ``body`` (``None`` only when re-publishing a delivered Kafka tombstone).
+    Raises ValueError (with the reason) when ``properties_raw`` is malformed.
+    """
+    raw = properties_raw if type(properties_raw) is bytes else bytes(properties_raw)
+    end = len(raw)
+    if end < 2:
+        raise _malformed("no property flags")
+    flags = raw[0] << 8 | raw[1]
+    if flags & 3:  # another flag word follows, or the reserved bit: keep the section verbatim
+        return _verbatim(exchange, routing_key, raw, body, now_ms)
+    if (flags == 0x2000 or flags == 0x2040) and not exchange:
+        kafka = _kafka_record(routing_key, raw, body)
+        if kafka is not None:
+            return kafka
+    new, set_key, set_value = _new, _set_key, _set_value
+    headers = []
+    if exchange:
+        h = new(Header)
+        set_key(h, _H_EXCHANGE)
+        set_value(h, exchange.encode())
+        headers.append(h)
+    entries = None
+    pos = 2
+    if flags:
+        rest = flags
+        names, kinds = _NAMES, _KINDS
+        try:
+            while rest:
+                i = 16 - rest.bit_length()  # bit 15 is property 0
+                rest ^= 0x8000 >> i
+                kind = kinds[i]
+                if kind == _STR:
+                    start = pos + 1
+                    pos = start + raw[pos]
+                    if pos > end:
+                        raise _malformed(f"{names[i][5:]} runs past the end")
+                    value = raw[start:pos]
+                    if not value.isascii():
+                        value.decode()  # not UTF-8: UnicodeDecodeError -> stored verbatim
+                elif kind == _OCTET:
+                    value = _DEC[raw[pos]]
+                    pos += 1
+                elif kind == _TS:
+                    value = b"%d" % _U64.unpack_from(raw, pos)
+                    pos += 8
+                else:
+                    start = pos + 4
+                    pos = start + _U32.unpack_from(raw, pos)[0]
+                    if pos > end:
+                        raise _malformed("headers table runs past the end")
+                    if pos != start:
+                        entries = _table_headers(raw, start, pos)
+                        continue
+                    value = b""  # a present, empty table
+                h = new(Header)
+                set_key(h, names[i])
+                set_value(h, value)
+                headers.append(h)
+        except (IndexError, struct.error):
+            raise _malformed("truncated") from None
+        except (_Unrepresentable, UnicodeDecodeError):
+            return _verbatim(exchange, routing_key, raw, body, now_ms)
+    if pos != end:  # bytes after the last property
+        return _verbatim(exchange, routing_key, raw, body, now_ms)
+    if entries is not None:
+        if not headers and not any(h.key.startswith(_RESERVED) for h in entries):
+            headers.append(Header(_H_EXCHANGE, b""))  # mark AMQP-form (see the module docstring)
+        headers += entries
+    elif not headers:
+        headers.append(Header(_H_EXCHANGE, b""))
+    return (routing_key.encode() if routing_key else None), body, tuple(headers), now_ms
+
+
+def _verbatim(exchange: str, routing_key: str, raw: bytes, body: bytes, now_ms: int):
+    _split(raw)  # raises ValueError if malformed
+    return ((routing_key.encode() if routing_key else None), body,
+            (Header(_H_EXCHANGE, exchange.encode()), Header(_H_PROPERTIES, raw)), now_ms)
+
+
+def _table_headers(raw: bytes, p: int, end: int) -> list[Header]:
+    """One record header per entry of the top-level table raw[p:end]."""
+    out = []
+    append = out.append
+    u32 = _U32.unpack_from
+    new, set_key, set_value = _new, _set_key, _set_value
+    while p < end:
+        start = p + 1
+        p = start + raw[p]
+        if p >= end:
+            raise _malformed("a headers table entry runs past its table")
+        try:
+            name = raw[start:p].decode()
+        except UnicodeDecodeError:
+            raise _Unrepresentable from None
+        t = raw[p]
+        p += 1
+        if t == 83:  # S
+            start = p + 4
+            p = start + u32(raw, p)[0]
+            if p > end:
+                raise _malformed("a headers table entry runs past its table")
+            value = raw[start:p]
+            if name[:5] == "amqp.":
+                name = "amqp.h.S." + name
+        elif t == 86 and name[:5] != "amqp.":  # V
+            value = None
+        else:
+            q = _skip(raw, p, t, end, 0, True)
+            value = _text(t, raw, p, q)
+            name = f"amqp.h.{chr(t)}.{name}"
+            p = q
+        h = new(Header)
+        set_key(h, name)
+        set_value(h, value)
+        append(h)
+    return out
+
+
+def _skip(raw: bytes, p: int, t: int, end: int, depth: int, utf8: bool = False) -> int:
+    """End of the field value of type t at raw[p:], validated, never beyond end. With ``utf8``,
+    a nested table key that is not UTF-8 raises _Unrepresentable."""
+    width = _WIDTH.get(t)
+    if width is not None:
+        q = p + width
+        if q > end:
+            raise _malformed(f"a field value of type {chr(t)!r} runs past its table")
+        return q
+    if t not in _VARIABLE:
+        raise _malformed(f"unknown field value type {bytes((t,))!r}")
+    if p + 4 > end:
+        raise _malformed(f"a field value of type {chr(t)!r} runs past its table")
+    q = p + 4 + _U32.unpack_from(raw, p)[0]
+    if q > end:
+        raise _malformed(f"a field value of type {chr(t)!r} runs past its table")
+    if t == _T_S or t == _T_x:
+        return q
+    if depth >= _MAX_DEPTH:
+        raise _malformed(f"field tables and arrays nested more than {_MAX_DEPTH} deep")
+    p += 4
+    if t == _T_F:
+        while p < q:
+            start = p + 1
+            p = start + raw[p]
+            if p >= q:
+                raise _malformed("a field table entry runs past its table")
+            if utf8 and not _utf8(raw[start:p]):
+                raise _Unrepresentable
+            p = _skip(raw, p + 1, raw[p], q, depth + 1, utf8)
+    else:
+        while p < q:
+            p = _skip(raw, p + 1, raw[p], q, depth + 1, utf8)
+    return q
+
+
+def _text(t: int, raw: bytes, p: int, q: int) -> bytes | None:
+    """The record header value of the field value raw[p:q] of type t (see the module docstring)."""
+    if t in _VARIABLE:
+        return raw[p + 4:q]
+    if t == _T_V:
+        return None
+    ints = _INTS.get(t)
+    if ints is not None:
+        return b"%d" % ints[0].unpack_from(raw, p)
+    if t == _T_D:
+        return _decimal_text(raw[p], _U32.unpack_from(raw, p + 1)[0])
+    return _float_text(t, raw[p:q])
+
+
+def _float_text(t: int, wire: bytes) -> bytes:
+    codec = _FLOAT if t == _T_f else _DOUBLE
+    (x,) = codec.unpack(wire)
+    if x != x:  # NaN: keep its payload; raw NaN bytes are never ASCII float text (exponent bits)
+        return wire
+    if t == _T_d:
+        return repr(x).encode()
+    for precision in range(1, 10):  # the shortest text that reads back to the same float32
+        text = b"%.*g" % (precision, x)
+        if _FLOAT.pack(float(text)) == wire:
+            return text
+    raise AssertionError("9 significant digits always identify a float32")  # pragma: no cover
+
+
+def _decimal_text(scale: int, value: int) -> bytes:
+    digits = b"%d" % value
+    if not scale:
+        return digits
+    digits = digits.rjust(scale + 1, b"0")
+    return digits[:-scale] + b"." + digits[-scale:]
+
+
+# --- record -> AMQP ---------------------------------------------------------------------
+
+def amqp_from_record(record: Record) -> tuple[str, str, bytes]:
+    """(exchange, routing_key, properties_raw) to deliver this record with; never raises."""
+    headers = record.headers
+    for h in headers:
+        if h.key[:5] == "amqp.":
+            return _amqp_form(headers, record.key)
+    routing_key, raw = _kafka_properties(record.key, record.value is None, headers, record.timestamp)
+    return "", routing_key, raw
+
+
+def _utf8(data: bytes) -> bool:
+    if data.isascii():
+        return True
+    try:
+        data.decode()
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+def _key_bytes(name: str) -> bytes:
+    try:
+        return name.encode()
+    except UnicodeEncodeError:  # lone surrogates: only in records built in-process
+        return name.encode("utf-8", "surrogatepass")
+
+
+def _amqp_form(headers: Sequence[Header], key: bytes | None) -> tuple[str, str, bytes]:
+    slots: list[bytes | None] = [None] * 14
+    table: list[bytes] = []
+    flags = 0
+    exchange = None
+    verbatim = None
+    u32 = _U32.pack
+    len1 = _LEN1
+    slot_of = _PROPERTY_SLOT
+    for h in headers:
+        k = h.key
+        v = h.value
+        if k[:5] == "amqp.":
+            prop = slot_of.get(k)
+            if prop is not None:
+                i, bit, kind = prop
+                if slots[i] is None and v is not None:
+                    if kind == _STR:
+                        wire = len1[len(v)] + v if len(v) < 256 and _utf8(v) else None
+                    elif kind == _OCTET:
+                        wire = _OCTET_WIRE.get(v)
+                    else:
+                        n = _uint(v, (1 << 64) - 1)
+                        wire = None if n is None else _U64.pack(n)
+                    if wire is not None:
+                        slots[i] = wire
+                        flags |= bit
+                        continue
+            elif k[:7] == "amqp.h.":
+                t = _TYPE_CHARS.get(k[7:8]) if k[8:9] == "." else None
+                wire = None if t is None else _wire(t, v)
+                if wire is not None:
+                    nb = _key_bytes(k[9:])
+                    if len(nb) < 256:
+                        table += (len1[len(nb)], nb, len1[t], wire)
+                        continue
+            elif k == _H_EXCHANGE:
+                if exchange is None and v is not None and len(v) < 256:
+                    try:
+                        exchange = v.decode()
+                        continue
+                    except UnicodeDecodeError:
+                        pass
+            elif k == _H_HEADERS:
+                if v == b"" and not flags & _HEADERS_BIT:
+                    flags |= _HEADERS_BIT
+                    continue
+            elif k == _H_PROPERTIES:
+                if verbatim is None and v is not None:
+                    try:
+                        _split(v)
+                        verbatim = bytes(v)
+                        continue
+                    except ValueError:
+                        pass
+        # a plain header, or a reserved one that does not decode: a long-string (or void) entry
+        nb = _key_bytes(k)
+        n = len(nb)
+        if n < 256:  # else it cannot be a table key (only for headers no AMQP publish wrote)
+            if v is None:
+                table += (len1[n], nb, b"V")
+            else:
+                table += (len1[n], nb, b"S", u32(len(v)), v)
+    if key is None:
+        routing_key = ""
+    else:
+        try:
+            routing_key = key.decode() if len(key) < 256 else _routing_key_lossy(key)
+        except UnicodeDecodeError:
+            routing_key = _routing_key_lossy(key)
+    if verbatim is not None:
+        return exchange or "", routing_key, verbatim
+    if table or flags & _HEADERS_BIT:
+        body = b"".join(table)
+        slots[_HEADERS_INDEX] = u32(len(body)) + body
+        flags |= _HEADERS_BIT
+    return exchange or "", routing_key, _U16.pack(flags) + b"".join(filter(None, slots))
+
+
+def _property_wire(kind: int, v: bytes) -> bytes | None:
+    if kind == _STR:
+        return bytes((len(v),)) + v if len(v) <= 255 else None
+    if kind == _OCTET:
+        n = _uint(v, 255)
+        return None if n is None else bytes((n,))
+    n = _uint(v, (1 << 64) - 1)
+    return None if n is None else _U64.pack(n)
+
+
+def _uint(v: bytes, top: int) -> int | None:
+    """Canonical unsigned decimal text (no sign, no leading zero) to int, else None."""
+    if not v or len(v) > 20 or not v.isdigit() or (v[0] == 48 and len(v) > 1):
+        return None
+    n = int(v)
+    return n if n <= top else None
+
+
+def _int(v: bytes, low: int, high: int) -> int | None:
+    if v[:1] == b"-":
+        n = _uint(v[1:], -low)
+        return None if n is None or n == 0 else -n
+    return _uint(v, high)
+
+
+def _wire(t: int, v: bytes | None) -> bytes | None:
+    """The field value encoding (after the type octet) of a typed header value, or None if the
+    value is not exactly what :func:`_text` produces for some value of that type."""
+    if t == _T_V:
+        return b"" if v is None else None
+    if v is None:
+        return None
+    if t in _VARIABLE:
+        if len(v) > 0xFFFFFFFF:
+            return None
+        wire = _U32.pack(len(v)) + v
+        if t == _T_F or t == _T_A:  # must decode, with UTF-8 keys, or the client could not read it
+            try:
+                _skip(wire, 0, t, len(wire), 0, True)
+            except (ValueError, _Unrepresentable):
+                return None
+        return wire
+    ints = _INTS.get(t)
+    if ints is not None:
+        codec, low, high = ints
+        n = _int(v, low, high)
+        return None if n is None else codec.pack(n)
+    if t == _T_D:
+        before, dot, after = v.partition(b".")
+        if dot and not after:
+            return None
+        digits = before + after
+        n = _uint(digits.lstrip(b"0") or b"0", 0xFFFFFFFF) if digits.isdigit() and len(digits) <= 300 else None
+        if n is None or len(after) > 255:
+            return None
+        wire = bytes((len(after),)) + _U32.pack(n)
+    else:  # f, d
+        codec = _FLOAT if t == _T_f else _DOUBLE
+        if len(v) == codec.size and codec.unpack(v)[0] != codec.unpack(v)[0]:
+            return v  # a NaN, kept as its raw bytes
+        try:
+            wire = codec.pack(float(v))
+        except (ValueError, OverflowError):
+            return None
+    return wire if _text(t, bytes((t,)) + wire, 1, 1 + len(wire)) == v else None
+
+
+def _routing_key_lossy(key: bytes | None) -> str:
+    if not key:
+        return ""
+    if len(key) <= 255:
+        try:
+            return key.decode()
+        except UnicodeDecodeError:
+            pass
+    return key.decode("utf-8", "replace").encode()[:255].decode("utf-8", "ignore")
+
+
+# --- Kafka-origin records ---------------------------------------------------------------
+
+def _kafka_properties(key: bytes | None, tombstone: bool, headers: Sequence[Header],
+                      ts: int) -> tuple[str, bytes]:
+    """Routing key and property section delivering a Kafka-origin record (module docstring)."""
+    table: list[bytes] = []
+    u32 = _U32.pack
+    len1 = _LEN1
+    for h in headers:
+        nb = _key_bytes(h.key)
+        n = len(nb)
+        if n > 255:
+            table = [_long_headers_entry(headers)]
+            break
+        v = h.value
+        if v is None:
+            table += (len1[n], nb, b"V")
+        else:
+            table += (len1[n], nb, b"S", u32(len(v)), v)
+    routing_key = ""
+    if key is not None:
+        if 0 < len(key) < 256:
+            try:
+                routing_key = key.decode()
+            except UnicodeDecodeError:
+                table += (_X_KEY_PREFIX, u32(len(key)), key)
+        else:
+            table += (_X_KEY_PREFIX, u32(len(key)), key)
+    if tombstone:
+        table.append(_X_TOMBSTONE_ENTRY)
+    table += (_X_TIMESTAMP_PREFIX, _I64.pack(ts))
+    body = b"".join(table)
+    if 0 <= ts <= _MAX_TIMESTAMP_MS:
+        return routing_key, b"".join((b"\x20\x40", u32(len(body)), body, _U64.pack(ts // 1000)))
+    return routing_key, b"".join((b"\x20\x00", u32(len(body)), body))
+
+
+def _long_headers_entry(headers: Sequence[Header]) -> bytes:
+    u32 = _U32.pack
+    items = []
+    for h in headers:
+        nb = _key_bytes(h.key)
+        v = h.value
+        pair = b"S" + u32(len(nb)) + nb + (b"V" if v is None else b"S" + u32(len(v)) + v)
+        items.append(b"A" + u32(len(pair)) + pair)
+    array = b"".join(items)
+    return _X_HEADERS_PREFIX + u32(len(array)) + array
+
+
+def _kafka_record(routing_key: str, raw: bytes, body: bytes):
+    """The Kafka record whose delivery is exactly (exchange "", routing_key, raw), else None."""
+    end = len(raw)
+    if end < 6:
+        return None
+    start = 6
+    stop = start + _U32.unpack_from(raw, 2)[0]
+    if stop > end or raw[stop - 27:stop - 8] != _X_TIMESTAMP_PREFIX:  # quick: no marker, no Kafka
+        return None
+    try:
+        items = _entries(raw, start, stop)
+    except ValueError:
+        return None
+    if not items:
+        return None
+    name, t, p, q = items.pop()
+    if name != _X_TIMESTAMP or t != ord("l"):
+        return None
+    (ts,) = _I64.unpack_from(raw, p)
+    value = body
+    if items and items[-1][0] == _X_TOMBSTONE and items[-1][1] == _T_t:
+        items.pop()
+        value = None
+        if body:
+            return None
+    key = routing_key.encode() if routing_key else None
+    if items and items[-1][0] == _X_KEY and items[-1][1] == _T_x:
+        _, _, p, q = items.pop()
+        key = raw[p + 4:q]
+    headers = []
+    try:
+        if len(items) == 1 and items[0][0] == _X_HEADERS and items[0][1] == _T_A:
+            _, _, p, q = items[0]
+            for pair in _decode_value(raw, p, _T_A, 0)[0]:
+                name, v = pair  # [name S, value S|V]
+                headers.append(Header(name if isinstance(name, str) else name.decode(),
+                                      v.encode() if isinstance(v, str) else None if v is None else bytes(v)))
+        else:
+            for name, t, p, q in items:
+                if t == _T_S:
+                    v = raw[p + 4:q]
+                elif t == _T_V:
+                    v = None
+                else:
+                    return None
+                text = name.decode()
+                if text.startswith(_RESERVED):
+                    return None
+                headers.append(Header(text, v))
+    except (ValueError, TypeError, AttributeError):
+        return None
+    if _kafka_properties(key, value is None, headers, ts) != (routing_key, raw):
+        return None
+    return key, value, tuple(headers), ts
+
+
+# --- parsing a property section -----------------------------------------------------------
+
+def _split(raw: bytes) -> tuple[int, int, list, int]:
+    """Validate a property section: (flags of the first word, number of flag words,
+    [(start, end) or None for each of the 14 properties], end of the known properties)."""
+    end = len(raw)
+    pos = 0
+    words = 0
+    flags = 0
+    while True:
+        if pos + 2 > end:
+            raise _malformed("truncated property flags")
+        word = raw[pos] << 8 | raw[pos + 1]
+        if not words:
+            flags = word
+        pos += 2
+        words += 1
+        if not word & 1:
+            break
+        if words == _MAX_FLAG_WORDS:
+            raise _malformed("too many property flag words")
+    spans: list = [None] * 14
+    try:
+        for i, (bit, name, kind) in enumerate(_PROPERTIES):
+            if not flags & bit:
+                continue
+            start = pos
+            if kind == _STR:
+                pos += 1 + raw[pos]
+            elif kind == _OCTET:
+                pos += 1
+            elif kind == _TS:
+                pos += 8
+            else:
+                q = pos + 4 + _U32.unpack_from(raw, pos)[0]
+                if q > end:
+                    raise _malformed("headers table runs past the end")
+                _skip(raw, pos, _T_F, q, 0)
+                pos = q
+            if pos > end:
+                raise _malformed(f"{name[5:]} runs past the end")
+            spans[i] = (start, pos)
+    except (IndexError, struct.error):
+        raise _malformed("truncated") from None
+    return flags, words, spans, pos
+
+
+def _entries(raw: bytes, p: int, end: int) -> list[tuple[bytes, int, int, int]]:
+    """(name, type, value start, value end) of each entry of the table raw[p:end], validated."""
+    out = []
+    while p < end:
+        start = p + 1
+        p = start + raw[p]
+        if p >= end:
+            raise _malformed("a field table entry runs past its table")
+        t = raw[p]
+        q = _skip(raw, p + 1, t, end, 0)
+        out.append((raw[start:p], t, p + 1, q))
+        p = q
+    return out
+
+
+def _decode_value(raw: bytes, p: int, t: int, depth: int) -> tuple[Any, int]:
+    """A validated field value as pamqp decodes it (but ``x`` as bytes, integers by sign)."""
+    ints = _INTS.get(t)
+    if ints is not None:
+        codec = ints[0]
+        (n,) = codec.unpack_from(raw, p)
+        p += codec.size
+        if t == _T_t:
+            return bool(n), p
+        if t == _T_T:
+            try:
+                return datetime.datetime.fromtimestamp(n, tz=datetime.timezone.utc), p
+            except (OverflowError, ValueError, OSError):
+                return n, p
+        return n, p
+    if t == _T_S or t == _T_x:
+        q = p + 4 + _U32.unpack_from(raw, p)[0]
+        data = raw[p + 4:q]
+        if t == _T_S:
+            try:
+                return data.decode(), q
+            except UnicodeDecodeError:
+                pass
+        return data, q
+    if t == _T_F:
+        q = p + 4 + _U32.unpack_from(raw, p)[0]
+        return _decode_table(raw, p + 4, q, depth + 1), q
+    if t == _T_A:
+        q = p + 4 + _U32.unpack_from(raw, p)[0]
+        p += 4
+        items = []
+        while p < q:
+            item, p = _decode_value(raw, p + 1, raw[p], depth + 1)
+            items.append(item)
+        return items, q
+    if t == _T_V:
+        return None, p
+    if t == _T_f:
+        return _FLOAT.unpack_from(raw, p)[0], p + 4
+    if t == _T_d:
+        return _DOUBLE.unpack_from(raw, p)[0], p + 8
+    if t == _T_D:
+        return decimal.Decimal(_U32.unpack_from(raw, p + 1)[0]).scaleb(-raw[p]), p + 5
+    raise _malformed(f"unknown field value type {bytes((t,))!r}")
+
+
+def _decode_table(raw: bytes, p: int, end: int, depth: int) -> dict:
+    table = {}
+    while p < end:
+        start = p + 1
+        p = start + raw[p]
+        name = raw[start:p].decode("utf-8", "surrogateescape")
+        table[name], p = _decode_value(raw, p + 1, raw[p], depth)
+    return table
+
+
+# --- accessors -----------------------------------------------------------------------------
+
+Source = Record | Sequence[Header] | bytes | bytearray | memoryview
+
+
+def _property(source: Source, index: int) -> bytes | int | None:
+    """Property ``index`` of a record (its headers) or of a property section; None if absent."""
+    kind = _PROPERTIES[index][2]
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return _raw_property(bytes(source), index)
+    headers = source.headers if isinstance(source, Record) else source
+    name = _PROPERTIES[index][1]
+    found = None
+    for h in headers:
+        k = h.key
+        if k == name:
+            if found is None and h.value is not None:
+                v = h.value
+                if kind == _STR:
+                    found = v if len(v) <= 255 and _utf8(v) else None
+                elif kind == _OCTET:
+                    found = _uint(v, 255)
+                else:
+                    found = _uint(v, (1 << 64) - 1)
+        elif k == _H_PROPERTIES and h.value is not None:
+            try:
+                return _raw_property(bytes(h.value), index)
+            except ValueError:
+                pass
+    return found
+
+
+def _raw_property(raw: bytes, index: int) -> bytes | int | None:
+    _, _, spans, _ = _split(raw)
+    span = spans[index]
+    if span is None:
+        return None
+    start, end = span
+    kind = _PROPERTIES[index][2]
+    if kind == _STR:
+        return raw[start + 1:end]
+    if kind == _OCTET:
+        return raw[start]
+    return _U64.unpack_from(raw, start)[0]
+
+
+def delivery_mode(source: Source) -> int | None:
+    """The delivery-mode property (2 = persistent) of a record or property section, or None."""
+    return _property(source, _DELIVERY_MODE_INDEX)
+
+
+def priority(source: Source) -> int | None:
+    """The priority property (0..255) of a record or property section, or None."""
+    return _property(source, _PRIORITY_INDEX)
+
+
+def expiration(source: Source) -> int | None:
+    """The per-message TTL in milliseconds (the expiration property), or None if absent or not a
+    non-negative decimal integer (RabbitMQ refuses such publishes; this accessor does not judge)."""
+    v = _property(source, _EXPIRATION_INDEX)
+    if not v or not v.isdigit():
+        return None
+    return int(v)
+
+
+def timestamp(source: Source) -> int | None:
+    """The timestamp property in seconds of a record's delivery or of a property section, or None."""
+    if isinstance(source, Record) and not any(h.key.startswith(_RESERVED) for h in source.headers):
+        return source.timestamp // 1000 if source.timestamp >= 0 else None  # Kafka-origin
+    return _property(source, _TIMESTAMP_INDEX)
+
+
+def headers_table(source: Source) -> dict:
+    """The headers table decoded as pamqp would (last key wins), {} without one.
+
+    Long strings are ``str`` when UTF-8 (else ``bytes``), ``x`` is ``bytes``, ``t`` ``bool``,
+    ``T`` an aware UTC ``datetime``, ``D`` a ``Decimal``, ``F`` a dict, ``A`` a list.
+    For a record this is the table its delivery carries.
+    """
+    if isinstance(source, Record):
+        raw = amqp_from_record(source)[2]
+    elif isinstance(source, (bytes, bytearray, memoryview)):
+        raw = bytes(source)
+    else:
+        raw = amqp_from_record(Record(0, 0, None, b"", tuple(source)))[2]
+    _, _, spans, _ = _split(raw)
+    span = spans[_HEADERS_INDEX]
+    if span is None:
+        return {}
+    start, end = span
+    return _decode_table(raw, start + 4, end, 0)
+
+
+# --- building property sections -------------------------------------------------------------
+
+def encode_table(entries: Iterable[tuple[str, str, Any]]) -> bytes:
+    """A field table's wire encoding (length included) from (name, type, value) triples, the
+    type being the field type octet as a one-character string and the value a Python value
+    (``int``, ``float``, ``bool``, ``str``/``bytes``, ``Decimal``, ``datetime``/``int`` for
+    ``T``, None for ``V``; for ``F`` a list of triples, for ``A`` a list of (type, value))."""
+    body = b"".join(_entry(name, t, value) for name, t, value in entries)
+    return _U32.pack(len(body)) + body
+
+
+def _entry(name: str | bytes, t: str, value: Any) -> bytes:
+    nb = name.encode() if isinstance(name, str) else name
+    if len(nb) > 255:
+        raise ValueError(f"field table key of {len(nb)} bytes (255 at most)")
+    return bytes((len(nb),)) + nb + _field(t, value)
+
+
+def _field(t: str, value: Any) -> bytes:
+    code = ord(t)
+    if code in (_T_S, _T_x):
+        data = value.encode() if isinstance(value, str) else bytes(value)
+        return t.encode() + _U32.pack(len(data)) + data
+    if code == _T_F:
+        return b"F" + encode_table(value)
+    if code == _T_A:
+        body = b"".join(_field(it, iv) for it, iv in value)
+        return b"A" + _U32.pack(len(body)) + body
+    if code == _T_V:
+        return b"V"
+    if code == _T_T and isinstance(value, datetime.datetime):
+        value = int(value.timestamp())
+    ints = _INTS.get(code)
+    if ints is not None:
+        return t.encode() + ints[0].pack(int(value))
+    if code == _T_f:
+        return b"f" + _FLOAT.pack(value)
+    if code == _T_d:
+        return b"d" + _DOUBLE.pack(value)
+    if code == _T_D:
+        sign, digits, exponent = decimal.Decimal(value).as_tuple()
+        scale = max(0, -exponent)
+        n = int("".join(map(str, digits)) or "0") * 10 ** max(0, exponent)
+        return b"D" + bytes((scale,)) + _U32.pack(n)
+    raise ValueError(f"unknown field value type {t!r}")
+
+
+def with_headers(properties_raw: bytes, table: bytes | None = None, drop_expiration: bool = False) -> bytes:
+    """A copy of a property section with its headers table replaced by ``table`` (a field table
+    encoding, length included; None keeps the current one) and/or without ``expiration``.
+    Other properties, extra flag words and trailing bytes are kept as they are."""
+    raw = properties_raw if type(properties_raw) is bytes else bytes(properties_raw)
+    flags, words, spans, known_end = _split(raw)
+    parts = []
+    new_flags = flags & 3
+    for i, ((bit, _, _), span) in enumerate(zip(_PROPERTIES, spans)):
+        if i == _HEADERS_INDEX and table is not None:
+            parts.append(table)
+            new_flags |= bit
+        elif span is not None and not (i == _EXPIRATION_INDEX and drop_expiration):
+            parts.append(raw[span[0]:span[1]])
+            new_flags |= bit
+    return b"".join((_U16.pack(new_flags), raw[2:2 * words], *parts, raw[known_end:]))
+
+
+def dead_lettered(properties_raw: bytes, *, queue: str, reason: str, exchange: str,
+                  routing_keys: Sequence[str], now_s: int) -> bytes:
+    """The property section of a message dead-lettered from ``queue``, as RabbitMQ makes it.
+
+    ``expiration`` is removed (kept as ``original-expiration`` in the new death record). The
+    ``x-death`` array gets, first, an entry for (queue, reason): an existing one has its
+    ``count`` incremented and moves to the front, otherwise a new table ``count`` (l) 1,
+    ``reason``, ``queue``, ``time`` (T), ``exchange``, ``routing-keys`` (A of S) and maybe
+    ``original-expiration``. ``x-first-death-{reason,queue,exchange}`` are added if absent,
+    ``x-last-death-{reason,queue,exchange}`` set. Other entries keep their place and encoding.
+    """
+    raw = properties_raw if type(properties_raw) is bytes else bytes(properties_raw)
+    _, _, spans, _ = _split(raw)
+    entries: list[tuple[bytes, bytes]] = []  # (name, whole entry bytes)
+    span = spans[_HEADERS_INDEX]
+    if span is not None:
+        for name, t, p, q in _entries(raw, span[0] + 4, span[1]):
+            entries.append((name, bytes((len(name),)) + name + raw[p - 1:q]))
+    original_expiration = _raw_property(raw, _EXPIRATION_INDEX)
+
+    deaths: list[bytes] = []  # whole field values (b"F" + table) of x-death's elements
+    found = None
+    index = next((i for i, (name, _) in enumerate(entries) if name == b"x-death"), None)
+    if index is not None:
+        entry = entries[index][1]
+        p = 1 + entry[0]
+        if entry[p] == _T_A:
+            q = len(entry)
+            p += 5
+            while p < q:
+                t = entry[p]
+                end = _skip(entry, p + 1, t, q, 0)
+                element = entry[p:end]
+                if found is None and t == _T_F:
+                    death = _decode_table(element, 5, len(element), 0)
+                    if death.get("queue") == queue and death.get("reason") == reason:
+                        found = _count_incremented(element, death.get("count"))
+                        p = end
+                        continue
+                deaths.append(element)
+                p = end
+    if found is None:
+        info = [("count", "l", 1), ("reason", "S", reason), ("queue", "S", queue), ("time", "T", now_s),
+                ("exchange", "S", exchange), ("routing-keys", "A", [("S", k) for k in routing_keys])]
+        if original_expiration is not None:
+            info.append(("original-expiration", "S", original_expiration))
+        found = b"F" + encode_table(info)
+    deaths.insert(0, found)
+    array = b"".join(deaths)
+    x_death = b"\x07x-deathA" + _U32.pack(len(array)) + array
+    if index is None:
+        entries.append((b"x-death", x_death))
+    else:
+        entries[index] = (b"x-death", x_death)
+
+    names = {name for name, _ in entries}
+    values = {"reason": reason, "queue": queue, "exchange": exchange}
+    for field in ("reason", "queue", "exchange"):
+        name = f"x-first-death-{field}".encode()
+        if name not in names:
+            entries.append((name, _entry(name, "S", values[field])))
+    for field in ("reason", "queue", "exchange"):
+        name = f"x-last-death-{field}".encode()
+        new = (name, _entry(name, "S", values[field]))
+        for i, (existing, _) in enumerate(entries):
+            if existing == name:
+                entries[i] = new
+                break
+        else:
+            entries.append(new)
+    body = b"".join(entry for _, entry in entries)
+    return with_headers(raw, _U32.pack(len(body)) + body, drop_expiration=True)
+
+
+def _count_incremented(element: bytes, count: Any) -> bytes:
+    """An x-death element (b"F" + table) with its ``count`` entry one higher (as ``l``)."""
+    count = count + 1 if isinstance(count, int) and not isinstance(count, bool) else 1
+    parts = []
+    replaced = False
+    for name, t, p, q in _entries(element, 5, len(element)):
+        if name == b"count" and not replaced:
+            parts.append(_entry(name, "l", count))
+            replaced = True
+        else:
+            parts.append(bytes((len(name),)) + name + element[p - 1:q])
+    if not replaced:
+        parts.insert(0, _entry(b"count", "l", count))
+    body = b"".join(parts)
+    return b"F" + _U32.pack(len(body)) + body

@@ -1,0 +1,441 @@
+"""A queue: a one-partition topic of the log, a cursor over it, and the consumers it feeds.
+
+Nothing is copied into memory: a message "in" the queue is an offset of its log at or above the
+cursor's ack floor that is not settled yet (see :mod:`routing.cursor`). Publishing appends to the
+log (the vhost does that, batched); delivering reads the record back through a
+:class:`~routing.reader.LogReader`. Records are delivered as soon as they are appended, before
+their fsync, as RabbitMQ delivers persistent messages; publisher confirms wait for the fsync.
+
+A consumer is anything with the small interface of :class:`Consumer` (the gateway's AMQP
+consumer); the queue picks among them by priority, then round robin, and only hands a message to
+one that has credit (prefetch). Dead-lettering goes through the ``dead_letter`` callback the
+vhost installs, so this module never routes.
+"""
+from __future__ import annotations
+
+import heapq
+import time
+from typing import Any, Callable, Hashable, Protocol
+
+from core.log import PartitionLog
+from routing import mapping
+from routing.cursor import QueueCursor
+from routing.errors import PRECONDITION_FAILED, ChannelError
+from routing.reader import LogReader
+from wire.records import Record
+
+QUEUE_TYPES = ("classic", "quorum", "stream")
+OVERFLOW = ("drop-head", "reject-publish", "reject-publish-dlx")
+
+
+class Consumer(Protocol):
+    tag: str
+    priority: int
+    no_ack: bool
+    owner: Hashable  # the channel: unacked deliveries belong to it
+
+    def has_credit(self) -> bool: ...
+
+    def deliver(self, queue: "Queue", offset: int, record: Record, redelivered: bool) -> None: ...
+
+
+def _int_arg(args: dict, name: str, queue: str, vhost: str, minimum: int = 0) -> int | None:
+    value = args.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ChannelError(PRECONDITION_FAILED, f"invalid arg '{name}' for queue '{queue}' in vhost '{vhost}': "
+                                                f"{{unacceptable_type,{type(value).__name__}}}")
+    if value < minimum:
+        raise ChannelError(PRECONDITION_FAILED, f"invalid arg '{name}' for queue '{queue}' in vhost '{vhost}': "
+                                                f"{{value_negative,{value}}}" if value < 0 else
+                                                f"{{value_zero,{value}}}")
+    return value
+
+
+def _str_arg(args: dict, name: str, queue: str, vhost: str, allowed: tuple[str, ...] | None = None) -> str | None:
+    value = args.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    if not isinstance(value, str) or (allowed is not None and value not in allowed):
+        raise ChannelError(PRECONDITION_FAILED, f"invalid arg '{name}' for queue '{queue}' in vhost '{vhost}': "
+                                                f"{{unacceptable_value,{value!r}}}")
+    return value
+
+
+class QueueArguments:
+    """The ``x-`` arguments a queue honours, validated as RabbitMQ does (406 on a bad value)."""
+
+    def __init__(self, args: dict[str, Any], queue: str, vhost: str):
+        self.message_ttl = _int_arg(args, "x-message-ttl", queue, vhost)
+        self.expires = _int_arg(args, "x-expires", queue, vhost, minimum=1)
+        self.max_length = _int_arg(args, "x-max-length", queue, vhost)
+        self.max_length_bytes = _int_arg(args, "x-max-length-bytes", queue, vhost)
+        self.overflow = _str_arg(args, "x-overflow", queue, vhost, OVERFLOW) or "drop-head"
+        self.dead_letter_exchange = _str_arg(args, "x-dead-letter-exchange", queue, vhost)
+        self.dead_letter_routing_key = _str_arg(args, "x-dead-letter-routing-key", queue, vhost)
+        max_priority = _int_arg(args, "x-max-priority", queue, vhost)
+        if max_priority is not None and max_priority > 255:
+            raise ChannelError(PRECONDITION_FAILED, f"invalid arg 'x-max-priority' for queue '{queue}' in vhost "
+                                                    f"'{vhost}': {{value_too_large,{max_priority},255}}")
+        self.max_priority = max_priority
+        self.queue_type = _str_arg(args, "x-queue-type", queue, vhost, QUEUE_TYPES) or "classic"
+        sac = args.get("x-single-active-consumer", False)
+        if not isinstance(sac, bool):
+            raise ChannelError(PRECONDITION_FAILED, f"invalid arg 'x-single-active-consumer' for queue '{queue}' "
+                                                    f"in vhost '{vhost}': {{unacceptable_type,{type(sac).__name__}}}")
+        self.single_active_consumer = sac
+
+
+class Queue:
+    def __init__(self, vhost: str, name: str, topic: str, plog: PartitionLog, *, durable: bool, exclusive_owner,
+                 auto_delete: bool, arguments: dict[str, Any], ack_floor: int = 0,
+                 clock: Callable[[], float] = time.time):
+        self.vhost = vhost
+        self.name = name
+        self.topic = topic
+        self.plog = plog
+        self.durable = durable
+        self.exclusive_owner = exclusive_owner  # the connection that owns an exclusive queue, or None
+        self.auto_delete = auto_delete
+        self.arguments = dict(arguments)
+        self.args = QueueArguments(self.arguments, name, vhost)
+        self.clock = clock
+        # A floor above the log end means the log lost an unsynced tail in a crash after the floor
+        # was saved: the lost offsets will be reused, so the floor must come back down to the end.
+        floor = min(max(ack_floor, plog.log_start_offset), plog.next_offset)
+        # After a restart every message at or above the floor may have been delivered before.
+        self.cursor = QueueCursor(floor, plog.next_offset, redelivered_below=plog.next_offset if ack_floor else floor)
+        self.reader = LogReader(plog)
+        self.consumers: list[Consumer] = []  # by priority, highest first
+        self._order: list[Consumer] = []  # by registration
+        self._turn = 0
+        self.has_been_consumed = False  # auto-delete applies only after a first consumer went away
+        self.last_used = clock()
+        self.deleted = False
+        self.dead_letter: Callable[[Queue, Record, str], None] | None = None
+        self.on_empty_auto_delete: Callable[[Queue], None] | None = None
+        self._staged: list[tuple[int, int, bool]] = []  # priority queues: (-priority, offset, redelivered)
+        self._sizes: dict[int, int] = {}  # body sizes of ready messages, for x-max-length-bytes
+
+    def __repr__(self) -> str:
+        return f"<Queue {self.name!r} vhost={self.vhost!r} topic={self.topic!r}>"
+
+    # --- counts ------------------------------------------------------------------------
+    def sync_end(self) -> None:
+        self.cursor.log_start(self.plog.log_start_offset)
+        self.cursor.log_end(self.plog.next_offset)
+
+    def message_count(self) -> int:
+        """Ready messages (not the ones delivered and unacked), as RabbitMQ counts them."""
+        self.sync_end()
+        if self.is_stream:
+            return self.plog.next_offset - self.plog.log_start_offset
+        if self.args.max_priority is not None:
+            self._stage()
+            return len(self._staged)
+        return self.cursor.ready_count()
+
+    def consumer_count(self) -> int:
+        return len(self.consumers)
+
+    def is_empty(self) -> bool:
+        return self.message_count() == 0
+
+    # --- publishing (called by the vhost before the append) ----------------------------
+    def admits(self, body_size: int, pending: int = 0) -> bool:
+        """False when a reject-publish overflow policy refuses one more message.
+
+        ``pending``: messages already staged for this queue's next append."""
+        if self.args.overflow == "drop-head":
+            return True
+        count = self.message_count() + pending
+        if self.args.max_length is not None and count >= self.args.max_length:
+            return False
+        if self.args.max_length_bytes is not None and sum(self._sizes.values()) + body_size > self.args.max_length_bytes:
+            return False
+        return True
+
+    def appended(self, first_offset: int, sizes: list[int]) -> None:
+        if self.args.max_length_bytes is not None:
+            for i, size in enumerate(sizes):
+                self._sizes[first_offset + i] = size
+
+    # --- consumers ---------------------------------------------------------------------
+    def add_consumer(self, consumer: Consumer) -> None:
+        self._order.append(consumer)
+        self.consumers.append(consumer)
+        self.consumers.sort(key=lambda c: -c.priority)
+        self.last_used = self.clock()
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        if consumer in self.consumers:
+            self.consumers.remove(consumer)
+            self._order.remove(consumer)
+            self.has_been_consumed = True
+            self.last_used = self.clock()
+        if self.auto_delete and not self.consumers and self.on_empty_auto_delete is not None:
+            self.on_empty_auto_delete(self)
+
+    def _pick(self) -> Consumer | None:
+        consumers = self.consumers
+        if not consumers:
+            return None
+        if self.args.single_active_consumer:
+            active = self._order[0]
+            return active if active.has_credit() else None
+        top = consumers[0].priority
+        n = len(consumers)
+        for i in range(n):
+            consumer = consumers[(self._turn + i) % n]
+            if consumer.priority == top and consumer.has_credit():
+                self._turn = (self._turn + i + 1) % n
+                return consumer
+        for consumer in consumers:  # lower-priority consumers get what the top ones cannot take
+            if consumer.priority < top and consumer.has_credit():
+                return consumer
+        return None
+
+    def active_consumer(self) -> Consumer | None:
+        """With x-single-active-consumer: the consumer that gets every message (the oldest one)."""
+        return self._order[0] if self._order and self.args.single_active_consumer else None
+
+    # --- delivering --------------------------------------------------------------------
+    def dispatch(self) -> int:
+        """Hand ready messages to consumers with credit; returns how many were delivered."""
+        if self.deleted:
+            return 0
+        if self.is_stream:
+            return self._dispatch_stream()
+        self.sync_end()
+        self._enforce_limits()
+        delivered = 0
+        while self.consumers and (self._staged or self.cursor.has_ready):
+            consumer = self._pick()
+            if consumer is None:
+                break
+            taken = self._take(consumer.owner)
+            if taken is None:
+                break
+            offset, redelivered, record = taken
+            if consumer.no_ack:
+                self.cursor.ack((offset,))
+            consumer.deliver(self, offset, record, redelivered)
+            delivered += 1
+        return delivered
+
+    # --- streams: every consumer reads the log from its own position; nothing is removed ------
+    @property
+    def is_stream(self) -> bool:
+        return self.args.queue_type == "stream"
+
+    def stream_start(self, spec) -> int:
+        """The first offset for a stream consumer's ``x-stream-offset`` (default ``next``)."""
+        plog = self.plog
+        if spec is None or spec == "next":
+            return plog.next_offset
+        if spec == "first":
+            return plog.log_start_offset
+        if spec == "last":  # the last chunk: we have no chunks, so the last message
+            return max(plog.next_offset - 1, plog.log_start_offset)
+        if isinstance(spec, bool):
+            raise ChannelError(PRECONDITION_FAILED, f"invalid x-stream-offset {spec!r}")
+        if isinstance(spec, int):
+            return min(max(spec, plog.log_start_offset), plog.next_offset)
+        if hasattr(spec, "timestamp"):  # a datetime (AMQP timestamp field)
+            found = plog.offset_for_timestamp(int(spec.timestamp() * 1000))
+            return plog.next_offset if found is None else found[0]
+        raise ChannelError(PRECONDITION_FAILED, f"invalid x-stream-offset {spec!r}: use first, last, next, an "
+                                                f"offset or a timestamp")
+
+    def _dispatch_stream(self) -> int:
+        end = self.plog.next_offset
+        delivered = 0
+        for consumer in list(self.consumers):
+            position = consumer.stream_position
+            while position < end and consumer.has_credit():
+                if position < self.plog.log_start_offset:
+                    position = self.plog.log_start_offset
+                    continue
+                record = self.reader.get(position)
+                if record is not None:
+                    consumer.deliver(self, position, record, False)
+                    delivered += 1
+                position += 1
+            consumer.stream_position = position
+        return delivered
+
+    def get(self, owner: Hashable, no_ack: bool) -> tuple[int, bool, Record] | None:
+        """basic.get: one message or None."""
+        self.sync_end()
+        self._enforce_limits()
+        taken = self._take(owner)
+        if taken is not None and no_ack:
+            self.cursor.ack((taken[0],))
+        self.last_used = self.clock()
+        return taken
+
+    def _take(self, owner: Hashable) -> tuple[int, bool, Record] | None:
+        """The next live message, skipping (and dead-lettering) expired ones."""
+        while True:
+            if self.args.max_priority is not None:
+                taken = self._take_by_priority(owner)
+            else:
+                taken = self.cursor.take(owner)
+            if taken is None:
+                return None
+            offset, redelivered = taken
+            record = self.reader.get(offset)
+            if record is None:  # a transaction marker or a compacted-away offset
+                self.cursor.skip(offset)
+                continue
+            self._sizes.pop(offset, None)
+            if self._expired(record):
+                self.cursor.skip(offset)
+                self._dead_letter(record, "expired")
+                continue
+            return offset, redelivered, record
+
+    def _stage(self) -> None:
+        """Priority queues: move every ready offset into a heap ordered by priority, then offset."""
+        while True:
+            taken = self.cursor.take(_STAGED)
+            if taken is None:
+                return
+            offset, redelivered = taken
+            record = self.reader.get(offset)
+            priority = 0 if record is None else min(mapping.priority(record) or 0, self.args.max_priority)
+            heapq.heappush(self._staged, (-priority, offset, redelivered))
+
+    def _take_by_priority(self, owner: Hashable) -> tuple[int, bool] | None:
+        self._stage()
+        while self._staged:
+            _, offset, redelivered = heapq.heappop(self._staged)
+            if self.cursor.owner_of(offset) is _STAGED:
+                self.cursor.unacked[offset] = owner
+                return offset, redelivered
+        return None
+
+    def _expired(self, record: Record) -> bool:
+        ttl = mapping.expiration(record)
+        if self.args.message_ttl is not None:
+            ttl = self.args.message_ttl if ttl is None else min(ttl, self.args.message_ttl)
+        return ttl is not None and record.timestamp + ttl <= self.clock() * 1000
+
+    def _dead_letter(self, record: Record, reason: str) -> None:
+        if self.dead_letter is not None and self.args.dead_letter_exchange is not None:
+            self.dead_letter(self, record, reason)
+
+    def expire_head(self) -> int:
+        """Drop expired messages at the head of the queue (RabbitMQ expires from the head only)."""
+        if self.deleted or self.is_stream:
+            return 0
+        self.sync_end()
+        dropped = 0
+        while True:
+            offset = self.cursor.peek()
+            if offset is None:
+                break
+            record = self.reader.get(offset)
+            if record is not None and not self._expired(record):
+                break
+            self.cursor.take(_STAGED)
+            self.cursor.skip(offset)
+            self._sizes.pop(offset, None)
+            if record is not None:
+                self._dead_letter(record, "expired")
+                dropped += 1
+        return dropped
+
+    def appended_limits(self) -> None:
+        """After an append: apply x-max-length / x-max-length-bytes (drop-head) at once."""
+        if self.args.max_length is not None or self.args.max_length_bytes is not None:
+            self.sync_end()
+            self._enforce_limits()
+
+    def _enforce_limits(self) -> None:
+        """drop-head overflow: discard (dead-letter) the oldest ready messages over the limits."""
+        a = self.args
+        if a.overflow != "drop-head" or (a.max_length is None and a.max_length_bytes is None):
+            return
+        while True:
+            count = self.message_count()
+            over = a.max_length is not None and count > a.max_length
+            over = over or (a.max_length_bytes is not None and count and sum(self._sizes.values()) > a.max_length_bytes)
+            if not over:
+                return
+            taken = self._take_raw_head()
+            if taken is None:
+                return
+            offset, record = taken
+            self._sizes.pop(offset, None)
+            self.cursor.skip(offset)
+            if record is not None:
+                self._dead_letter(record, "maxlen")
+
+    def _take_raw_head(self) -> tuple[int, Record | None] | None:
+        if self.args.max_priority is not None:
+            self._stage()
+            if not self._staged:
+                return None
+            victim = max(self._staged, key=lambda item: (item[0], -item[1]))  # lowest priority, oldest
+            self._staged.remove(victim)
+            heapq.heapify(self._staged)
+            return victim[1], self.reader.get(victim[1])
+        taken = self.cursor.take(_STAGED)
+        if taken is None:
+            return None
+        return taken[0], self.reader.get(taken[0])
+
+    # --- settling ----------------------------------------------------------------------
+    def ack(self, offsets) -> None:
+        if not self.is_stream:  # a stream keeps its messages: an ack only gives credit back
+            self.cursor.ack(offsets)
+
+    def reject(self, offsets, requeue: bool) -> None:
+        if self.is_stream:
+            return
+        offsets = list(offsets)
+        if requeue:
+            self.cursor.requeue(offsets)
+            return
+        for offset in offsets:
+            if self.cursor.owner_of(offset) is None:
+                continue
+            record = self.reader.get(offset)
+            self.cursor.skip(offset)
+            if record is not None:
+                self._dead_letter(record, "rejected")
+
+    def release(self, owner: Hashable) -> list[int]:
+        """A channel closed: its unacked deliveries go back to the queue, in offset order."""
+        if self.is_stream:
+            return []
+        return self.cursor.release_owner(owner)
+
+    def purge(self) -> int:
+        self.sync_end()
+        count = self.message_count()
+        if self.args.max_priority is not None:
+            for _, offset, _ in self._staged:
+                self.cursor.skip(offset)
+            self._staged.clear()
+        self.cursor.purge()
+        self._sizes.clear()
+        return count
+
+    @property
+    def ack_floor(self) -> int:
+        return self.cursor.ack_floor
+
+
+class _Staged:
+    """Owner of offsets taken into a priority queue's heap but not delivered yet."""
+
+    def __repr__(self) -> str:
+        return "<staged>"
+
+
+_STAGED = _Staged()

@@ -1,0 +1,362 @@
+"""A virtual host: its exchanges, its queues and the bindings between them, with RabbitMQ's rules.
+
+Every operation either changes the model or raises the exception RabbitMQ would raise
+(:mod:`routing.errors`), with its reply code and text. Queues are created and deleted through
+``topics``, the part of the log manager the vhost needs (a queue is a one-partition topic named
+by :func:`routing.names.queue_topic`). Durable definitions are reported to ``on_change`` so the
+owner can persist them; this module does no I/O of its own.
+"""
+from __future__ import annotations
+
+import base64
+import os
+from typing import Any, Callable, Hashable, Iterable
+
+from core.errors import InvalidTopicError, TopicExistsError
+from core.log_manager import LogManager
+from routing.errors import (
+    ACCESS_REFUSED, COMMAND_INVALID, PRECONDITION_FAILED, RESOURCE_LOCKED, ChannelError,
+    ConnectionError, inequivalent, not_found,
+)
+from routing.exchanges import EXCHANGE_TYPES, Exchange, route_through
+from routing.names import queue_topic
+from routing.queue import Queue
+
+DEFAULT_EXCHANGES = (("amq.direct", "direct"), ("amq.fanout", "fanout"), ("amq.topic", "topic"),
+                     ("amq.headers", "headers"), ("amq.match", "headers"))
+_SYSTEM_EXCHANGES = frozenset(name for name, _ in DEFAULT_EXCHANGES)
+# Queue topics take any message an AMQP client may send (the codec stops bodies at 512 MiB).
+QUEUE_TOPIC_CONFIGS = {"max.message.bytes": str(1 << 30)}
+# Topics of transient queues are not fsync'd before delivery or confirm: they die with the broker anyway.
+TRANSIENT_TOPIC_CONFIGS = {**QUEUE_TOPIC_CONFIGS, "flush.messages": str(2**62), "flush.ms": str(2**62)}
+
+
+_LOCKED = ("cannot obtain exclusive access to locked queue '{name}' in vhost '{vhost}'. It could be originally "
+           "declared on another connection or the exclusive property value does not match that of the original "
+           "declaration.")
+
+
+def _bool_text(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def _queue_key(name: str) -> tuple[str, str]:
+    return ("queue", name)
+
+
+class VirtualHost:
+    def __init__(self, name: str, logs: LogManager, *, on_change: Callable[[], None] = lambda: None,
+                 on_queue: Callable[[Queue, bool], None] = lambda queue, created: None):
+        self.name = name
+        self.logs = logs
+        self.on_change = on_change  # durable definitions changed
+        self.on_queue = on_queue  # a queue was created (True) or removed (False)
+        self.exchanges: dict[str, Exchange] = {}
+        self.queues: dict[str, Queue] = {}
+        self.dead_letter: Callable | None = None  # installed on every queue (see routing.broker)
+        for exchange_name, type_name in DEFAULT_EXCHANGES:
+            self.exchanges[exchange_name] = EXCHANGE_TYPES[type_name](exchange_name, durable=True)
+
+    # --- exchanges ---------------------------------------------------------------------
+    def exchange(self, name: str) -> Exchange:
+        exchange = self.exchanges.get(name)
+        if exchange is None:
+            raise not_found("exchange", name, self.name)
+        return exchange
+
+    def declare_exchange(self, name: str, type_name: str, *, passive: bool = False, durable: bool = False,
+                         auto_delete: bool = False, internal: bool = False,
+                         arguments: dict[str, Any] | None = None) -> Exchange:
+        if name == "":
+            raise ChannelError(ACCESS_REFUSED, "operation not permitted on the default exchange")
+        if passive:
+            return self.exchange(name)
+        cls = EXCHANGE_TYPES.get(type_name)
+        if cls is None:
+            raise ConnectionError(COMMAND_INVALID, f"unknown exchange type '{type_name}'")
+        existing = self.exchanges.get(name)
+        if existing is None and name.startswith("amq."):
+            raise ChannelError(ACCESS_REFUSED, f"exchange name '{name}' contains reserved prefix 'amq.*'")
+        if existing is not None:
+            for what, stored, given in (("type", existing.type_name, type_name),
+                                        ("durable", existing.durable, durable),
+                                        ("auto_delete", existing.auto_delete, auto_delete),
+                                        ("internal", existing.internal, internal)):
+                if stored != given:
+                    if isinstance(stored, bool):
+                        stored, given = _bool_text(stored), _bool_text(given)
+                    raise inequivalent("exchange", name, self.name, what, stored, given)
+            return existing
+        exchange = cls(name, durable=durable, auto_delete=auto_delete, internal=internal, arguments=arguments)
+        self.exchanges[name] = exchange
+        if durable:
+            self.on_change()
+        return exchange
+
+    def delete_exchange(self, name: str, *, if_unused: bool = False) -> None:
+        if name == "":
+            raise ChannelError(ACCESS_REFUSED, "operation not permitted on the default exchange")
+        if name in _SYSTEM_EXCHANGES:
+            raise ChannelError(ACCESS_REFUSED, f"deletion of system exchange '{name}' in vhost '{self.name}' not "
+                                               f"allowed")
+        exchange = self.exchanges.get(name)
+        if exchange is None:
+            return  # deleting what is not there succeeds, as in RabbitMQ 3.x
+        if if_unused and not (exchange.is_unused and not self._bound_as_destination(name)):
+            raise ChannelError(PRECONDITION_FAILED, f"exchange '{name}' in vhost '{self.name}' in use")
+        del self.exchanges[name]
+        for other in list(self.exchanges.values()):
+            if other.unbind_destination(("exchange", name)):
+                self._maybe_auto_delete(other)
+        if exchange.durable:
+            self.on_change()
+
+    def _bound_as_destination(self, name: str) -> bool:
+        key = ("exchange", name)
+        return any(b.destination == key for e in self.exchanges.values() for b in e.bindings())
+
+    def _maybe_auto_delete(self, exchange: Exchange) -> None:
+        if exchange.auto_delete and exchange.is_unused and exchange.name in self.exchanges:
+            self.delete_exchange(exchange.name)
+
+    def bind_exchange(self, destination: str, source: str, routing_key: str, arguments: dict | None) -> None:
+        self._check_bindable(source, destination_exchange=True)
+        dest = self.exchange(destination)
+        src = self.exchange(source)
+        if src.bind(("exchange", destination), routing_key, arguments) and src.durable and dest.durable:
+            self.on_change()
+
+    def unbind_exchange(self, destination: str, source: str, routing_key: str, arguments: dict | None) -> None:
+        self._check_bindable(source, destination_exchange=True)
+        self.exchange(destination)
+        src = self.exchange(source)
+        if src.unbind(("exchange", destination), routing_key, arguments):
+            self._maybe_auto_delete(src)
+            self.on_change()
+
+    def _check_bindable(self, source: str, destination_exchange: bool = False) -> None:
+        if source == "":
+            raise ChannelError(ACCESS_REFUSED, "operation not permitted on the default exchange")
+
+    # --- queues ------------------------------------------------------------------------
+    def queue(self, name: str, owner: Hashable | None = None) -> Queue:
+        """The queue ``name``; 404 if missing, 405 if exclusive to another connection."""
+        queue = self.queues.get(name)
+        if queue is None:
+            raise not_found("queue", name, self.name)
+        if queue.exclusive_owner is not None and queue.exclusive_owner != owner:
+            raise ChannelError(RESOURCE_LOCKED, _LOCKED.format(name=name, vhost=self.name))
+        return queue
+
+    def declare_queue(self, name: str, *, owner: Hashable, passive: bool = False, durable: bool = False,
+                      exclusive: bool = False, auto_delete: bool = False, arguments: dict[str, Any] | None = None,
+                      ack_floor: int = 0) -> Queue:
+        arguments = dict(arguments or {})
+        if passive:
+            if name == "":
+                raise not_found("queue", name, self.name)
+            queue = self.queue(name, owner)
+            queue.last_used = queue.clock()  # any declare renews x-expires
+            return queue
+        if name == "":
+            name = "amq.gen-" + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
+        elif name.startswith("amq."):
+            raise ChannelError(ACCESS_REFUSED, f"queue name '{name}' contains reserved prefix 'amq.*'")
+        existing = self.queues.get(name)
+        if existing is not None:
+            self.queue(name, owner)  # 405 when it belongs to another connection
+            if exclusive and existing.exclusive_owner is None:
+                raise ChannelError(RESOURCE_LOCKED, _LOCKED.format(name=name, vhost=self.name))
+            self._check_equivalent(existing, durable, exclusive, auto_delete, arguments)
+            existing.last_used = existing.clock()  # a redeclare renews x-expires
+            return existing
+        if arguments.get("x-queue-type") in ("quorum", "stream"):
+            what = "non-durable" if not durable else "exclusive-owner" if exclusive else \
+                "auto-delete" if auto_delete else None
+            if what is not None:
+                raise ChannelError(PRECONDITION_FAILED, f"invalid property '{what}' for queue '{name}' in vhost "
+                                                        f"'{self.name}'")
+        try:
+            topic = queue_topic(self.name, name)
+        except InvalidTopicError as exc:
+            raise ChannelError(PRECONDITION_FAILED, str(exc)) from None
+        plog = self._queue_log(topic, durable)
+        queue = Queue(self.name, name, topic, plog, durable=durable, exclusive_owner=owner if exclusive else None,
+                      auto_delete=auto_delete, arguments=arguments, ack_floor=ack_floor)
+        self._install(queue)
+        self.on_queue(queue, True)
+        if durable:
+            self.on_change()
+        return queue
+
+    def _queue_log(self, topic: str, durable: bool):
+        try:
+            self.logs.create_topic(topic, 1, QUEUE_TOPIC_CONFIGS if durable else TRANSIENT_TOPIC_CONFIGS)
+        except TopicExistsError:
+            pass  # a topic that Kafka clients made, or a durable queue coming back: its data is the queue's
+        return self.logs.get_log(topic, 0)
+
+    def _install(self, queue: Queue) -> None:
+        queue.dead_letter = self.dead_letter
+        queue.on_empty_auto_delete = self._auto_delete_queue
+        self.queues[queue.name] = queue
+
+    def _auto_delete_queue(self, queue: Queue) -> None:
+        if queue.name in self.queues and not queue.deleted:
+            self.delete_queue(queue.name, owner=queue.exclusive_owner)
+
+    def _check_equivalent(self, queue: Queue, durable: bool, exclusive: bool, auto_delete: bool,
+                          arguments: dict) -> None:
+        for what, stored, given in (("durable", queue.durable, durable),
+                                    ("auto_delete", queue.auto_delete, auto_delete)):
+            if stored != given:
+                raise inequivalent("queue", queue.name, self.name, what, _bool_text(stored), _bool_text(given))
+        for key in set(queue.arguments) | set(arguments):
+            if key in ("x-queue-type",) and arguments.get(key, "classic") == queue.arguments.get(key, "classic"):
+                continue
+            stored, given = queue.arguments.get(key), arguments.get(key)
+            if stored != given or type(stored) is not type(given):
+                if stored is not None and given is not None:
+                    detail = f"received '{_text(given)}' but current is '{_text(stored)}'"
+                else:
+                    detail = f"received {_describe(given)} but current is {_describe(stored)}"
+                raise ChannelError(PRECONDITION_FAILED, f"inequivalent arg '{key}' for queue '{queue.name}' in vhost "
+                                                        f"'{self.name}': {detail}")
+
+    def bind_queue(self, queue_name: str, exchange_name: str, routing_key: str, arguments: dict | None,
+                   owner: Hashable) -> None:
+        if exchange_name == "":
+            raise ChannelError(ACCESS_REFUSED, "operation not permitted on the default exchange")
+        queue = self.queue(queue_name, owner)
+        exchange = self.exchange(exchange_name)
+        if exchange.bind(_queue_key(queue.name), routing_key, arguments) and queue.durable and exchange.durable:
+            self.on_change()
+
+    def unbind_queue(self, queue_name: str, exchange_name: str, routing_key: str, arguments: dict | None,
+                     owner: Hashable) -> None:
+        if exchange_name == "":
+            raise ChannelError(ACCESS_REFUSED, "operation not permitted on the default exchange")
+        queue = self.queue(queue_name, owner)
+        exchange = self.exchange(exchange_name)
+        if exchange.unbind(_queue_key(queue.name), routing_key, arguments):
+            self._maybe_auto_delete(exchange)
+            self.on_change()
+
+    def purge_queue(self, name: str, owner: Hashable) -> int:
+        return self.queue(name, owner).purge()
+
+    def delete_queue(self, name: str, *, owner: Hashable, if_unused: bool = False, if_empty: bool = False) -> int:
+        queue = self.queues.get(name)
+        if queue is None:
+            return 0
+        self.queue(name, owner)
+        if if_unused and queue.consumers:
+            raise ChannelError(PRECONDITION_FAILED, f"queue '{name}' in vhost '{self.name}' in use")
+        count = queue.message_count()
+        if if_empty and count:
+            raise ChannelError(PRECONDITION_FAILED, f"queue '{name}' in vhost '{self.name}' not empty")
+        self._remove(queue)
+        return count
+
+    def _remove(self, queue: Queue) -> None:
+        queue.deleted = True
+        del self.queues[queue.name]
+        for exchange in list(self.exchanges.values()):
+            if exchange.unbind_destination(_queue_key(queue.name)):
+                self._maybe_auto_delete(exchange)
+        for consumer in list(queue.consumers):
+            queue.consumers.remove(consumer)
+            cancelled = getattr(consumer, "cancelled_by_server", None)
+            if cancelled is not None:
+                cancelled(queue)
+        try:
+            self.logs.delete_topic(queue.topic)
+        except Exception:  # already gone (a Kafka client deleted the topic): nothing left to remove
+            pass
+        self.on_queue(queue, False)
+        if queue.durable:
+            self.on_change()
+
+    def owner_gone(self, owner: Hashable) -> None:
+        """A connection closed: its exclusive queues go with it."""
+        for queue in [q for q in self.queues.values() if q.exclusive_owner == owner]:
+            self._remove(queue)
+
+    # --- routing -----------------------------------------------------------------------
+    def route(self, exchange_name: str, routing_key: str, headers: dict | None) -> list[Queue]:
+        """The queues a publish reaches; 404 for a missing exchange, 403 for an internal one."""
+        if exchange_name == "":
+            queue = self.queues.get(routing_key)
+            return [queue] if queue is not None else []
+        exchange = self.exchanges.get(exchange_name)
+        if exchange is None:
+            raise not_found("exchange", exchange_name, self.name)
+        if exchange.internal:
+            raise ChannelError(ACCESS_REFUSED, f"cannot publish to internal exchange '{exchange_name}' in vhost "
+                                               f"'{self.name}'")
+        found = route_through(self.exchanges, exchange_name, routing_key, headers)
+        queues = self.queues
+        return [queues[name] for _, name in found if name in queues]
+
+    # --- definitions -------------------------------------------------------------------
+    def durable_definitions(self) -> dict:
+        default = {name for name, _ in DEFAULT_EXCHANGES}
+        exchanges = [{"name": e.name, "type": e.type_name, "auto_delete": e.auto_delete, "internal": e.internal,
+                      "arguments": e.arguments}
+                     for e in self.exchanges.values() if e.durable and e.name not in default]
+        queues = [{"name": q.name, "arguments": q.arguments, "auto_delete": q.auto_delete}
+                  for q in self.queues.values() if q.durable]
+        durable_exchanges = {e.name for e in self.exchanges.values() if e.durable}
+        durable_queues = {q.name for q in self.queues.values() if q.durable}
+        bindings = []
+        for exchange in self.exchanges.values():
+            if exchange.name not in durable_exchanges:
+                continue
+            for binding in exchange.bindings():
+                kind, name = binding.destination
+                if (kind == "queue" and name in durable_queues) or (kind == "exchange" and name in durable_exchanges):
+                    bindings.append({"source": exchange.name, "destination_type": kind, "destination": name,
+                                     "routing_key": binding.routing_key, "arguments": dict(binding.arguments)})
+        return {"exchanges": exchanges, "queues": queues, "bindings": bindings}
+
+    def restore(self, definitions: dict, ack_floors: dict[str, int]) -> None:
+        """Recreate durable exchanges, queues and bindings after a restart."""
+        for e in definitions.get("exchanges", ()):
+            if e["name"] not in self.exchanges:
+                self.exchanges[e["name"]] = EXCHANGE_TYPES[e["type"]](
+                    e["name"], durable=True, auto_delete=e["auto_delete"], internal=e["internal"],
+                    arguments=e["arguments"])
+        for q in definitions.get("queues", ()):
+            topic = queue_topic(self.name, q["name"])
+            plog = self._queue_log(topic, True)
+            queue = Queue(self.name, q["name"], topic, plog, durable=True, exclusive_owner=None,
+                          auto_delete=q["auto_delete"], arguments=q["arguments"], ack_floor=ack_floors.get(topic, 0))
+            self._install(queue)
+        for b in definitions.get("bindings", ()):
+            source = self.exchanges.get(b["source"])
+            if source is not None:
+                source.bind((b["destination_type"], b["destination"]), b["routing_key"], b["arguments"])
+
+    def all_queues(self) -> Iterable[Queue]:
+        return list(self.queues.values())
+
+
+def _text(value) -> str:
+    if isinstance(value, bool):
+        return _bool_text(value)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)
+
+
+def _describe(value) -> str:
+    """An argument value as RabbitMQ names it in an inequivalence error (clients send ints as I or l)."""
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        kind = "bool"
+    elif isinstance(value, int):
+        kind = "signedint" if -2**31 <= value < 2**31 else "long"
+    else:
+        kind = {str: "longstr", bytes: "longstr", float: "double"}.get(type(value), type(value).__name__)
+    return f"the value '{_text(value)}' of type '{kind}'"

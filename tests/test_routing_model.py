@@ -1,0 +1,239 @@
+"""The AMQP model over a real log: vhost rules, publish/commit/deliver, acks, restart."""
+from __future__ import annotations
+
+import pytest
+
+from core.log_manager import LogManager
+from core.metadata import LocalMetadataStore
+from routing.broker import Router
+from routing.errors import ChannelError, ConnectionError
+
+PROPS_PERSISTENT = b"\x10\x00\x02"  # delivery-mode present (bit 12), value 2
+
+
+class Collector:
+    """A consumer as a channel would be: takes up to ``prefetch`` messages."""
+
+    def __init__(self, tag="c1", prefetch=0, priority=0, no_ack=False):
+        self.tag, self.prefetch, self.priority, self.no_ack = tag, prefetch, priority, no_ack
+        self.owner = self
+        self.got: list[tuple[int, bytes, bool]] = []
+        self.unacked = 0
+        self.cancelled = False
+
+    def has_credit(self):
+        return not self.prefetch or self.unacked < self.prefetch
+
+    def deliver(self, queue, offset, record, redelivered):
+        self.got.append((offset, record.value, redelivered))
+        if not self.no_ack:
+            self.unacked += 1
+
+    def cancelled_by_server(self, queue):
+        self.cancelled = True
+
+
+@pytest.fixture
+def make_router(tmp_path):
+    made = []
+
+    def make():
+        logs = LogManager(tmp_path, LocalMetadataStore(tmp_path))
+        logs.startup()
+        router = Router(tmp_path, logs)
+        router.load()
+        made.append(logs)
+        return router
+
+    yield make
+    for logs in made:
+        logs.shutdown()
+
+
+def publish(router, vhost, exchange, key, body, confirm=False):
+    return router.publish(vhost, exchange, key, PROPS_PERSISTENT, body, None, confirm)
+
+
+def flush(router):
+    router.commit()
+    router.logs.flush_dirty()
+    router.log_moved()
+
+
+def test_default_exchange_publish_deliver_ack(make_router):
+    router = make_router()
+    vhost = router.vhosts["/"]
+    queue = vhost.declare_queue("jobs", owner="conn", durable=True)
+    for i in range(5):
+        publish(router, vhost, "", "jobs", b"m%d" % i)
+    assert queue.message_count() == 0  # staged, not appended yet
+    router.commit()
+    assert queue.message_count() == 5  # deliverable once appended, before the fsync (as RabbitMQ)
+    consumer = Collector(prefetch=2)
+    queue.add_consumer(consumer)
+    queue.dispatch()
+    assert [v for _, v, _ in consumer.got] == [b"m0", b"m1"]
+    queue.ack([0, 1])
+    consumer.unacked = 0
+    queue.dispatch()
+    assert [v for _, v, _ in consumer.got][2:] == [b"m2", b"m3"]
+    assert queue.ack_floor == 2
+
+
+def test_release_redelivers_in_order_flagged(make_router):
+    router = make_router()
+    vhost = router.vhosts["/"]
+    queue = vhost.declare_queue("q", owner="conn", durable=True)
+    for i in range(3):
+        publish(router, vhost, "", "q", b"%d" % i)
+    flush(router)
+    first = Collector()
+    queue.add_consumer(first)
+    queue.dispatch()
+    queue.remove_consumer(first)
+    queue.release(first)
+    second = Collector(tag="c2")
+    queue.add_consumer(second)
+    queue.dispatch()
+    assert second.got == [(0, b"0", True), (1, b"1", True), (2, b"2", True)]
+
+
+def test_confirm_waits_for_the_fsync(make_router):
+    router = make_router()
+    vhost = router.vhosts["/"]
+    vhost.declare_queue("q", owner="conn", durable=True)
+    pub, routed = publish(router, vhost, "", "q", b"x", confirm=True)
+    assert routed
+    assert not pub.durable() or not pub.targets  # not appended yet
+    router.commit()
+    assert pub.targets and not pub.durable()
+    router.logs.flush_dirty()
+    assert pub.durable()
+
+
+def test_rules_and_reply_codes(make_router):
+    router = make_router()
+    vhost = router.vhosts["/"]
+    with pytest.raises(ChannelError) as err:
+        vhost.declare_queue("missing", owner="c", passive=True)
+    assert err.value.reply_code == 404 and "no queue 'missing' in vhost '/'" in err.value.reply_text
+    with pytest.raises(ChannelError) as err:
+        vhost.declare_exchange("amq.custom", "direct")
+    assert err.value.reply_code == 403
+    with pytest.raises(ConnectionError) as err:
+        vhost.declare_exchange("x", "nonsense")
+    assert err.value.reply_code == 503
+    vhost.declare_exchange("x", "direct")
+    with pytest.raises(ChannelError) as err:
+        vhost.declare_exchange("x", "fanout")
+    assert err.value.reply_code == 406
+    vhost.declare_queue("excl", owner="c1", exclusive=True)
+    with pytest.raises(ChannelError) as err:
+        vhost.declare_queue("excl", owner="c2", exclusive=True)
+    assert err.value.reply_code == 405
+    vhost.declare_queue("d", owner="c", durable=True)
+    with pytest.raises(ChannelError) as err:
+        vhost.declare_queue("d", owner="c", durable=False)
+    assert err.value.reply_code == 406
+    vhost.bind_queue("d", "x", "k", {}, "c")
+    with pytest.raises(ChannelError) as err:
+        vhost.delete_exchange("x", if_unused=True)
+    assert err.value.reply_code == 406
+    with pytest.raises(ChannelError) as err:
+        publish(router, vhost, "nowhere", "k", b"")
+    assert err.value.reply_code == 404
+    name = vhost.declare_queue("", owner="c").name
+    assert name.startswith("amq.gen-")
+
+
+def test_topic_fanout_and_alternate_exchange(make_router):
+    router = make_router()
+    vhost = router.vhosts["/"]
+    vhost.declare_exchange("ae", "fanout")
+    vhost.declare_exchange("t", "topic", arguments={"alternate-exchange": "ae"})
+    for q in ("stars", "hashes", "unrouted"):
+        vhost.declare_queue(q, owner="c")
+    vhost.bind_queue("stars", "t", "a.*", {}, "c")
+    vhost.bind_queue("hashes", "t", "a.#", {}, "c")
+    vhost.bind_queue("unrouted", "ae", "", {}, "c")
+    routes = {key: sorted(q.name for q in vhost.route("t", key, None)) for key in ("a", "a.b", "a.b.c", "b")}
+    assert routes == {"a": ["hashes"], "a.b": ["hashes", "stars"], "a.b.c": ["hashes"], "b": ["unrouted"]}
+
+
+def test_durable_definitions_and_ack_floor_survive_restart(make_router):
+    router = make_router()
+    vhost = router.vhosts["/"]
+    vhost.declare_exchange("events", "topic", durable=True)
+    queue = vhost.declare_queue("keep", owner="c", durable=True, arguments={"x-max-length": 100})
+    vhost.declare_queue("lose", owner="c", durable=False)
+    vhost.bind_queue("keep", "events", "#", {}, "c")
+    for i in range(4):
+        publish(router, vhost, "events", "k", b"%d" % i)
+    flush(router)
+    consumer = Collector()
+    queue.add_consumer(consumer)
+    queue.dispatch()
+    queue.ack([0, 1])
+    router.checkpoint()
+    router.logs.shutdown()
+
+    again = make_router()
+    vhost = again.vhosts["/"]
+    assert "lose" not in vhost.queues and "events" in vhost.exchanges
+    queue = vhost.queues["keep"]
+    assert queue.arguments == {"x-max-length": 100}
+    assert [q.name for q in vhost.route("events", "any", None)] == ["keep"]
+    consumer = Collector()
+    queue.add_consumer(consumer)
+    queue.dispatch()
+    assert consumer.got == [(2, b"2", True), (3, b"3", True)]  # unacked before the restart: redelivered
+
+
+def test_delete_queue_cancels_consumers_and_removes_the_topic(make_router):
+    router = make_router()
+    vhost = router.vhosts["/"]
+    queue = vhost.declare_queue("gone", owner="c", durable=True)
+    consumer = Collector()
+    queue.add_consumer(consumer)
+    vhost.delete_queue("gone", owner="c")
+    assert consumer.cancelled and router.logs.store.get_topic("gone") is None
+
+
+def test_max_length_drop_head_and_reject_publish(make_router):
+    router = make_router()
+    vhost = router.vhosts["/"]
+    drop = vhost.declare_queue("drop", owner="c", arguments={"x-max-length": 2})
+    vhost.declare_queue("refuse", owner="c", arguments={"x-max-length": 2, "x-overflow": "reject-publish"})
+    for i in range(4):
+        publish(router, vhost, "", "drop", b"%d" % i)
+    flush(router)
+    assert drop.message_count() == 2  # the two oldest were dropped as the append went over the limit
+    consumer = Collector()
+    drop.add_consumer(consumer)
+    drop.dispatch()
+    assert [v for _, v, _ in consumer.got] == [b"2", b"3"]
+    results = [publish(router, vhost, "", "refuse", b"%d" % i, confirm=True)[0] for i in range(3)]
+    flush(router)
+    assert [p.rejected for p in results] == [False, False, True]
+
+
+def test_dead_letter_on_reject_with_x_death(make_router):
+    router = make_router()
+    vhost = router.vhosts["/"]
+    vhost.declare_exchange("dlx", "fanout")
+    dead = vhost.declare_queue("dead", owner="c")
+    vhost.bind_queue("dead", "dlx", "", {}, "c")
+    work = vhost.declare_queue("work", owner="c", arguments={"x-dead-letter-exchange": "dlx"})
+    publish(router, vhost, "", "work", b"bad")
+    flush(router)
+    taker = Collector()
+    work.add_consumer(taker)
+    work.dispatch()
+    work.reject([0], requeue=False)
+    flush(router)
+    from routing import mapping
+    record = dead.reader.get(0)
+    assert record.value == b"bad"
+    exchange, key, raw = mapping.amqp_from_record(record)
+    death = mapping.headers_table(raw)["x-death"][0]
+    assert death["reason"] == "rejected" and death["queue"] == "work" and death["count"] == 1
