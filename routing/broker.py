@@ -29,7 +29,7 @@ from core.checkpoint import write_atomic
 from core.log import PartitionLog
 from core.log_manager import LogManager
 from routing import mapping
-from routing.errors import ACCESS_REFUSED, NOT_ALLOWED, ConnectionError
+from routing.errors import ACCESS_REFUSED, FRAME_ERROR, NOT_ALLOWED, ConnectionError
 from routing.queue import Queue
 from routing.vhost import VirtualHost
 from wire.records import Record, encode_batch
@@ -158,8 +158,11 @@ class Router:
         publish = Publish() if confirm else None
         if not queues:
             return publish, False
-        key, value, record_headers, timestamp = mapping.record_from_amqp(
-            exchange, routing_key, properties_raw, body, int(self.clock() * 1000))
+        try:
+            key, value, record_headers, timestamp = mapping.record_from_amqp(
+                exchange, routing_key, properties_raw, body, int(self.clock() * 1000))
+        except ValueError as exc:  # a property section the codec let through but that does not decode
+            raise ConnectionError(FRAME_ERROR, f"cannot decode content properties: {exc}") from None
         record = Record(0, timestamp, key, value, record_headers)
         staged_map = self._staged
         for queue in queues:

@@ -109,8 +109,15 @@ forms never meet.
 A Kafka producer may set properties by writing ``amqp.`` headers itself. Headers of this form
 that do not decode (``amqp.priority: high``, a duplicate, an unknown ``amqp.`` name, a value
 text in a non-canonical form such as ``02``) are delivered as long-string table entries under
-their full name rather than refused; an AMQP-form record whose key is not UTF-8 gets a lossy
-routing key. Those are the only lossy cases, and only for records no AMQP publish produced.
+their full name rather than refused. A valid ``amqp.properties`` is delivered as is and the
+other headers (but ``amqp.exchange``) are then not delivered; a plain header whose name is longer
+than 255 bytes is left out of an AMQP-form delivery; an AMQP-form record whose key is not UTF-8
+(or longer than 255 bytes) gets a lossy routing key. Those are the only lossy cases, and only
+for records no AMQP publish produced.
+
+:func:`headers_table` decodes as pamqp does (the last of duplicate keys wins, long strings as
+``str`` when UTF-8) except that ``D`` decimals are unsigned, as RabbitMQ reads them (pamqp reads
+the 32-bit value signed), and ``x`` is ``bytes``.
 """
 from __future__ import annotations
 
@@ -156,13 +163,12 @@ _PROPERTIES = (
 )
 _HEADERS_INDEX = 2
 _DELIVERY_MODE_INDEX, _PRIORITY_INDEX, _EXPIRATION_INDEX, _TIMESTAMP_INDEX = 3, 4, 7, 9
-_HEADERS_BIT, _EXPIRATION_BIT, _TIMESTAMP_BIT = 0x2000, 0x0100, 0x0040
+_HEADERS_BIT = 0x2000
 _PROPERTY_SLOT = {name: (i, bit, kind) for i, (bit, name, kind) in enumerate(_PROPERTIES) if i != _HEADERS_INDEX}
 
 _H_EXCHANGE = "amqp.exchange"
 _H_HEADERS = "amqp.headers"
 _H_PROPERTIES = "amqp.properties"
-_H_TYPED = "amqp.h."
 _RESERVED = "amqp."
 
 _X_KEY = b"x-kafka-key"
@@ -181,7 +187,7 @@ _MAX_DEPTH = 200  # nested tables/arrays; deeper is refused rather than overflow
 
 # field value types (RabbitMQ's set, as pamqp decodes them)
 _T_S, _T_x, _T_F, _T_A, _T_V = ord("S"), ord("x"), ord("F"), ord("A"), ord("V")
-_T_t, _T_b, _T_B, _T_f, _T_d, _T_D, _T_T = (ord(c) for c in "tbBfdDT")
+_T_t, _T_f, _T_d, _T_D, _T_T = (ord(c) for c in "tfdDT")
 _WIDTH = {ord("t"): 1, ord("b"): 1, ord("B"): 1, ord("s"): 2, ord("u"): 2, ord("I"): 4, ord("i"): 4,
           ord("l"): 8, ord("L"): 8, ord("f"): 4, ord("d"): 8, ord("D"): 5, ord("T"): 8, ord("V"): 0}
 _VARIABLE = frozenset((_T_S, _T_x, _T_F, _T_A))
