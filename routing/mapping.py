@@ -991,6 +991,28 @@ def with_headers(properties_raw: bytes, table: bytes | None = None, drop_expirat
     return b"".join((_U16.pack(new_flags), raw[2:2 * words], *parts, raw[known_end:]))
 
 
+def with_entry(properties_raw: bytes, name: str, t: str, value: Any) -> bytes:
+    """A copy of a property section whose headers table has entry ``name`` set to (``t``, ``value``):
+    replaced where it was, appended otherwise (e.g. ``x-stream-offset`` on stream deliveries)."""
+    raw = properties_raw if type(properties_raw) is bytes else bytes(properties_raw)
+    _, _, spans, _ = _split(raw)
+    span = spans[_HEADERS_INDEX]
+    key = name.encode()
+    new = _entry(key, t, value)
+    parts, replaced = [], False
+    if span is not None:
+        for entry_name, _t, value_start, value_end in _entries(raw, span[0] + 4, span[1]):
+            if entry_name == key and not replaced:
+                parts.append(new)
+                replaced = True
+            else:
+                parts.append(raw[value_start - 2 - len(entry_name):value_end])
+    if not replaced:
+        parts.append(new)
+    body = b"".join(parts)
+    return with_headers(raw, _U32.pack(len(body)) + body)
+
+
 def dead_lettered(properties_raw: bytes, *, queue: str, reason: str, exchange: str,
                   routing_keys: Sequence[str], now_s: int) -> bytes:
     """The property section of a message dead-lettered from ``queue``, as RabbitMQ makes it.

@@ -25,6 +25,15 @@ from routing.reader import LogReader
 from wire.records import Record
 
 QUEUE_TYPES = ("classic", "quorum", "stream")
+_INTERVAL_UNITS = {"Y": 365 * 86400_000, "M": 30 * 86400_000, "D": 86400_000, "h": 3600_000, "m": 60_000,
+                   "s": 1000}
+
+
+def parse_interval(text: str) -> int | None:
+    """RabbitMQ's stream intervals ("30m", "1h", "7D", "1Y") in milliseconds; None if not one."""
+    if len(text) >= 2 and text[:-1].isdigit() and text[-1] in _INTERVAL_UNITS:
+        return int(text[:-1]) * _INTERVAL_UNITS[text[-1]]
+    return None
 OVERFLOW = ("drop-head", "reject-publish", "reject-publish-dlx")
 
 
@@ -87,28 +96,30 @@ class QueueArguments:
             raise ChannelError(PRECONDITION_FAILED, f"invalid arg 'x-single-active-consumer' for queue '{queue}' "
                                                     f"in vhost '{vhost}': {{unacceptable_type,{type(sac).__name__}}}")
         self.single_active_consumer = sac
+        max_age = args.get("x-max-age")
+        if max_age is not None and (not isinstance(max_age, (str, bytes)) or parse_interval(
+                max_age.decode() if isinstance(max_age, bytes) else max_age) is None):
+            raise ChannelError(PRECONDITION_FAILED, f"invalid arg 'x-max-age' for queue '{queue}' in vhost "
+                                                    f"'{vhost}': {{invalid_max_age,{max_age!r}}}")
+        self.max_age_ms = None if max_age is None else parse_interval(
+            max_age.decode() if isinstance(max_age, bytes) else max_age)
 
 
 class Queue:
-    def __init__(self, vhost: str, name: str, topic: str, plog: PartitionLog, *, durable: bool, exclusive_owner,
-                 auto_delete: bool, arguments: dict[str, Any], ack_floor: int = 0,
+    def __init__(self, vhost: str, name: str, topic: str, plog: PartitionLog | None, *, durable: bool,
+                 exclusive_owner, auto_delete: bool, arguments: dict[str, Any], ack_floor: int = 0,
                  clock: Callable[[], float] = time.time):
+        """``plog`` may come later through :meth:`attach` (the arguments are validated first)."""
         self.vhost = vhost
         self.name = name
         self.topic = topic
-        self.plog = plog
         self.durable = durable
         self.exclusive_owner = exclusive_owner  # the connection that owns an exclusive queue, or None
         self.auto_delete = auto_delete
         self.arguments = dict(arguments)
         self.args = QueueArguments(self.arguments, name, vhost)
         self.clock = clock
-        # A floor above the log end means the log lost an unsynced tail in a crash after the floor
-        # was saved: the lost offsets will be reused, so the floor must come back down to the end.
-        floor = min(max(ack_floor, plog.log_start_offset), plog.next_offset)
-        # After a restart every message at or above the floor may have been delivered before.
-        self.cursor = QueueCursor(floor, plog.next_offset, redelivered_below=plog.next_offset if ack_floor else floor)
-        self.reader = LogReader(plog)
+        self._ack_floor = ack_floor
         self.consumers: list[Consumer] = []  # by priority, highest first
         self._order: list[Consumer] = []  # by registration
         self._turn = 0
@@ -119,6 +130,19 @@ class Queue:
         self.on_empty_auto_delete: Callable[[Queue], None] | None = None
         self._staged: list[tuple[int, int, bool]] = []  # priority queues: (-priority, offset, redelivered)
         self._sizes: dict[int, int] = {}  # body sizes of ready messages, for x-max-length-bytes
+
+        if plog is not None:
+            self.attach(plog)
+
+    def attach(self, plog: PartitionLog) -> None:
+        self.plog = plog
+        # A floor above the log end means the log lost an unsynced tail in a crash after the floor
+        # was saved: the lost offsets will be reused, so the floor must come back down to the end.
+        floor = min(max(self._ack_floor, plog.log_start_offset), plog.next_offset)
+        # After a restart every message at or above the floor may have been delivered before.
+        self.cursor = QueueCursor(floor, plog.next_offset,
+                                  redelivered_below=plog.next_offset if self._ack_floor else floor)
+        self.reader = LogReader(plog)
 
     def __repr__(self) -> str:
         return f"<Queue {self.name!r} vhost={self.vhost!r} topic={self.topic!r}>"
@@ -245,10 +269,17 @@ class Queue:
         if isinstance(spec, int):
             return min(max(spec, plog.log_start_offset), plog.next_offset)
         if hasattr(spec, "timestamp"):  # a datetime (AMQP timestamp field)
-            found = plog.offset_for_timestamp(int(spec.timestamp() * 1000))
-            return plog.next_offset if found is None else found[0]
+            return self._offset_at(int(spec.timestamp() * 1000))
+        if isinstance(spec, (str, bytes)):  # an interval back from now: "30m", "1h", "7D"
+            ms = parse_interval(spec.decode() if isinstance(spec, bytes) else spec)
+            if ms is not None:
+                return self._offset_at(int(self.clock() * 1000) - ms)
         raise ChannelError(PRECONDITION_FAILED, f"invalid x-stream-offset {spec!r}: use first, last, next, an "
                                                 f"offset or a timestamp")
+
+    def _offset_at(self, timestamp_ms: int) -> int:
+        found = self.plog.offset_for_timestamp(timestamp_ms)
+        return self.plog.next_offset if found is None else found[0]
 
     def _dispatch_stream(self) -> int:
         end = self.plog.next_offset
@@ -351,6 +382,8 @@ class Queue:
 
     def appended_limits(self) -> None:
         """After an append: apply x-max-length / x-max-length-bytes (drop-head) at once."""
+        if self.is_stream:
+            return  # a stream's size is bounded by its topic's retention, not by dropping heads
         if self.args.max_length is not None or self.args.max_length_bytes is not None:
             self.sync_end()
             self._enforce_limits()

@@ -180,20 +180,23 @@ class VirtualHost:
             topic = queue_topic(self.name, name)
         except InvalidTopicError as exc:
             raise ChannelError(PRECONDITION_FAILED, str(exc)) from None
-        plog = self._queue_log(topic, durable)
-        queue = Queue(self.name, name, topic, plog, durable=durable, exclusive_owner=owner if exclusive else None,
-                      auto_delete=auto_delete, arguments=arguments, ack_floor=ack_floor)
+        queue = Queue(self.name, name, topic, None, durable=durable, exclusive_owner=owner if exclusive else None,
+                      auto_delete=auto_delete, arguments=arguments, ack_floor=ack_floor)  # validates arguments
+        queue.attach(self._queue_log(topic, durable, _stream_configs(queue)))
         self._install(queue)
         self.on_queue(queue, True)
         if durable:
             self.on_change()
         return queue
 
-    def _queue_log(self, topic: str, durable: bool):
+    def _queue_log(self, topic: str, durable: bool, extra: dict | None = None):
+        configs = {**(QUEUE_TOPIC_CONFIGS if durable else TRANSIENT_TOPIC_CONFIGS), **(extra or {})}
         try:
-            self.logs.create_topic(topic, 1, QUEUE_TOPIC_CONFIGS if durable else TRANSIENT_TOPIC_CONFIGS)
+            self.logs.create_topic(topic, 1, configs)
         except TopicExistsError:
-            pass  # a topic that Kafka clients made, or a durable queue coming back: its data is the queue's
+            # A topic that Kafka clients made, or a durable queue coming back: its data is the queue's.
+            if extra:
+                self.logs.alter_topic_configs(topic, extra)
         return self.logs.get_log(topic, 0)
 
     def _install(self, queue: Queue) -> None:
@@ -328,9 +331,9 @@ class VirtualHost:
                     arguments=e["arguments"])
         for q in definitions.get("queues", ()):
             topic = queue_topic(self.name, q["name"])
-            plog = self._queue_log(topic, True)
-            queue = Queue(self.name, q["name"], topic, plog, durable=True, exclusive_owner=None,
+            queue = Queue(self.name, q["name"], topic, None, durable=True, exclusive_owner=None,
                           auto_delete=q["auto_delete"], arguments=q["arguments"], ack_floor=ack_floors.get(topic, 0))
+            queue.attach(self._queue_log(topic, True))
             self._install(queue)
         for b in definitions.get("bindings", ()):
             source = self.exchanges.get(b["source"])
@@ -339,6 +342,21 @@ class VirtualHost:
 
     def all_queues(self) -> Iterable[Queue]:
         return list(self.queues.values())
+
+
+def _stream_configs(queue: Queue) -> dict[str, str]:
+    """A stream queue's retention arguments as its topic's configs."""
+    if not queue.is_stream:
+        return {}
+    configs = {}
+    if queue.args.max_length_bytes is not None:
+        configs["retention.bytes"] = str(queue.args.max_length_bytes)
+    if queue.args.max_age_ms is not None:
+        configs["retention.ms"] = str(queue.args.max_age_ms)
+    segment = queue.arguments.get("x-stream-max-segment-size-bytes")
+    if isinstance(segment, int) and not isinstance(segment, bool) and segment > 0:
+        configs["segment.bytes"] = str(segment)
+    return configs
 
 
 def _text(value) -> str:

@@ -271,6 +271,8 @@ class Channel:
             self.unacked[tag] = (queue, offset, consumer)
             consumer.unacked += 1
         exchange, routing_key, properties_raw = mapping.amqp_from_record(record)
+        if queue.is_stream:  # as RabbitMQ: stream deliveries say where they are in the stream
+            properties_raw = mapping.with_entry(properties_raw, "x-stream-offset", "l", offset)
         self.connection.send_message(self.number, spec.Basic.Deliver(consumer.tag, tag, redelivered, exchange,
                                                                      routing_key),
                                      properties_raw, record.value or b"")
