@@ -191,6 +191,11 @@ class VirtualHost:
 
     def _queue_log(self, topic: str, durable: bool, extra: dict | None = None):
         configs = {**(QUEUE_TOPIC_CONFIGS if durable else TRANSIENT_TOPIC_CONFIGS), **(extra or {})}
+        existing = self.logs.store.get_topic(topic)
+        if existing is not None and existing.partitions != 1:
+            raise ChannelError(PRECONDITION_FAILED, f"topic '{topic}' already exists with {existing.partitions} "
+                                                    f"partitions; a queue needs a topic of one partition: choose "
+                                                    f"another queue name")
         try:
             self.logs.create_topic(topic, 1, configs)
         except TopicExistsError:

@@ -31,6 +31,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 from kio.static.primitive import i32Timedelta, i64Timedelta
 
+from wire.kafka_guard import check_request
 from wire.varint import decode_uvarint
 
 API_VERSIONS = 18
@@ -141,6 +142,7 @@ def parse_request(payload: bytes) -> Request:
     try:
         if flexible:
             pos = _skip_tagged_fields(payload, pos)
+        check_request(cls, payload, pos)  # kio pre-allocates arrays from their declared count
         body, _size = _reader(api_key, version)(payload, pos)
     except RequestError:
         raise

@@ -221,6 +221,8 @@ class Channel:
 
     # --- consuming ------------------------------------------------------------------------
     def basic_qos(self, m: spec.Basic.Qos) -> None:
+        if m.prefetch_size:
+            raise ConnectionError(NOT_IMPLEMENTED, f"prefetch_size!=0 ({m.prefetch_size})")  # as RabbitMQ
         if m.global_:
             self.global_prefetch = m.prefetch_count
         else:
@@ -280,8 +282,8 @@ class Channel:
     def basic_get(self, m: spec.Basic.Get) -> None:
         queue = self.vhost.queue(self._queue_name(m.queue), self.connection)
         if queue.is_stream:
-            raise ChannelError(PRECONDITION_FAILED, f"queue '{queue.name}' in vhost '{self.vhost.name}' is a "
-                                                    f"stream: basic.get is not supported, use basic.consume")
+            raise ConnectionError(NOT_IMPLEMENTED, f"basic.get not supported by stream queues queue '{queue.name}' "
+                                                   f"in vhost '{self.vhost.name}'")
         taken = queue.get(self, m.no_ack)
         if taken is None:
             self.reply(spec.Basic.GetEmpty())

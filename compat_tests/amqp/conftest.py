@@ -1,0 +1,236 @@
+"""Fixtures of the AMQP suite: the same tests against our broker and against a real RabbitMQ.
+
+``amqp_broker`` is module-scoped and parametrized over the targets, so one plain
+``python -m pytest`` runs every test twice, with ids ending ``[gateway]`` and ``[rabbitmq]``:
+
+* ``gateway``: a ``python -m gateway serve`` process per test module (port-0 listeners, its own
+  data directory). Its AMQP port is kept across :meth:`restart` and :meth:`kill`/:meth:`start`.
+* ``rabbitmq``: Debian's ``rabbitmq-server`` as a private node (``compat_tests/rabbitmq.py``),
+  started once per run and shared by the modules (a start costs ~4-5 s; every test uses its own
+  unique names). If RabbitMQ is not installed these tests fail, naming the package to install.
+
+``AMQP_COMPAT_TARGETS=gateway`` (a comma list) limits the targets; ``AMQP_COMPAT_URL=amqp://...``
+runs the suite against that external broker instead (target ``external``), where the tests that
+restart or kill the broker are skipped, as nothing else can restart it.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import urllib.parse
+from pathlib import Path
+
+import pytest
+
+from compat_tests.rabbitmq import INSTALL_HINT, RabbitMQNode, RabbitMQUnavailable
+from tests.brokerproc import BrokerProcess, start_broker
+
+from .helpers import connect, unique
+
+TARGETS = ("gateway", "rabbitmq")
+TARGETS_ENV = "AMQP_COMPAT_TARGETS"
+URL_ENV = "AMQP_COMPAT_URL"
+
+
+def selected_targets() -> list[str]:
+    if os.environ.get(URL_ENV, "").strip():
+        return ["external"]
+    names = [t.strip() for t in os.environ.get(TARGETS_ENV, "").split(",") if t.strip()]
+    unknown = sorted(set(names) - set(TARGETS))
+    if unknown:
+        raise pytest.UsageError(f"{TARGETS_ENV}: unknown target(s) {unknown}; choose from {list(TARGETS)}")
+    return names or list(TARGETS)
+
+
+class AmqpBroker:
+    """The broker under test as AMQP clients see it: ``url``, ``host``, ``port``, ``target``.
+
+    ``restart()`` stops it cleanly and starts it on the same data; ``kill()`` crashes it
+    (SIGKILL) and ``start()`` brings it back. The address stays the same across both.
+    """
+    target = "?"
+    host = "127.0.0.1"
+    port = 0
+
+    @property
+    def url(self) -> str:
+        return f"amqp://guest:guest@{self.host}:{self.port}/%2F"
+
+    def restart(self) -> None:
+        raise NotImplementedError
+
+    def kill(self) -> None:
+        raise NotImplementedError
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def ensure_running(self) -> None:
+        """Start again if an earlier test crashed the broker and failed before starting it."""
+
+    def output(self) -> str:
+        return ""
+
+    def __repr__(self) -> str:
+        return f"<{self.target} AMQP broker {self.host}:{self.port}>"
+
+
+class GatewayBroker(AmqpBroker):
+    target = "gateway"
+
+    def __init__(self, data_dir: Path):
+        self.data_dir = data_dir
+        self.process: BrokerProcess = start_broker(data_dir)
+        self.host, self.port = self.process.address("amqp")
+
+    def start(self) -> None:
+        assert self.process.proc.poll() is not None, "the broker is already running"
+        self.process = start_broker(self.data_dir, "--amqp-listen", f"{self.host}:{self.port}")
+
+    def restart(self) -> None:
+        code = self.process.stop(signal.SIGTERM)
+        assert code == 0, f"broker exited with {code} on SIGTERM:\n{self.process.output()[-5000:]}"
+        self.start()
+
+    def kill(self) -> None:
+        self.process.stop(signal.SIGKILL)
+
+    def ensure_running(self) -> None:
+        if self.process.proc.poll() is not None:
+            self.start()
+
+    def stop(self) -> None:
+        if self.process.proc.poll() is None:
+            self.process.stop(signal.SIGTERM)
+
+    def output(self) -> str:
+        return self.process.output()
+
+
+class RabbitMQBroker(AmqpBroker):
+    target = "rabbitmq"
+
+    def __init__(self, node: RabbitMQNode):
+        self.node = node
+        self.host, self.port = node.host, node.port
+
+    def start(self) -> None:
+        self.node.start()
+
+    def restart(self) -> None:
+        self.node.restart()
+
+    def kill(self) -> None:
+        self.node.kill()
+
+    def ensure_running(self) -> None:
+        if not self.node.running:
+            self.node.start()
+
+    def output(self) -> str:
+        return self.node.output()
+
+
+class ExternalBroker(AmqpBroker):
+    target = "external"
+
+    def __init__(self, url: str):
+        parts = urllib.parse.urlsplit(url)
+        self._url = url
+        self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 5672
+
+    @property
+    def url(self) -> str:
+        return self._url
+
+    def _cannot(self, what: str):
+        pytest.skip(f"cannot {what} the external broker {self._url} ({URL_ENV} is set)")
+
+    def restart(self) -> None:
+        self._cannot("restart")
+
+    def kill(self) -> None:
+        self._cannot("kill")
+
+    def start(self) -> None:
+        self._cannot("start")
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_node(tmp_path_factory):
+    """One private RabbitMQ node for the whole run (started on first use)."""
+    problem, node = None, None
+    try:
+        node = RabbitMQNode(tmp_path_factory.mktemp("rabbitmq"))
+        node.start()
+    except RabbitMQUnavailable as e:
+        problem = str(e)
+        if node is not None:
+            node.close()
+    if problem:
+        pytest.fail(f"the rabbitmq target needs a RabbitMQ node: {problem}\n(install: {INSTALL_HINT})",
+                    pytrace=False)
+    try:
+        yield node
+    finally:
+        node.close()
+
+
+@pytest.fixture(scope="module", params=selected_targets())
+def amqp_broker(request, tmp_path_factory):
+    """The broker under test (see the module docstring), shared by one test module."""
+    target = request.param
+    if target == "rabbitmq":
+        yield RabbitMQBroker(request.getfixturevalue("rabbitmq_node"))
+    elif target == "external":
+        yield ExternalBroker(os.environ[URL_ENV].strip())
+    else:
+        name = request.module.__name__.rpartition(".")[2]
+        broker = GatewayBroker(tmp_path_factory.mktemp(f"amqp-{name}") / "data")
+        try:
+            yield broker
+        finally:
+            broker.stop()
+
+
+@pytest.fixture(autouse=True)
+def _broker_running(request):
+    if "amqp_broker" in request.fixturenames:
+        request.getfixturevalue("amqp_broker").ensure_running()
+
+
+@pytest.fixture
+def connection(amqp_broker):
+    """A pika BlockingConnection to the broker under test, closed after the test."""
+    conn = connect(amqp_broker)
+    yield conn
+    if conn.is_open:
+        try:
+            conn.close()
+        except Exception:
+            pass
+
+
+@pytest.fixture
+def channel(connection):
+    return connection.channel()
+
+
+@pytest.fixture
+def name(request) -> str:
+    """A queue/exchange name unique to this test."""
+    return unique(request.node.originalname)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """On a failure, append the tail of the broker's log to the report."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call" and report.failed:
+        broker = getattr(item, "funcargs", {}).get("amqp_broker")
+        if isinstance(broker, AmqpBroker):
+            try:
+                report.sections.append((f"{broker.target} log (tail)", broker.output()[-4000:]))
+            except OSError:
+                pass
