@@ -156,7 +156,8 @@ class Router:
         """
         queues = vhost.route(exchange, routing_key, headers)
         publish = Publish() if confirm else None
-        if not queues:
+        xlog = vhost.exchange_logs.get(exchange) if vhost.exchange_logs else None
+        if not queues and xlog is None:
             return publish, False
         try:
             key, value, record_headers, timestamp = mapping.record_from_amqp(
@@ -165,6 +166,8 @@ class Router:
             raise ConnectionError(FRAME_ERROR, f"cannot decode content properties: {exc}") from None
         record = Record(0, timestamp, key, value, record_headers)
         staged_map = self._staged
+        if xlog is not None:  # the exchange's own log takes every message, routed or not
+            self._stage(xlog, record, publish, len(body))
         for queue in queues:
             if queue.args.overflow != "drop-head" and not self._admits(queue, len(body)):
                 if publish is not None:
@@ -172,25 +175,23 @@ class Router:
                 if queue.args.overflow == "reject-publish-dlx":
                     queue._dead_letter(record, "maxlen")
                 continue
-            staged = staged_map.get(queue)
-            if staged is None:
-                staged = staged_map[queue] = _Staged()
-            staged.records.append(record)
-            staged.publishes.append(publish)
-            staged.sizes.append(len(body))
-        return publish, True
+            self._stage(queue, record, publish, len(body))
+        return publish, bool(queues)
+
+    def _stage(self, target, record: Record, publish: Publish | None, size: int) -> None:
+        staged = self._staged.get(target)
+        if staged is None:
+            staged = self._staged[target] = _Staged()
+        staged.records.append(record)
+        staged.publishes.append(publish)
+        staged.sizes.append(size)
 
     def _admits(self, queue: Queue, size: int) -> bool:
         staged = self._staged.get(queue)
         return queue.admits(size, len(staged.records) if staged else 0)
 
     def stage_record(self, queue: Queue, record: Record) -> None:
-        staged = self._staged.get(queue)
-        if staged is None:
-            staged = self._staged[queue] = _Staged()
-        staged.records.append(record)
-        staged.publishes.append(None)
-        staged.sizes.append(len(record.value or b""))
+        self._stage(queue, record, None, len(record.value or b""))
 
     def commit(self) -> list[Queue]:
         """Append everything staged, one batch per queue; returns the queues appended to."""
@@ -231,11 +232,26 @@ class Router:
     # --- the log moved ----------------------------------------------------------------
     def log_moved(self) -> None:
         """High watermarks may have moved: let every queue with consumers deliver."""
+        self._forward_exchange_logs()
         for vhost in self.vhosts.values():
             for queue in list(vhost.queues.values()):
                 if queue.consumers:
                     queue.dispatch()
         self.settle_appends()  # dead-lettered messages
+
+    def _forward_exchange_logs(self) -> None:
+        """Records Kafka producers wrote to an exchange log are published through the exchange."""
+        for vhost in self.vhosts.values():
+            for xlog in list(vhost.exchange_logs.values()):
+                for record in xlog.foreign_records():
+                    _, routing_key, properties_raw = mapping.amqp_from_record(record)
+                    try:
+                        queues = vhost.route(xlog.name, routing_key, mapping.headers_table(properties_raw))
+                    except Exception:  # the exchange went away meanwhile
+                        break
+                    for queue in queues:
+                        self.stage_record(queue, Record(0, record.timestamp, record.key, record.value,
+                                                        record.headers))
 
     def tick(self) -> None:
         """Periodic: expire messages at queue heads, drop unused queues (x-expires)."""

@@ -18,6 +18,7 @@ from routing.errors import (
     ACCESS_REFUSED, COMMAND_INVALID, PRECONDITION_FAILED, RESOURCE_LOCKED, ChannelError,
     ConnectionError, inequivalent, not_found,
 )
+from routing.exchange_log import ExchangeLog
 from routing.exchanges import EXCHANGE_TYPES, Exchange, route_through
 from routing.names import queue_topic
 from routing.queue import Queue
@@ -53,6 +54,7 @@ class VirtualHost:
         self.on_queue = on_queue  # a queue was created (True) or removed (False)
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}
+        self.exchange_logs: dict[str, ExchangeLog] = {}  # exchanges declared with x-log: true
         self.dead_letter: Callable | None = None  # installed on every queue (see routing.broker)
         for exchange_name, type_name in DEFAULT_EXCHANGES:
             self.exchanges[exchange_name] = EXCHANGE_TYPES[type_name](exchange_name, durable=True)
@@ -88,6 +90,8 @@ class VirtualHost:
                     raise inequivalent("exchange", name, self.name, what, stored, given)
             return existing
         exchange = cls(name, durable=durable, auto_delete=auto_delete, internal=internal, arguments=arguments)
+        if exchange.arguments.get("x-log") is True:
+            self._open_exchange_log(name)
         self.exchanges[name] = exchange
         if durable:
             self.on_change()
@@ -105,11 +109,27 @@ class VirtualHost:
         if if_unused and not (exchange.is_unused and not self._bound_as_destination(name)):
             raise ChannelError(PRECONDITION_FAILED, f"exchange '{name}' in vhost '{self.name}' in use")
         del self.exchanges[name]
+        gone_log = self.exchange_logs.pop(name, None)
+        if gone_log is not None:
+            gone_log.deleted = True  # the topic stays: it is the record of the traffic
         for other in list(self.exchanges.values()):
             if other.unbind_destination(("exchange", name)):
                 self._maybe_auto_delete(other)
         if exchange.durable:
             self.on_change()
+
+    def _open_exchange_log(self, name: str) -> None:
+        try:
+            topic = queue_topic(self.name, name)
+        except InvalidTopicError as exc:
+            raise ChannelError(PRECONDITION_FAILED, str(exc)) from None
+        owner = next((q for q in self.queues.values() if q.topic == topic), None)
+        if owner is not None:
+            raise ChannelError(PRECONDITION_FAILED, f"topic '{topic}' for the log of exchange '{name}' is the topic of "
+                                                    f"queue '{owner.name}' in vhost '{self.name}': choose another "
+                                                    f"exchange name")
+        plog = self._queue_log(topic, True)
+        self.exchange_logs[name] = ExchangeLog(self.name, name, topic, plog)
 
     def _bound_as_destination(self, name: str) -> bool:
         key = ("exchange", name)
@@ -180,6 +200,10 @@ class VirtualHost:
             topic = queue_topic(self.name, name)
         except InvalidTopicError as exc:
             raise ChannelError(PRECONDITION_FAILED, str(exc)) from None
+        for xlog in self.exchange_logs.values():
+            if xlog.topic == topic:
+                raise ChannelError(PRECONDITION_FAILED, f"topic '{topic}' is the log of exchange '{xlog.name}' in vhost "
+                                                        f"'{self.name}': choose another queue name")
         queue = Queue(self.name, name, topic, None, durable=durable, exclusive_owner=owner if exclusive else None,
                       auto_delete=auto_delete, arguments=arguments, ack_floor=ack_floor)  # validates arguments
         queue.attach(self._queue_log(topic, durable, _stream_configs(queue)))
@@ -334,6 +358,8 @@ class VirtualHost:
                 self.exchanges[e["name"]] = EXCHANGE_TYPES[e["type"]](
                     e["name"], durable=True, auto_delete=e["auto_delete"], internal=e["internal"],
                     arguments=e["arguments"])
+                if e["arguments"].get("x-log") is True:
+                    self._open_exchange_log(e["name"])
         for q in definitions.get("queues", ()):
             topic = queue_topic(self.name, q["name"])
             queue = Queue(self.name, q["name"], topic, None, durable=True, exclusive_owner=None,

@@ -237,3 +237,27 @@ def test_dead_letter_on_reject_with_x_death(make_router):
     exchange, key, raw = mapping.amqp_from_record(record)
     death = mapping.headers_table(raw)["x-death"][0]
     assert death["reason"] == "rejected" and death["queue"] == "work" and death["count"] == 1
+
+
+def test_exchange_log_takes_every_publish_and_forwards_kafka_records(make_router):
+    from wire.records import encode_batch, Record
+    router = make_router()
+    vhost = router.vhosts["/"]
+    vhost.declare_exchange("events", "direct", durable=True, arguments={"x-log": True})
+    queue = vhost.declare_queue("bound", owner="c")
+    vhost.bind_queue("bound", "events", "k", {}, "c")
+    publish(router, vhost, "events", "k", b"routed")
+    publish(router, vhost, "events", "other", b"unrouted")
+    flush(router)
+    log = router.logs.get_log("events", 0)
+    assert log.next_offset == 2 and queue.message_count() == 1
+    with pytest.raises(ChannelError) as err:  # one namespace: the topic is taken
+        vhost.declare_queue("events", owner="c")
+    assert err.value.reply_code == 406
+    log.append(encode_batch([Record(0, 1000, b"k", b"from-kafka")]))  # a Kafka producer's record
+    flush(router)
+    consumer = Collector()
+    queue.add_consumer(consumer)
+    queue.dispatch()
+    assert [v for _, v, _ in consumer.got] == [b"routed", b"from-kafka"]
+    assert log.next_offset == 3  # forwarding does not write the log again
