@@ -123,7 +123,6 @@ class Queue:
         self.consumers: list[Consumer] = []  # by priority, highest first
         self._order: list[Consumer] = []  # by registration
         self._turn = 0
-        self.has_been_consumed = False  # auto-delete applies only after a first consumer went away
         self.last_used = clock()
         self.deleted = False
         self.dead_letter: Callable[[Queue, Record, str], None] | None = None
@@ -165,9 +164,6 @@ class Queue:
     def consumer_count(self) -> int:
         return len(self.consumers)
 
-    def is_empty(self) -> bool:
-        return self.message_count() == 0
-
     # --- publishing (called by the vhost before the append) ----------------------------
     def admits(self, body_size: int, pending: int = 0) -> bool:
         """False when a reject-publish overflow policy refuses one more message.
@@ -195,13 +191,13 @@ class Queue:
         self.last_used = self.clock()
 
     def remove_consumer(self, consumer: Consumer) -> None:
-        if consumer in self.consumers:
-            self.consumers.remove(consumer)
-            self._order.remove(consumer)
-            self.has_been_consumed = True
-            self.last_used = self.clock()
+        if consumer not in self.consumers:
+            return
+        self.consumers.remove(consumer)
+        self._order.remove(consumer)
+        self.last_used = self.clock()
         if self.auto_delete and not self.consumers and self.on_empty_auto_delete is not None:
-            self.on_empty_auto_delete(self)
+            self.on_empty_auto_delete(self)  # RabbitMQ: auto-delete once the last consumer is gone
 
     def _pick(self) -> Consumer | None:
         consumers = self.consumers
@@ -221,10 +217,6 @@ class Queue:
             if consumer.priority < top and consumer.has_credit():
                 return consumer
         return None
-
-    def active_consumer(self) -> Consumer | None:
-        """With x-single-active-consumer: the consumer that gets every message (the oldest one)."""
-        return self._order[0] if self._order and self.args.single_active_consumer else None
 
     # --- delivering --------------------------------------------------------------------
     def dispatch(self) -> int:

@@ -20,7 +20,7 @@ import time
 
 from pamqp import commands as spec
 from pamqp import decode as pamqp_decode
-from twisted.internet import protocol
+from twisted.internet import protocol, task
 
 from gateway.amqp.channel import Channel
 from gateway.logs import fields
@@ -291,7 +291,6 @@ class AmqpConnection(protocol.Protocol):
         self.heartbeat = m.heartbeat
         self.state = "open"
         if self.heartbeat:
-            from twisted.internet import task
             self._heartbeat_loop = task.LoopingCall(self._heartbeat_tick)
             self._heartbeat_loop.clock = self.reactor
             self._heartbeat_loop.start(max(self.heartbeat / 2, 0.5), now=False)
