@@ -73,7 +73,7 @@ class Router:
         self.vhosts: dict[str, VirtualHost] = {}
         self.users: dict[str, str] = {DEFAULT_USER[0]: DEFAULT_USER[1]}
         self._staged: dict[Queue, _Staged] = {}
-        self._floors_written: dict[str, int] = {}
+        self._floors_written: dict[str, dict] | None = None
         self._transient: set[str] = set()
         self._definitions_dirty = False
         self.on_appended: Callable[[], None] = lambda: None  # the gateway asks for a flush
@@ -87,11 +87,11 @@ class Router:
                 self.logs.delete_topic(topic)
         write_atomic(self.dir / "transient.json", b"[]")
         definitions = _read_json(self.dir / "definitions.json", {"vhosts": {}})
-        floors = _read_json(self.dir / "ack-floors.json", {})
-        self._floors_written = dict(floors)
+        positions = _read_json(self.dir / "ack-floors.json", {})
         for name, defs in definitions["vhosts"].items():
-            self.vhost_create(name, persist=False).restore(_decode(defs), floors)
+            self.vhost_create(name, persist=False).restore(_decode(defs), positions)
         self.vhost_create(DEFAULT_VHOST, persist=False)
+        self.checkpoint()  # drop the delivered bounds at once: they hold only until the next crash
 
     def vhost_create(self, name: str, persist: bool = True) -> VirtualHost:
         vhost = self.vhosts.get(name)
@@ -122,13 +122,18 @@ class Router:
         write_atomic(self.dir / "definitions.json", json.dumps(doc, indent=1, sort_keys=True).encode())
         self._definitions_dirty = False
 
-    def checkpoint(self) -> None:
-        """Persist the ack floors that moved (durable queues only)."""
+    def checkpoint(self, clean_stop: bool = False) -> None:
+        """Persist the ack floors that moved (durable queues only).
+
+        At a clean stop each queue's delivered bound is saved too, so that after the restart only
+        messages that were in fact delivered come back flagged redelivered."""
         floors = {}
         for vhost in self.vhosts.values():
             for queue in vhost.queues.values():
                 if queue.durable:
-                    floors[queue.topic] = queue.ack_floor
+                    floors[queue.topic] = {"floor": queue.ack_floor}
+                    if clean_stop:
+                        floors[queue.topic]["delivered"] = queue.delivered_bound
         if floors != self._floors_written:
             write_atomic(self.dir / "ack-floors.json", json.dumps(floors, sort_keys=True).encode())
             self._floors_written = floors

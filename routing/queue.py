@@ -108,7 +108,7 @@ class QueueArguments:
 class Queue:
     def __init__(self, vhost: str, name: str, topic: str, plog: PartitionLog | None, *, durable: bool,
                  exclusive_owner, auto_delete: bool, arguments: dict[str, Any], ack_floor: int = 0,
-                 clock: Callable[[], float] = time.time):
+                 delivered_bound: int | None = None, clock: Callable[[], float] = time.time):
         """``plog`` may come later through :meth:`attach` (the arguments are validated first)."""
         self.vhost = vhost
         self.name = name
@@ -120,6 +120,7 @@ class Queue:
         self.args = QueueArguments(self.arguments, name, vhost)
         self.clock = clock
         self._ack_floor = ack_floor
+        self._delivered_bound = delivered_bound  # known after a clean stop: nothing at or above was delivered
         self.consumers: list[Consumer] = []  # by priority, highest first
         self._order: list[Consumer] = []  # by registration
         self._turn = 0
@@ -138,9 +139,10 @@ class Queue:
         # A floor above the log end means the log lost an unsynced tail in a crash after the floor
         # was saved: the lost offsets will be reused, so the floor must come back down to the end.
         floor = min(max(self._ack_floor, plog.log_start_offset), plog.next_offset)
-        # After a restart every message at or above the floor may have been delivered before.
-        self.cursor = QueueCursor(floor, plog.next_offset,
-                                  redelivered_below=plog.next_offset if self._ack_floor else floor)
+        # After a crash every message at or above the floor may have been delivered before; after a
+        # clean stop, only those below the saved delivered bound were.
+        bound = plog.next_offset if self._delivered_bound is None else min(self._delivered_bound, plog.next_offset)
+        self.cursor = QueueCursor(floor, plog.next_offset, redelivered_below=bound)
         self.reader = LogReader(plog)
 
     def __repr__(self) -> str:
@@ -454,6 +456,11 @@ class Queue:
     @property
     def ack_floor(self) -> int:
         return self.cursor.ack_floor
+
+    @property
+    def delivered_bound(self) -> int:
+        """Offsets at or above this were never handed to a consumer."""
+        return self.cursor.next_offset
 
 
 class _Staged:

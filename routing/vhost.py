@@ -351,7 +351,7 @@ class VirtualHost:
                                      "routing_key": binding.routing_key, "arguments": dict(binding.arguments)})
         return {"exchanges": exchanges, "queues": queues, "bindings": bindings}
 
-    def restore(self, definitions: dict, ack_floors: dict[str, int]) -> None:
+    def restore(self, definitions: dict, positions: dict[str, dict]) -> None:
         """Recreate durable exchanges, queues and bindings after a restart."""
         for e in definitions.get("exchanges", ()):
             if e["name"] not in self.exchanges:
@@ -362,8 +362,10 @@ class VirtualHost:
                     self._open_exchange_log(e["name"])
         for q in definitions.get("queues", ()):
             topic = queue_topic(self.name, q["name"])
+            position = positions.get(topic, {})
             queue = Queue(self.name, q["name"], topic, None, durable=True, exclusive_owner=None,
-                          auto_delete=q["auto_delete"], arguments=q["arguments"], ack_floor=ack_floors.get(topic, 0))
+                          auto_delete=q["auto_delete"], arguments=q["arguments"],
+                          ack_floor=position.get("floor", 0), delivered_bound=position.get("delivered"))
             queue.attach(self._queue_log(topic, True))
             self._install(queue)
         for b in definitions.get("bindings", ()):

@@ -84,4 +84,4 @@ class AmqpService:
         self.after_input()
         for connection in list(self.connections):
             connection.close_connection(320, "broker forced connection closure with reason 'shutdown'")
-        self.router.checkpoint()
+        self.router.checkpoint(clean_stop=True)
