@@ -261,3 +261,18 @@ def test_exchange_log_takes_every_publish_and_forwards_kafka_records(make_router
     queue.dispatch()
     assert [v for _, v, _ in consumer.got] == [b"routed", b"from-kafka"]
     assert log.next_offset == 3  # forwarding does not write the log again
+
+
+def test_stream_queue_retention_and_offsets(make_router):
+    router = make_router()
+    vhost = router.vhosts["/"]
+    queue = vhost.declare_queue("s", owner="c", durable=True, arguments={
+        "x-queue-type": "stream", "x-max-age": "7D", "x-max-length-bytes": 10_000_000})
+    configs = router.logs.store.get_topic("s").configs
+    assert configs["retention.ms"] == str(7 * 86400_000) and configs["retention.bytes"] == "10000000"
+    for i in range(3):
+        publish(router, vhost, "", "s", b"%d" % i)
+    flush(router)
+    assert [queue.stream_start(spec) for spec in ("first", "last", "next", 1, "30m")] == [0, 2, 3, 1, 0]
+    with pytest.raises(ChannelError):
+        vhost.declare_queue("bad", owner="c", durable=True, arguments={"x-queue-type": "stream", "x-max-age": "7x"})
