@@ -2,18 +2,18 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
-from bench import log_bench
-
-SUITES = {"log": log_bench}
+# suite name -> module (imported lazily: the peer suites need client libraries)
+SUITES = {"log": "bench.log_bench", "kafka": "bench.kafka_bench", "amqp": "bench.amqp_bench"}
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("suite", choices=sorted(SUITES))
     args, rest = parser.parse_known_args(argv)
-    return SUITES[args.suite].main(rest)
+    return importlib.import_module(SUITES[args.suite]).main(rest)
 
 
 if __name__ == "__main__":
