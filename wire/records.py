@@ -330,30 +330,30 @@ def _parse_headers(data: bytes, p: int, end: int, count: int, index: int) -> tup
 def _record_bytes(offset_delta: int, ts_delta: int, key, value, headers, attributes: int = 0) -> bytes:
     """One record, its length prefix included."""
     ev = encode_varint
-    body = bytearray((attributes,))
-    body += ev(ts_delta)
-    body += ev(offset_delta)
+    parts = [bytes((attributes,)), ev(ts_delta), ev(offset_delta)]
+    add = parts.append
     if key is None:
-        body += _NULL
+        add(_NULL)
     else:
-        body += ev(len(key))
-        body += key
+        add(ev(len(key)))
+        add(key)
     if value is None:
-        body += _NULL
+        add(_NULL)
     else:
-        body += ev(len(value))
-        body += value
-    body += ev(len(headers))
+        add(ev(len(value)))
+        add(value)
+    add(ev(len(headers)))
     for header in headers:
         hkey, hvalue = (header.key, header.value) if isinstance(header, Header) else header
         raw = hkey.encode("utf-8")
-        body += ev(len(raw))
-        body += raw
+        add(ev(len(raw)))
+        add(raw)
         if hvalue is None:
-            body += _NULL
+            add(_NULL)
         else:
-            body += ev(len(hvalue))
-            body += hvalue
+            add(ev(len(hvalue)))
+            add(hvalue)
+    body = b"".join(parts)
     return ev(len(body)) + body
 
 

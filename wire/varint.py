@@ -31,9 +31,15 @@ def encode_uvarint(n: int) -> bytes:
 
 def encode_varint(n: int) -> bytes:
     """Zigzag signed varint of a 64-bit ``n`` (Kafka's varint and varlong share this encoding)."""
+    if 0 <= n < _SMALL_LIMIT:  # lengths and deltas: served from a table, the record encoder's hot path
+        return _SMALL[n]
     if not _I64_MIN <= n <= _I64_MAX:
         raise ValueError(f"signed varint out of 64-bit range: {n}")
     return encode_uvarint((n << 1) if n >= 0 else ((-n) << 1) - 1)
+
+
+_SMALL_LIMIT = 8192  # zigzag values below 16384: at most two bytes
+_SMALL = [encode_uvarint(n << 1) for n in range(_SMALL_LIMIT)]
 
 
 def decode_uvarint(buf, pos: int) -> tuple[int, int]:
