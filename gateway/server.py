@@ -106,6 +106,7 @@ class Broker:
             reactor=self.reactor)
         alarms = Alarms(self.data_dir, self.settings.disk_free_limit_mb, self.settings.memory_limit_mb)
         self.amqp = AmqpService(Router(self.data_dir, self.logs), self.reactor, self.request_flush, alarms)
+        self.kafka.topic_deleted = self.amqp.router.topic_deleted
         factories = {
             "kafka": _Gate(KafkaFactory(self.kafka), lambda: self.ready),
             "amqp": _Gate(AmqpFactory(self.amqp), lambda: self.ready),

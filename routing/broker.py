@@ -138,6 +138,11 @@ class Router:
             write_atomic(self.dir / "ack-floors.json", json.dumps(floors, sort_keys=True).encode())
             self._floors_written = floors
 
+    def topic_deleted(self, topic: str) -> None:
+        """A Kafka client deleted a topic: the queue or exchange log it backed goes with it."""
+        for vhost in self.vhosts.values():
+            vhost.topic_deleted(topic)
+
     # --- connections -------------------------------------------------------------------
     def authenticate(self, username: str, password: str, loopback: bool) -> bool:
         if self.users.get(username) != password:

@@ -309,6 +309,15 @@ class VirtualHost:
         if queue.durable:
             self.on_change()
 
+    def topic_deleted(self, topic: str) -> None:
+        """The topic behind a queue or an exchange log was deleted (through Kafka)."""
+        for queue in [q for q in self.queues.values() if q.topic == topic]:
+            self._remove(queue)  # consumers get basic.cancel, bindings go
+        for name, xlog in list(self.exchange_logs.items()):
+            if xlog.topic == topic:
+                xlog.deleted = True
+                del self.exchange_logs[name]
+
     def owner_gone(self, owner: Hashable) -> None:
         """A connection closed: its exclusive queues go with it."""
         for queue in [q for q in self.queues.values() if q.exclusive_owner == owner]:

@@ -3,6 +3,8 @@ AMQP consumers drain its bound queues; Kafka records written to the log are rout
 exchange; the namespace is shared; all of it again after a restart."""
 from __future__ import annotations
 
+import time
+
 import pika
 import pytest
 
@@ -85,4 +87,27 @@ def test_exchange_log_after_restart(cross_broker, name):
     assert [b for _, _, b in got] == [b"before", b"after", b"kafka-after"]
     records = kafka_read(cross_broker.bootstrap, name, 3)
     assert [r.value for r in records] == [b"before", b"after", b"kafka-after"]
+    conn.close()
+
+
+def test_deleting_a_queue_topic_through_kafka_deletes_the_queue(cross_broker, name):
+    from kafka.admin import KafkaAdminClient
+    conn = connect(cross_broker)
+    ch = conn.channel()
+    ch.queue_declare(name, durable=True)
+    cancelled = []
+    ch.add_on_cancel_callback(lambda frame: cancelled.append(frame.method.consumer_tag))
+    tag = ch.basic_consume(name, lambda *args: None)
+    admin = KafkaAdminClient(bootstrap_servers=cross_broker.bootstrap)
+    try:
+        admin.delete_topics([name])
+    finally:
+        admin.close()
+    deadline = time.monotonic() + 10
+    while not cancelled and time.monotonic() < deadline:
+        conn.process_data_events(time_limit=0.1)
+    assert cancelled == [tag]  # consumer_cancel_notify, as when the queue is deleted over AMQP
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+        conn.channel().queue_declare(name, passive=True)
+    assert info.value.reply_code == 404
     conn.close()

@@ -33,6 +33,7 @@ class KafkaContext:
     reactor: object = None
     users: dict = field(default_factory=dict)
     accepting: bool = True  # False once shutdown begins: requests still arriving are refused
+    topic_deleted: Callable[[str], None] = lambda name: None  # the AMQP side drops a queue on it
 
     def partition(self, topic: str, index: int) -> PartitionLog | None:
         return self.logs.logs.get((topic, index))
