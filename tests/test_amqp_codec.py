@@ -522,3 +522,22 @@ def test_frame_max_can_be_lowered_after_tune():
     with pytest.raises(AmqpFrameError) as info:
         codec.next_event()
     assert info.value.reply_code == FRAME_ERROR
+
+
+_SIMPLE_STR = st.text(max_size=20)
+
+
+@given(content_type=st.none() | _SIMPLE_STR, content_encoding=st.none() | _SIMPLE_STR,
+       delivery_mode=st.none() | st.integers(1, 2), priority=st.none() | st.integers(0, 255),
+       correlation_id=st.none() | _SIMPLE_STR, reply_to=st.none() | _SIMPLE_STR,
+       expiration=st.none() | st.from_regex(r"\A[0-9]{1,8}\Z"), message_id=st.none() | _SIMPLE_STR,
+       message_type=st.none() | _SIMPLE_STR, user_id=st.none() | _SIMPLE_STR, app_id=st.none() | _SIMPLE_STR)
+def test_simple_property_fast_path_equals_pamqp(**values):
+    """Sections without headers or timestamp skip pamqp's loop; the result must be what pamqp gives."""
+    from wire.amqp.codec import _decode_properties
+    raw = Basic.Properties(**values).marshal()
+    flags = int.from_bytes(raw[:2], "big")
+    reference = Basic.Properties()
+    if flags:
+        reference.unmarshal(flags, raw[2:])
+    assert _decode_properties(raw) == reference

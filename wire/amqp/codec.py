@@ -406,7 +406,35 @@ def _decode_properties(raw: bytes) -> Basic.Properties:
             break
     else:
         raise ValueError("too many property flag words")
+    if flags and not flags & _SLOW_FLAGS and flags < 0x10000:
+        return _decode_simple_properties(flags, raw, pos)
     properties = Basic.Properties()
     if flags:
         properties.unmarshal(flags, raw[pos:])
+    return properties
+
+
+# The publish hot path: a property section of short strings and octets only (no headers table,
+# no timestamp) is decoded here, to the same values pamqp gives, without its generic loop.
+_PROPERTY_BITS = tuple((Basic.Properties.flags[name], name, getattr(Basic.Properties, "_" + name))
+                       for name in Basic.Properties.__slots__)
+_SLOW_FLAGS = Basic.Properties.flags["headers"] | Basic.Properties.flags["timestamp"]
+_PROPERTIES_CLASS = Basic.Properties
+
+
+def _decode_simple_properties(flags: int, raw: bytes, pos: int) -> Basic.Properties:
+    properties = _PROPERTIES_CLASS.__new__(_PROPERTIES_CLASS)
+    end = len(raw)
+    for bit, name, kind in _PROPERTY_BITS:
+        if not flags & bit:
+            setattr(properties, name, "" if name == "cluster_id" else None)
+        elif kind == "shortstr":
+            stop = pos + 1 + raw[pos]
+            if stop > end:
+                raise ValueError(f"property {name} runs past the end of the content header")
+            setattr(properties, name, raw[pos + 1:stop].decode("utf-8"))
+            pos = stop
+        else:  # octet
+            setattr(properties, name, raw[pos])
+            pos += 1
     return properties
