@@ -17,6 +17,7 @@ import pytest
 from tests.brokerproc import BrokerProcess, start_broker
 
 EXTERNAL_ENV = "KAFKA_COMPAT_BOOTSTRAP"
+BROKER_FIXTURES = ("kafka_broker", "amqp_broker", "cross_broker")  # each has output(): its log so far
 
 
 class KafkaBroker:
@@ -106,16 +107,21 @@ def unique_name(prefix: str) -> str:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
-    """On a failure, append the tail of our broker's log to the report."""
+    """On a failure, append the tail of the log of the broker the test used (any suite)."""
     outcome = yield
     report = outcome.get_result()
     if report.when == "call" and report.failed:
-        broker = getattr(item, "funcargs", {}).get("kafka_broker")
-        if isinstance(broker, KafkaBroker) and broker.process is not None:
+        funcargs = getattr(item, "funcargs", {})
+        for fixture in BROKER_FIXTURES:
+            broker = funcargs.get(fixture)
+            if broker is None:
+                continue
             try:
-                report.sections.append(("broker log (tail)", broker.output()[-4000:]))
+                text = broker.output()
             except OSError:
-                pass
+                continue
+            if text:
+                report.sections.append((f"{getattr(broker, 'target', 'broker')} log (tail)", text[-4000:]))
 
 
 def pytest_sessionfinish(session, exitstatus):

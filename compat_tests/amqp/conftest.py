@@ -220,17 +220,3 @@ def channel(connection):
 def name(request) -> str:
     """A queue/exchange name unique to this test."""
     return unique(request.node.originalname)
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    """On a failure, append the tail of the broker's log to the report."""
-    outcome = yield
-    report = outcome.get_result()
-    if report.when == "call" and report.failed:
-        broker = getattr(item, "funcargs", {}).get("amqp_broker")
-        if isinstance(broker, AmqpBroker):
-            try:
-                report.sections.append((f"{broker.target} log (tail)", broker.output()[-4000:]))
-            except OSError:
-                pass

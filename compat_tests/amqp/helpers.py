@@ -17,6 +17,8 @@ from pamqp.body import ContentBody
 from pamqp.header import ContentHeader
 from pamqp.heartbeat import Heartbeat
 
+from compat_tests.support import wait_until  # noqa: F401 (the suites import it from here)
+
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 FRAME_END = 0xCE
 TIMEOUT = 10.0  # default seconds for one awaited event
@@ -28,16 +30,6 @@ def unique(prefix: str = "t") -> str:
     return f"{clean}-{uuid.uuid4().hex[:8]}"
 
 
-def wait_until(predicate, timeout: float = TIMEOUT, what: str = "a condition", interval: float = 0.02):
-    """Poll ``predicate`` until it returns a true value (returned); fail naming ``what``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
 
 
 # ----------------------------------------------------------------------------- pika

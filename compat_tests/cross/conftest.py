@@ -63,17 +63,3 @@ def cross_broker(tmp_path_factory, request):
 def name(request) -> str:
     """A queue/topic name unique to this test (legal as a Kafka topic name)."""
     return unique(request.node.originalname)
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    """On a failure, append the tail of the broker's log to the report."""
-    outcome = yield
-    report = outcome.get_result()
-    if report.when == "call" and report.failed:
-        broker = getattr(item, "funcargs", {}).get("cross_broker")
-        if isinstance(broker, CrossBroker):
-            try:
-                report.sections.append(("broker log (tail)", broker.output()[-4000:]))
-            except OSError:
-                pass

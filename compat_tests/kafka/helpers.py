@@ -6,25 +6,16 @@ observations to these checks.
 from __future__ import annotations
 
 import threading
-import time
 from collections import defaultdict
 from dataclasses import dataclass, field
+
+from compat_tests.support import wait_until  # noqa: F401 (the suites import it from here)
 
 GROUP_MESSAGES = 100_000
 GROUP_PARTITIONS = 6
 GROUP_KEYS = 1000
 
 
-def wait_until(predicate, timeout: float, what: str, interval: float = 0.05):
-    """Poll ``predicate`` until it returns a true value; fail the test naming ``what``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
 
 
 def group_message(i: int) -> tuple[bytes, bytes]:
