@@ -8,10 +8,11 @@ import datetime
 import decimal
 import os
 import time
-import uuid
 
 import pika
 import pika.data
+
+from compat_tests.amqp.helpers import connect, parameters, unique  # noqa: F401 (the cross tests import them from here)
 
 TIMEOUT = 20.0  # seconds for one awaited event (a whole batch of reads counts as one)
 
@@ -21,25 +22,11 @@ def env_int(name: str, default: int) -> int:
     return int(value) if value else default
 
 
-def unique(prefix: str = "t") -> str:
-    clean = "".join(c if c.isalnum() or c in "._-" else "-" for c in prefix)[:60]
-    return f"{clean}-{uuid.uuid4().hex[:8]}"
 
 
 
 # ----------------------------------------------------------------------------- AMQP (pika)
 
-def parameters(broker, **overrides) -> pika.ConnectionParameters:
-    kw = dict(host=broker.host, port=broker.port, virtual_host="/",
-              credentials=pika.PlainCredentials("guest", "guest"),
-              connection_attempts=1, socket_timeout=5, stack_timeout=10,
-              blocked_connection_timeout=30)
-    kw.update(overrides)
-    return pika.ConnectionParameters(**kw)
-
-
-def connect(broker, **overrides) -> pika.BlockingConnection:
-    return pika.BlockingConnection(parameters(broker, **overrides))
 
 
 def publish_confirmed(broker, messages, window: int = 1000, timeout: float = 120.0) -> float:
