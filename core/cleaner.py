@@ -8,6 +8,11 @@ delete, and dropped after that. Kept records keep their offsets: a rewritten bat
 original base offset and lastOffsetDelta, producer fields and codec, so offsets stay
 monotonic with gaps where records were removed. Control batches are kept as they are.
 
+Transactions: a record counts as its key's newest only once its transaction committed.
+Records of aborted transactions are removed, and records of a transaction still open (no
+marker yet) neither count nor shadow older values: otherwise an abort could leave a key
+with no committed value at all (``__consumer_offsets`` holds transactional offset commits).
+
 Batches whose records all survive are copied byte for byte; the swap of each segment is
 crash-safe (see :meth:`PartitionLog.replace_segment`).
 """
@@ -17,7 +22,7 @@ import os
 from dataclasses import dataclass
 
 from core.log import PartitionLog
-from wire.records import decode_batch, encode_batch
+from wire.records import decode_batch, encode_batch, parse_control_record
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,17 +38,34 @@ def _batches(segment):
         yield bp, os.pread(segment.fd, bp.size, bp.position)
 
 
-def compact(log: PartitionLog) -> CleanInfo:
-    now_ms = int(log.clock() * 1000)
+def _latest_committed(log: PartitionLog) -> tuple[dict[bytes, int], set[int], set[int]]:
+    """(key -> offset of its newest committed record, offsets of aborted records, offsets of
+    records whose transaction is still open)."""
     latest: dict[bytes, int] = {}
+    aborted: set[int] = set()
+    open_txns: dict[int, list[tuple[bytes, int]]] = {}
     for segment in log.segments:
         for _bp, raw in _batches(segment):
             batch = decode_batch(raw)
             if batch.is_control:
+                pending = open_txns.pop(batch.producer_id, [])
+                if batch.records and parse_control_record(batch.records[0])[0]:
+                    latest.update(pending)
+                else:
+                    aborted.update(offset for _key, offset in pending)
                 continue
-            for record in batch.records:
-                if record.key is not None:
-                    latest[record.key] = record.offset
+            keyed = [(r.key, r.offset) for r in batch.records if r.key is not None]
+            if batch.is_transactional:
+                open_txns.setdefault(batch.producer_id, []).extend(keyed)
+            else:
+                latest.update(keyed)
+    unresolved = {offset for pending in open_txns.values() for _key, offset in pending}
+    return latest, aborted, unresolved
+
+
+def compact(log: PartitionLog) -> CleanInfo:
+    now_ms = int(log.clock() * 1000)
+    latest, aborted, unresolved = _latest_committed(log)
 
     rewritten = removed = before = after = 0
     tombstone_horizon = now_ms - log.config.delete_retention_ms
@@ -56,8 +78,9 @@ def compact(log: PartitionLog) -> CleanInfo:
                 continue
             keep = [
                 r for r in batch.records
-                if r.key is not None and latest.get(r.key) == r.offset
-                and not (r.value is None and r.timestamp < tombstone_horizon)
+                if r.offset in unresolved or (
+                    r.key is not None and r.offset not in aborted and latest.get(r.key) == r.offset
+                    and not (r.value is None and r.timestamp < tombstone_horizon))
             ]
             if len(keep) == len(batch.records):
                 out.append(raw)

@@ -31,6 +31,12 @@ start offset to its end, in offset order, so the newest record per key wins and 
 delete. The cache is updated as soon as a commit is appended; the caller holds the
 *response* until the append is durable (``durable_at``), as Kafka's coordinator does.
 
+Transactional commits (TxnOffsetCommit) are appended the same way but as a transactional
+batch of the producer; they stay pending (invisible to fetches) until the transaction
+coordinator's marker for that producer lands in the same partition: a commit marker applies
+them, an abort marker drops them. Replay does the same with the markers it finds, so
+offsets committed by a transaction that was decided before a crash come back.
+
 Thread-safety: none; the owner's thread only, like the logs it writes.
 """
 from __future__ import annotations
@@ -43,7 +49,7 @@ from typing import Callable, Iterable, Mapping
 
 from core.errors import UnknownTopicError
 from core.log_manager import LogManager
-from wire.records import Record, decode_batch, encode_batch, iter_batches
+from wire.records import Record, decode_batch, encode_batch, iter_batches, parse_control_record
 
 log = logging.getLogger(__name__)
 
@@ -153,6 +159,8 @@ class OffsetStore:
         self.clock = clock
         self.partitions = partitions
         self._cache: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
+        # producer id -> group -> offsets committed inside its open transaction
+        self._pending: dict[int, dict[str, dict[TopicPartition, OffsetAndMetadata]]] = {}
 
     def ensure_topic(self) -> None:
         """Create ``__consumer_offsets`` if missing; adopt the partition count of an existing one."""
@@ -168,12 +176,13 @@ class OffsetStore:
         """Rebuild the cache from the topic (created if missing); return how many records were replayed."""
         self.ensure_topic()
         self._cache.clear()
+        self._pending.clear()
         replayed = 0
         for partition in range(self.partitions):
-            replayed += self._replay(self.logs.get_log(OFFSETS_TOPIC, partition))
+            replayed += self._replay(self.logs.get_log(OFFSETS_TOPIC, partition), partition)
         return replayed
 
-    def _replay(self, plog) -> int:
+    def _replay(self, plog, partition: int) -> int:
         position, end, replayed = plog.log_start_offset, plog.next_offset, 0
         while position < end:
             data = plog.read(position, _READ_CHUNK, max_offset=end).records
@@ -182,13 +191,17 @@ class OffsetStore:
             buf = bytearray(data)
             for pos, header in iter_batches(buf):
                 position = max(position, header.last_offset + 1)
+                batch = decode_batch(buf, pos)
                 if header.is_control:
+                    if batch.records:
+                        self._end_pending(header.producer_id, parse_control_record(batch.records[0])[0],
+                                          partition)
                     continue
-                for record in decode_batch(buf, pos).records:
-                    replayed += self._apply(record)
+                for record in batch.records:
+                    replayed += self._apply(record, header.producer_id if header.is_transactional else None)
         return replayed
 
-    def _apply(self, record: Record) -> int:
+    def _apply(self, record: Record, txn_producer: int | None = None) -> int:
         if record.key is None:
             return 0
         try:
@@ -202,6 +215,9 @@ class OffsetStore:
                     offsets.pop((topic, partition), None)
                     if not offsets:
                         del self._cache[group_id]
+            elif txn_producer is not None:
+                self._pending.setdefault(txn_producer, {}).setdefault(group_id, {})[(topic, partition)] = \
+                    decode_value(record.value)
             else:
                 self._cache.setdefault(group_id, {})[(topic, partition)] = decode_value(record.value)
         except (ValueError, struct.error, UnicodeDecodeError) as exc:
@@ -227,6 +243,14 @@ class OffsetStore:
             return dict(offsets)
         return {tp: offsets[tp] for tp in partitions if tp in offsets}
 
+    def has_pending(self, group_id: str, partitions: Iterable[TopicPartition] | None = None) -> bool:
+        """Whether an open transaction holds offsets of the group (for these partitions)."""
+        for groups in self._pending.values():
+            offsets = groups.get(group_id)
+            if offsets and (partitions is None or any(tp in offsets for tp in partitions)):
+                return True
+        return False
+
     # --- writes ---------------------------------------------------------------------
     def commit(self, group_id: str, offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> DurableAt | None:
         """Append the offsets as one batch and cache them. Raises LogError/OSError if the append fails."""
@@ -239,6 +263,34 @@ class OffsetStore:
         cached = self._cache.setdefault(group_id, {})
         cached.update(offsets)
         return durable_at
+
+    def commit_in_txn(self, group_id: str, producer_id: int, producer_epoch: int,
+                      offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> DurableAt | None:
+        """Append offsets as part of the producer's transaction; they apply when it commits."""
+        if not offsets:
+            return None
+        now_ms = int(self.clock() * 1000)
+        records = [Record(i, now_ms, encode_key(group_id, topic, partition), encode_value(om))
+                   for i, ((topic, partition), om) in enumerate(offsets.items())]
+        durable_at = self._append(group_id, records, producer_id=producer_id, producer_epoch=producer_epoch,
+                                  is_transactional=True)
+        self._pending.setdefault(producer_id, {}).setdefault(group_id, {}).update(offsets)
+        return durable_at
+
+    def end_txn(self, producer_id: int, commit: bool, partition: int) -> None:
+        """The producer's marker was appended to ``partition``: apply or drop what it committed there."""
+        self._end_pending(producer_id, commit, partition)
+
+    def _end_pending(self, producer_id: int, commit: bool, partition: int) -> None:
+        groups = self._pending.get(producer_id)
+        if not groups:
+            return
+        for group_id in [g for g in groups if self.partition_for(g) == partition]:
+            offsets = groups.pop(group_id)
+            if commit:
+                self._cache.setdefault(group_id, {}).update(offsets)
+        if not groups:
+            del self._pending[producer_id]
 
     def delete_group(self, group_id: str) -> DurableAt | None:
         """Tombstone every committed offset of the group."""
@@ -267,7 +319,7 @@ class OffsetStore:
             self._cache.pop(group_id, None)
         return durable_at
 
-    def _append(self, group_id: str, records: list[Record]) -> DurableAt:
+    def _append(self, group_id: str, records: list[Record], **batch_fields) -> DurableAt:
         partition = self.partition_for(group_id)
         try:
             plog = self.logs.get_log(OFFSETS_TOPIC, partition)
@@ -275,7 +327,7 @@ class OffsetStore:
             self.ensure_topic()
             partition = self.partition_for(group_id)
             plog = self.logs.get_log(OFFSETS_TOPIC, partition)
-        info = plog.append(encode_batch(records))
+        info = plog.append(encode_batch(records, **batch_fields))
         return OFFSETS_TOPIC, partition, info.last_offset
 
 

@@ -6,9 +6,21 @@ partition), the last five batches it stored; a retried batch that matches one of
 acknowledged with the offsets it got the first time instead of being appended again, and a
 batch that skips ahead is refused (OUT_OF_ORDER_SEQUENCE_NUMBER), as in Kafka.
 
+Transactional producers also open a transaction on a partition with their first
+transactional batch there; a control batch (the commit or abort marker the transaction
+coordinator appends) closes it. The last stable offset (LSO) of a partition is the first
+offset of its oldest open transaction, or the high watermark when none is open:
+read_committed consumers read below it only. Every aborted transaction's offset range is
+kept in ``<partition dir>/aborted-transactions`` (Kafka keeps a ``.txnindex`` per segment),
+so a read_committed fetch can tell the client which producer's batches to drop.
+
 Producer ids come from blocks reserved in ``<data-dir>/producer-id-block`` (the end of the
-last block handed out), so ids stay unique across restarts. Sequence state is not written
-anywhere: after a restart it is rebuilt from the batch headers at the tail of each log.
+last block handed out), so ids stay unique across restarts. Sequence state and open
+transactions are not written anywhere: after a restart they are rebuilt from the batch
+headers at the tail of each log (markers found there also restore aborted-index lines a
+crash may have lost). A transaction that began before the scanned tail segments and is
+still open at a restart is not seen as open (its data becomes visible to read_committed);
+with 1 GiB segments that takes a transaction longer than two full segments.
 """
 from __future__ import annotations
 
@@ -22,7 +34,7 @@ from kio.schema.errors import ErrorCode
 
 from core.checkpoint import read_int, write_int
 from core.log import PartitionLog
-from wire.records import BATCH_HEADER_SIZE, BatchHeader, read_batch_header
+from wire.records import BATCH_HEADER_SIZE, BatchHeader, decode_batch, parse_control_record, read_batch_header
 
 NO_PRODUCER_ID = -1
 NO_SEQUENCE = -1
@@ -62,6 +74,51 @@ class _Batch:
 class _Producer:
     epoch: int
     batches: deque = field(default_factory=lambda: deque(maxlen=TRACKED_BATCHES))
+    last_timestamp: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class AbortedTxn:
+    producer_id: int
+    first_offset: int
+    last_offset: int  # the abort marker's offset
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerInfo:
+    """One producer as DescribeProducers shows it."""
+    producer_id: int
+    epoch: int
+    last_sequence: int
+    last_timestamp: int
+    txn_start_offset: int  # -1 when no transaction is open here
+
+
+class AbortedIndex:
+    """The aborted transactions of one partition, one ``pid first last`` line each."""
+    FILE = "aborted-transactions"
+
+    def __init__(self, directory: Path | None):
+        self.path = Path(directory) / self.FILE if directory is not None else None
+        self.entries: list[AbortedTxn] = []
+        if self.path is not None and self.path.exists():
+            for line in self.path.read_text().splitlines():
+                parts = line.split()
+                if len(parts) == 3 and all(p.lstrip("-").isdigit() for p in parts):
+                    self.entries.append(AbortedTxn(*map(int, parts)))
+
+    def add(self, entry: AbortedTxn) -> None:
+        if any(e.producer_id == entry.producer_id and e.first_offset == entry.first_offset for e in self.entries):
+            return
+        self.entries.append(entry)
+        if self.path is not None:
+            # Appended, not fsync'd: the marker is in the log, and a restart finds it there again.
+            with open(self.path, "a") as f:
+                f.write(f"{entry.producer_id} {entry.first_offset} {entry.last_offset}\n")
+
+    def overlapping(self, start: int, end: int) -> list[AbortedTxn]:
+        """Aborted transactions with data in ``[start, end)``."""
+        return [e for e in self.entries if e.last_offset >= start and e.first_offset < end]
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,10 +136,12 @@ def _last_seq(header: BatchHeader) -> int:
 
 
 class PartitionProducers:
-    """Sequence state of every idempotent producer writing to one partition."""
+    """Sequence state and open transactions of every producer writing to one partition."""
 
-    def __init__(self) -> None:
+    def __init__(self, directory: Path | None = None) -> None:
         self.producers: dict[int, _Producer] = {}
+        self.open_txns: dict[int, int] = {}  # producer id -> first offset of its open transaction
+        self.aborted = AbortedIndex(directory)
 
     def check(self, header: BatchHeader) -> SequenceCheck:
         pid = header.producer_id
@@ -105,23 +164,55 @@ class PartitionProducers:
 
     def record(self, header: BatchHeader, first_offset: int) -> None:
         """Remember a batch that was appended at ``first_offset``."""
-        if header.producer_id < 0 or header.base_sequence < 0:
+        if header.producer_id < 0:
+            return
+        if header.is_transactional:
+            self.open_txns.setdefault(header.producer_id, first_offset)
+        if header.base_sequence < 0:
             return
         state = self.producers.get(header.producer_id)
         if state is None or header.producer_epoch != state.epoch:
             state = self.producers[header.producer_id] = _Producer(header.producer_epoch)
         state.batches.append(_Batch(header.base_sequence, _last_seq(header), first_offset,
                                     first_offset + header.last_offset_delta))
+        state.last_timestamp = header.max_timestamp
+
+    def end_txn(self, producer_id: int, epoch: int, commit: bool, marker_offset: int) -> None:
+        """A commit or abort marker of ``producer_id`` was appended at ``marker_offset``."""
+        first = self.open_txns.pop(producer_id, None)
+        if not commit and first is not None:
+            self.aborted.add(AbortedTxn(producer_id, first, marker_offset))
+        state = self.producers.get(producer_id)
+        if state is None or epoch > state.epoch:
+            # A marker of a newer epoch (the coordinator fenced the producer): its old epoch is refused from now on.
+            self.producers[producer_id] = _Producer(epoch)
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        return min(high_watermark, min(self.open_txns.values(), default=high_watermark))
+
+    def describe(self) -> list[ProducerInfo]:
+        pids = sorted(set(self.producers) | set(self.open_txns))
+        out = []
+        for pid in pids:
+            state = self.producers.get(pid)
+            last_seq = state.batches[-1].last_seq if state and state.batches else -1
+            out.append(ProducerInfo(pid, state.epoch if state else -1, last_seq,
+                                    state.last_timestamp if state else -1, self.open_txns.get(pid, -1)))
+        return out
 
     @classmethod
     def rebuild(cls, plog: PartitionLog) -> "PartitionProducers":
-        """Replay the batch headers of the log's last segments."""
-        producers = cls()
+        """Replay the batch headers (and markers) of the log's last segments."""
+        producers = cls(plog.directory)
         for segment in plog.segments[-REBUILD_SCAN_SEGMENTS:]:
             for bp in segment.iter_positions():
                 header = read_batch_header(os.pread(segment.fd, BATCH_HEADER_SIZE, bp.position))
                 if not header.is_control:
                     producers.record(header, header.base_offset)
+                elif header.producer_id >= 0 and header.records_count:
+                    batch = decode_batch(os.pread(segment.fd, bp.size, bp.position), verify_crc=False)
+                    commit, _ = parse_control_record(batch.records[0])
+                    producers.end_txn(header.producer_id, header.producer_epoch, commit, header.base_offset)
         return producers
 
 

@@ -33,12 +33,14 @@ from core.groups import GroupCoordinator
 from core.log_manager import LogManager
 from core.metadata import LocalMetadataStore
 from core.producers import ProducerStates
+from core.transactions import TransactionCoordinator
 from routing.broker import Router
 from gateway import http
 from gateway.alarms import Alarms
 from gateway.amqp.connection import AmqpFactory
 from gateway.amqp.service import AmqpService
 from gateway.config import HostPort, Settings
+from gateway.kafka.apis import txn as txn_api
 from gateway.kafka.connection import KafkaFactory
 from gateway.kafka.context import KafkaContext
 from gateway.kafka.waiters import Waiters
@@ -50,6 +52,7 @@ LISTENERS_FILE = "listeners.json"
 LOCK_FILE = ".lock"
 CLUSTER_ID_FILE = "cluster-id"
 GROUP_TICK_S = 0.1
+TXN_TICK_S = 1.0  # how often open transactions are checked against their timeout
 AMQP_TICK_S = 0.25
 
 
@@ -98,8 +101,10 @@ class Broker:
         except Exception as exc:
             self._unlock()
             raise StartupError(f"cannot read the metadata in {self.data_dir}: {exc}") from None
+        producers, groups = ProducerStates(self.data_dir), GroupCoordinator(self.logs)
+        transactions = TransactionCoordinator(self.logs, producers, groups.offsets)
         self.kafka = KafkaContext(
-            logs=self.logs, producers=ProducerStates(self.data_dir), groups=GroupCoordinator(self.logs),
+            logs=self.logs, producers=producers, groups=groups, transactions=transactions,
             waiters=Waiters(self.reactor), node_id=self.settings.node_id, cluster_id=self._cluster_id(),
             advertised=self._kafka_advertised, request_flush=self.request_flush,
             auto_create_topics=self.settings.auto_create_topics, num_partitions=self.settings.num_partitions,
@@ -180,6 +185,7 @@ class Broker:
     def _open_logs(self):
         info = self.logs.startup()
         self.kafka.groups.load()  # committed offsets come back from __consumer_offsets
+        self.kafka.transactions.load()  # and transactions a crash left half-ended are finished
         self.amqp.router.load()  # durable exchanges, queues, bindings and ack floors
         return info
 
@@ -197,6 +203,7 @@ class Broker:
         self._every(self.settings.flush_interval_ms, self.request_flush)
         self._every(self.settings.maintenance_interval_ms, self._maintenance_tick)
         self._every(GROUP_TICK_S * 1000, self._group_tick)
+        self._every(TXN_TICK_S * 1000, self._txn_tick)
         self._every(AMQP_TICK_S * 1000, self.amqp.tick)
 
     def _every(self, interval_ms: int, fn) -> None:
@@ -251,6 +258,13 @@ class Broker:
             self.kafka.groups.tick()
         except Exception:
             log.exception("group coordinator tick failed")
+
+    def _txn_tick(self) -> None:
+        try:
+            for step in self.kafka.transactions.expire():
+                txn_api.run(self.kafka, step)
+        except Exception:
+            log.exception("transaction timeout check failed")
 
     def _maintenance_tick(self) -> None:
         try:

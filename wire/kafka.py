@@ -60,6 +60,10 @@ ADVERTISED: dict[int, tuple[int, int]] = {
     21: (0, 2),   # DeleteRecords
     22: (0, 4),   # InitProducerId
     23: (2, 4),   # OffsetForLeaderEpoch
+    24: (0, 3),   # AddPartitionsToTxn (v4+ is broker-to-broker)
+    25: (0, 3),   # AddOffsetsToTxn
+    26: (0, 3),   # EndTxn
+    28: (0, 3),   # TxnOffsetCommit
     32: (1, 4),   # DescribeConfigs
     33: (0, 2),   # AlterConfigs
     36: (0, 2),   # SaslAuthenticate
@@ -67,6 +71,9 @@ ADVERTISED: dict[int, tuple[int, int]] = {
     42: (0, 2),   # DeleteGroups
     44: (0, 1),   # IncrementalAlterConfigs
     60: (0, 1),   # DescribeCluster
+    61: (0, 0),   # DescribeProducers
+    65: (0, 0),   # DescribeTransactions
+    66: (0, 1),   # ListTransactions
 }
 REJECTED = {PRODUCE: range(0, 3)}
 

@@ -554,6 +554,12 @@ class GroupCoordinator:
             return CommitInfo({tp: (code if tp in accepted else e) for tp, e in errors.items()}, None)
         return CommitInfo(errors, durable_at)
 
+    def check_member(self, group_id: str, generation_id: int, member_id: str,
+                     instance_id: str | None) -> ErrorCode | None:
+        """The error a commit from this member and generation gets (None: it may commit)."""
+        self._ensure_loaded()
+        return self._commit_check(group_id, generation_id, member_id, instance_id)
+
     def _commit_check(self, group_id: str, generation_id: int, member_id: str,
                       instance_id: str | None) -> ErrorCode | None:
         group = self._groups.get(group_id)

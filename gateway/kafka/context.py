@@ -22,6 +22,7 @@ class KafkaContext:
     logs: LogManager
     producers: ProducerStates
     groups: object  # core.groups.GroupCoordinator
+    transactions: object  # core.transactions.TransactionCoordinator
     waiters: Waiters
     node_id: int
     cluster_id: str
@@ -37,6 +38,10 @@ class KafkaContext:
 
     def partition(self, topic: str, index: int) -> PartitionLog | None:
         return self.logs.logs.get((topic, index))
+
+    def last_stable_offset(self, topic: str, index: int, plog: PartitionLog) -> int:
+        """What read_committed consumers may read below: the HW, or the oldest open transaction's start."""
+        return self.producers.partition(topic, index, plog).last_stable_offset(plog.high_watermark)
 
     def topic_or_create(self, name: str, allow_create: bool = True):
         """The topic's metadata; auto-created (if allowed and enabled) when it does not exist."""

@@ -40,4 +40,4 @@ def dispatch(ctx, conn, request):
     return HANDLERS[h.api_key](ctx, conn, h, request.body)
 
 
-from gateway.kafka.apis import admin, fetch, groups, metadata, offsets, produce, session  # noqa: E402,F401
+from gateway.kafka.apis import admin, fetch, groups, metadata, offsets, produce, session, txn  # noqa: E402,F401

@@ -91,6 +91,7 @@ def delete_topics(ctx, conn, h, req):
                 raise UnknownTopicError("deleting topics by id is not supported; give the name")
             ctx.logs.delete_topic(name)
             ctx.producers.forget(name)
+            ctx.transactions.forget_topic(name)
             ctx.topic_deleted(name)
             log.info("deleted topic", extra=fields(topic=name))
         except LogError as exc:

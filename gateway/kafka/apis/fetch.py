@@ -3,9 +3,13 @@
 Limits follow KIP-74: ``max_bytes`` for the response and ``partition_max_bytes`` per
 partition, except that the first batch of the first partition with data is returned whole
 even when it is larger, so a consumer can always make progress. Readers see data below
-the high watermark only; with no transactions yet the last stable offset equals it.
+the high watermark only; read_committed readers below the last stable offset (the start of
+the oldest open transaction), and they get the aborted transactions overlapping what is
+returned, so the client can drop those producers' batches up to each abort marker.
 """
 from __future__ import annotations
+
+import struct
 
 from kio.schema.errors import ErrorCode
 
@@ -14,6 +18,7 @@ from gateway.kafka.apis import handles
 from wire.kafka import respond
 
 READ_COMMITTED = 1
+_PEEK = struct.Struct(">qi11xi")  # baseOffset, batchLength, lastOffsetDelta (at byte 23)
 
 
 def _collect(ctx, req, isolation: int) -> tuple[list[dict], int]:
@@ -30,26 +35,53 @@ def _collect(ctx, req, isolation: int) -> tuple[list[dict], int]:
             if plog is None:
                 entry["error_code"] = ErrorCode.unknown_topic_or_partition
             else:
+                lso = ctx.last_stable_offset(t.topic, p.partition, plog)
+                upper = lso if isolation == READ_COMMITTED else None
                 try:
                     limit = min(p.partition_max_bytes, budget - total)
-                    data = plog.read(p.fetch_offset, limit, min_one=total == 0).records if limit > 0 or total == 0 \
-                        else b""
+                    data = plog.read(p.fetch_offset, limit, max_offset=upper, min_one=total == 0).records \
+                        if limit > 0 or total == 0 else b""
                     entry["records"] = data
                     total += len(data)
+                    if isolation == READ_COMMITTED and data:
+                        entry["aborted_transactions"] = _aborted(ctx, t.topic, p.partition, plog, p.fetch_offset, data)
                 except OffsetOutOfRangeError:
                     entry["error_code"] = ErrorCode.offset_out_of_range
-                entry["high_watermark"] = entry["last_stable_offset"] = plog.high_watermark
+                entry["high_watermark"] = plog.high_watermark
+                entry["last_stable_offset"] = lso
                 entry["log_start_offset"] = plog.log_start_offset
             parts.append(entry)
         responses.append({"topic": t.topic, "partitions": parts})
     return responses, total
 
 
-def _has_new_data(ctx, req) -> bool:
+def _aborted(ctx, topic: str, index: int, plog, fetch_offset: int, data: bytes) -> list[dict]:
+    aborted = ctx.producers.partition(topic, index, plog).aborted
+    if not aborted.entries:
+        return []
+    entries = aborted.overlapping(fetch_offset, _end_offset(data))
+    return [{"producer_id": e.producer_id, "first_offset": e.first_offset} for e in entries]
+
+
+def _end_offset(data: bytes) -> int:
+    """One past the last offset of stored batches, walking their length fields only."""
+    position, end = 0, 0
+    while position + _PEEK.size <= len(data):
+        base, length, delta = _PEEK.unpack_from(data, position)
+        end = base + delta + 1
+        position += 12 + length
+    return end
+
+
+def _has_new_data(ctx, req, isolation: int) -> bool:
     for t in req.topics:
         for p in t.partitions:
             plog = ctx.partition(t.topic, p.partition)
-            if plog is None or plog.high_watermark > p.fetch_offset or p.fetch_offset < plog.log_start_offset:
+            if plog is None or p.fetch_offset < plog.log_start_offset:
+                return True
+            visible = (ctx.last_stable_offset(t.topic, p.partition, plog) if isolation == READ_COMMITTED
+                       else plog.high_watermark)
+            if visible > p.fetch_offset:
                 return True
     return False
 
@@ -67,4 +99,4 @@ def fetch(ctx, conn, h, req):
     errors = any(p["error_code"] for t in responses for p in t["partitions"])
     if total >= max(req.min_bytes, 1) or wait <= 0 or errors or not req.topics:
         return respond(h, {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": 0, "responses": responses})
-    return ctx.waiters.wait(lambda: _has_new_data(ctx, req), wait).addCallback(answer)
+    return ctx.waiters.wait(lambda: _has_new_data(ctx, req, isolation), wait).addCallback(answer)

@@ -18,9 +18,9 @@ GROUP_KEY, TRANSACTION_KEY = 0, 1
 
 def _coordinator(ctx, key: str, key_type: int) -> dict:
     host, port = ctx.advertised()
-    if key_type != GROUP_KEY:
-        return {"key": key, "error_code": ErrorCode.coordinator_not_available,
-                "error_message": "transactions are not supported yet", "node_id": -1, "host": "", "port": -1}
+    if key_type not in (GROUP_KEY, TRANSACTION_KEY):
+        return {"key": key, "error_code": ErrorCode.invalid_request,
+                "error_message": f"unknown coordinator key type {key_type}", "node_id": -1, "host": "", "port": -1}
     return {"key": key, "error_code": ErrorCode.none, "error_message": None, "node_id": ctx.node_id,
             "host": host, "port": port}
 
@@ -144,25 +144,29 @@ def offset_commit(ctx, conn, h, req):
     return ctx.waiters.wait(lambda: plog.high_watermark > last, 30.0).addCallback(answer)
 
 
-def _fetched(ctx, group_id: str, topics) -> list[dict]:
+def _fetched(ctx, group_id: str, topics, require_stable: bool = False) -> list[dict]:
     wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
     committed = ctx.groups.fetch_offsets(group_id, wanted)
+    # KIP-447: a read_committed consumer must not start from offsets an open transaction may still replace.
+    unstable = require_stable and ctx.groups.offsets.has_pending(group_id, wanted)
     keys = wanted if wanted is not None else sorted(committed)
     by_topic: dict[str, list] = {}
     for topic, partition in keys:
         offset, epoch, metadata = committed.get((topic, partition), (-1, -1, ""))
         by_topic.setdefault(topic, []).append({"partition_index": partition, "committed_offset": offset,
                                                "committed_leader_epoch": epoch, "metadata": metadata,
-                                               "error_code": ErrorCode.none})
+                                               "error_code": ErrorCode.unstable_offset_commit if unstable
+                                               else ErrorCode.none})
     return [{"name": n, "partitions": ps} for n, ps in by_topic.items()]
 
 
 @handles(9)
 def offset_fetch(ctx, conn, h, req):
     if h.api_version >= 8:
-        groups = [{"group_id": g.group_id, "topics": _fetched(ctx, g.group_id, g.topics), "error_code": ErrorCode.none}
-                  for g in req.groups]
+        groups = [{"group_id": g.group_id, "topics": _fetched(ctx, g.group_id, g.topics, req.require_stable),
+                   "error_code": ErrorCode.none} for g in req.groups]
         return respond(h, {"throttle_time": 0, "groups": groups})
     topics = req.topics if h.api_version >= 2 else (req.topics or ())
-    return respond(h, {"throttle_time": 0, "topics": _fetched(ctx, req.group_id, topics),
+    stable = getattr(req, "require_stable", False)
+    return respond(h, {"throttle_time": 0, "topics": _fetched(ctx, req.group_id, topics, stable),
                        "error_code": ErrorCode.none})

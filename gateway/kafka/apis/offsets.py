@@ -5,16 +5,17 @@ from kio.schema.errors import ErrorCode
 
 from core.errors import OffsetOutOfRangeError
 from gateway.kafka.apis import handles
+from gateway.kafka.apis.fetch import READ_COMMITTED
 from gateway.kafka.apis.metadata import LEADER_EPOCH
 from wire.kafka import respond
 
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
 
 
-def _list_one(plog, timestamp: int) -> tuple[int, int]:
-    """(timestamp, offset) for one ListOffsets query."""
+def _list_one(plog, timestamp: int, latest: int) -> tuple[int, int]:
+    """(timestamp, offset) for one ListOffsets query; ``latest`` is the HW, or the LSO for read_committed."""
     if timestamp == LATEST:
-        return -1, plog.high_watermark  # also the last stable offset: no transactions yet
+        return -1, latest
     if timestamp == EARLIEST:
         return -1, plog.log_start_offset
     found = plog.max_timestamp_offset() if timestamp == MAX_TIMESTAMP else plog.offset_for_timestamp(timestamp)
@@ -26,6 +27,7 @@ def _list_one(plog, timestamp: int) -> tuple[int, int]:
 
 @handles(2)
 def list_offsets(ctx, conn, h, req):
+    isolation = getattr(req, "isolation_level", 0)
     topics = []
     for t in req.topics:
         parts = []
@@ -35,7 +37,9 @@ def list_offsets(ctx, conn, h, req):
                 parts.append({"partition_index": p.partition_index, "error_code": ErrorCode.unknown_topic_or_partition,
                               "timestamp": -1, "offset": -1, "leader_epoch": -1})
                 continue
-            ts, offset = _list_one(plog, p.timestamp)
+            latest = (ctx.last_stable_offset(t.name, p.partition_index, plog) if isolation == READ_COMMITTED
+                      else plog.high_watermark)
+            ts, offset = _list_one(plog, p.timestamp, latest)
             parts.append({"partition_index": p.partition_index, "error_code": ErrorCode.none, "timestamp": ts,
                           "offset": offset, "leader_epoch": LEADER_EPOCH if offset >= 0 else -1})
         topics.append({"name": t.name, "partitions": parts})

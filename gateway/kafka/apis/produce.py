@@ -1,7 +1,10 @@
 """Produce: validate and append each partition's batch, answer once it is durable (acks 1/-1).
 
 Idempotent producers are checked against core.producers before anything is written: a
-retried batch gets the offsets of its first append, a sequence gap is refused. With
+retried batch gets the offsets of its first append, a sequence gap is refused. A
+transactional batch is taken only from the current epoch of its transactional id, inside
+an ongoing transaction that added the partition (so no transaction can hang open on a
+partition its coordinator does not know about). With
 ``flush.messages=1`` a partition's high watermark moves only after the group-commit fsync,
 so acks=1 and acks=all both wait for that fsync (one node: the ISR is this node).
 """
@@ -28,6 +31,12 @@ def _append(ctx, topic: str, index: int, data: bytes) -> tuple[ErrorCode, int, i
         return ErrorCode.unknown_topic_or_partition, -1, -1, None
     try:
         header = read_batch_header(data)
+        if header.is_control:
+            return ErrorCode.invalid_record, -1, -1, "control batches are written by the transaction coordinator only"
+        if header.is_transactional:
+            error = ctx.transactions.check_produce(header.producer_id, header.producer_epoch, topic, index)
+            if error:
+                return error, -1, -1, None
         state = ctx.producers.partition(topic, index, plog)
         verdict = state.check(header)
         if verdict.error:

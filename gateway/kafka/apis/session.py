@@ -48,13 +48,3 @@ def sasl_authenticate(ctx, conn, h, req):
                            "auth_bytes": b"", "session_lifetime": 0})
     conn.principal = user
     return respond(h, {"error_code": ErrorCode.none, "error_message": None, "auth_bytes": b"", "session_lifetime": 0})
-
-
-@handles(22)
-def init_producer_id(ctx, conn, h, req):
-    if req.transactional_id is not None:
-        # Transactions are not implemented yet: say so rather than hand out a non-transactional id.
-        return respond(h, {"throttle_time": 0, "error_code": ErrorCode.unsupported_version,
-                           "producer_id": -1, "producer_epoch": -1})
-    pid, epoch = ctx.producers.init_producer(getattr(req, "producer_id", -1), getattr(req, "producer_epoch", -1))
-    return respond(h, {"throttle_time": 0, "error_code": ErrorCode.none, "producer_id": pid, "producer_epoch": epoch})

@@ -1,0 +1,174 @@
+"""Transactions: InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit, EndTxn,
+and the operator views DescribeTransactions, ListTransactions, DescribeProducers.
+
+core.transactions decides; this module maps requests onto it and runs its Steps: wait until
+a step's appends are durable (under the high watermark), then run the next phase or answer.
+"""
+from __future__ import annotations
+
+import datetime
+import logging
+
+from kio.schema.errors import ErrorCode
+from twisted.internet import defer
+
+from core.offsets import MAX_METADATA_BYTES, OffsetAndMetadata
+from core.transactions import Step
+from gateway.kafka.apis import handles
+from wire.kafka import respond
+
+log = logging.getLogger(__name__)
+
+DURABLE_WAIT_S = 30.0
+
+
+def run(ctx, step: Step) -> defer.Deferred:
+    """Fires with the last Step once every phase's appends are durable (error REQUEST_TIMED_OUT if not)."""
+    if not step.durable:
+        return run(ctx, step.then()) if step.then else defer.succeed(step)
+    logs = [(ctx.partition(topic, partition), last) for topic, partition, last in step.durable]
+    logs = [(plog, last) for plog, last in logs if plog is not None]
+    ctx.request_flush()
+    ctx.waiters.notify()  # a marker may have moved a last stable offset: parked read_committed fetches look again
+
+    def durable(in_time: bool):
+        if not in_time:
+            log.warning("transaction step not durable within %.0f s", DURABLE_WAIT_S)
+            return Step(ErrorCode.request_timed_out)
+        return run(ctx, step.then()) if step.then else step
+    return ctx.waiters.wait(lambda: all(plog.high_watermark > last for plog, last in logs),
+                            DURABLE_WAIT_S).addCallback(durable)
+
+
+@handles(22)
+def init_producer_id(ctx, conn, h, req):
+    pid_in, epoch_in = getattr(req, "producer_id", -1), getattr(req, "producer_epoch", -1)
+    if req.transactional_id is None:
+        pid, epoch = ctx.producers.init_producer(pid_in, epoch_in)
+        return respond(h, {"throttle_time": 0, "error_code": ErrorCode.none, "producer_id": pid,
+                           "producer_epoch": epoch})
+    timeout_ms = int(req.transaction_timeout.total_seconds() * 1000)
+    step = ctx.transactions.init_producer(req.transactional_id, timeout_ms, pid_in, epoch_in)
+
+    def answer(final: Step) -> bytes:
+        ok = final.error == ErrorCode.none
+        return respond(h, {"throttle_time": 0, "error_code": final.error,
+                           "producer_id": final.producer_id if ok else -1, "producer_epoch": final.epoch if ok else -1})
+    return run(ctx, step).addCallback(answer)
+
+
+@handles(24)
+def add_partitions_to_txn(ctx, conn, h, req):
+    topics = [(t.name, list(t.partitions)) for t in req.v3_and_below_topics]
+    wanted = [(name, p) for name, parts in topics for p in parts]
+    step = ctx.transactions.add_partitions(req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
+                                           req.v3_and_below_producer_epoch, wanted)
+
+    def answer(final: Step) -> bytes:
+        errors = step.partition_errors
+        results = [{"name": name, "results_by_partition": [
+            {"partition_index": p, "partition_error_code": final.error or errors.get((name, p), step.error)}
+            for p in parts]} for name, parts in topics]
+        return respond(h, {"throttle_time": 0, "results_by_topic_v3_and_below": results})
+    return run(ctx, step).addCallback(answer)
+
+
+@handles(25)
+def add_offsets_to_txn(ctx, conn, h, req):
+    step = ctx.transactions.add_offsets(req.transactional_id, req.producer_id, req.producer_epoch, req.group_id)
+    return run(ctx, step).addCallback(lambda final: respond(h, {"throttle_time": 0, "error_code": final.error}))
+
+
+@handles(28)
+def txn_offset_commit(ctx, conn, h, req):
+    offsets, errors = {}, {}
+    for t in req.topics:
+        for p in t.partitions:
+            tp = (t.name, p.partition_index)
+            topic = ctx.logs.store.get_topic(t.name)
+            metadata = p.committed_metadata or ""
+            if topic is None or not 0 <= p.partition_index < topic.partitions:
+                errors[tp] = ErrorCode.unknown_topic_or_partition
+            elif len(metadata.encode()) > MAX_METADATA_BYTES:
+                errors[tp] = ErrorCode.offset_metadata_too_large
+            else:
+                offsets[tp] = OffsetAndMetadata(p.committed_offset, getattr(p, "committed_leader_epoch", -1),
+                                                metadata, int(ctx.reactor.seconds() * 1000))
+    generation = getattr(req, "generation_id", -1)
+    member_error = None
+    if generation >= 0 or getattr(req, "member_id", ""):
+        # KIP-447: a zombie member of an older generation must not commit.
+        member_error = ctx.groups.check_member(req.group_id, generation, getattr(req, "member_id", ""),
+                                               getattr(req, "group_instance_id", None))
+    step = Step(member_error) if member_error else ctx.transactions.commit_offsets(
+        req.transactional_id, req.group_id, req.producer_id, req.producer_epoch, offsets)
+
+    def answer(final: Step) -> bytes:
+        topics = [{"name": t.name, "partitions": [
+            {"partition_index": p.partition_index, "error_code": errors.get((t.name, p.partition_index), final.error)}
+            for p in t.partitions]} for t in req.topics]
+        return respond(h, {"throttle_time": 0, "topics": topics})
+    return run(ctx, step).addCallback(answer)
+
+
+@handles(26)
+def end_txn(ctx, conn, h, req):
+    step = ctx.transactions.end_txn(req.transactional_id, req.producer_id, req.producer_epoch, req.committed)
+    return run(ctx, step).addCallback(lambda final: respond(h, {"throttle_time": 0, "error_code": final.error}))
+
+
+@handles(65)
+def describe_transactions(ctx, conn, h, req):
+    states = []
+    for tid in req.transactional_ids:
+        txn = ctx.transactions.describe(tid)
+        if txn is None:
+            states.append({"error_code": ErrorCode.transactional_id_not_found, "transactional_id": tid,
+                           "transaction_state": "", "transaction_timeout": datetime.timedelta(0),
+                           "transaction_start_time": _time(-1), "producer_id": -1, "producer_epoch": -1,
+                           "topics": []})
+            continue
+        topics: dict[str, list[int]] = {}
+        for topic, partition in sorted(txn.partitions):
+            topics.setdefault(topic, []).append(partition)
+        states.append({"error_code": ErrorCode.none, "transactional_id": tid, "transaction_state": txn.state,
+                       "transaction_timeout": datetime.timedelta(milliseconds=txn.timeout_ms),
+                       "transaction_start_time": _time(txn.start_ms), "producer_id": txn.producer_id,
+                       "producer_epoch": txn.epoch,
+                       "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()]})
+    return respond(h, {"throttle_time": 0, "transaction_states": states})
+
+
+def _time(ms: int) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(max(ms, 0) / 1000, datetime.timezone.utc)
+
+
+@handles(66)
+def list_transactions(ctx, conn, h, req):
+    states = list(req.state_filters)
+    unknown = [s for s in states if not ctx.transactions.known_state(s)]
+    txns = ctx.transactions.list(states, req.producer_id_filters, getattr(req, "duration_filter", -1))
+    return respond(h, {"throttle_time": 0, "error_code": ErrorCode.none, "unknown_state_filters": unknown,
+                       "transaction_states": [{"transactional_id": t.transactional_id, "producer_id": t.producer_id,
+                                               "transaction_state": t.state} for t in txns]})
+
+
+@handles(61)
+def describe_producers(ctx, conn, h, req):
+    topics = []
+    for t in req.topics:
+        parts = []
+        for index in t.partition_indexes:
+            plog = ctx.partition(t.name, index)
+            if plog is None:
+                parts.append({"partition_index": index, "error_code": ErrorCode.unknown_topic_or_partition,
+                              "error_message": None, "active_producers": []})
+                continue
+            producers = ctx.producers.partition(t.name, index, plog).describe()
+            parts.append({"partition_index": index, "error_code": ErrorCode.none, "error_message": None,
+                          "active_producers": [{"producer_id": p.producer_id, "producer_epoch": p.epoch,
+                                                "last_sequence": p.last_sequence, "last_timestamp": p.last_timestamp,
+                                                "coordinator_epoch": 0, "current_txn_start_offset": p.txn_start_offset}
+                                               for p in producers]})
+        topics.append({"name": t.name, "partitions": parts})
+    return respond(h, {"throttle_time": 0, "topics": topics})
