@@ -143,3 +143,33 @@ def test_group_subscribe_and_commit(java_run):
     assert sorted(assignment["partitions"]) == list(range(PARTITIONS))
     committed = {e["partition"]: e["offset"] for e in stage(java_run, "committed")}
     assert committed == ends
+
+
+@pytest.fixture(scope="module")
+def java_txn_run(kafka_broker):
+    argv, main = tools.compile_java("TxnClient.java")
+    topic, tid, group = unique_name("java-txn"), unique_name("java-tid"), unique_name("java-txn-group")
+    proc = subprocess.run(argv + [main, kafka_broker.bootstrap, topic, tid, group], capture_output=True, text=True,
+                          timeout=240)
+    steps = defaultdict(list)
+    for line in proc.stdout.splitlines():
+        event = json.loads(line)
+        steps[event["step"]].append(event)
+    return dict(steps=steps, returncode=proc.returncode, stderr=proc.stderr[-6000:], stdout=proc.stdout[-3000:])
+
+
+def test_java_transactions_commit_abort_and_offsets(java_txn_run):
+    stage(java_txn_run, "txns")
+    assert stage(java_txn_run, "offsets")[0]["committed"] == 10
+
+
+def test_java_second_producer_fences_the_first(java_txn_run):
+    assert "Fenced" in stage(java_txn_run, "fenced")[0]["outcome"]
+
+
+def test_java_read_committed_and_uncommitted(java_txn_run):
+    reads = {e["isolation"]: e["values"] for e in stage(java_txn_run, "read")}
+    committed = [f"c-{i}" for i in range(11)] + ["successor"]
+    assert reads["read_committed"] == committed
+    assert sorted(reads["read_uncommitted"]) == sorted(committed + [f"a-{i}" for i in range(5)])
+    assert stage(java_txn_run, "done") and java_txn_run["returncode"] == 0
