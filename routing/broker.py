@@ -29,6 +29,7 @@ from core.checkpoint import write_atomic
 from core.log import PartitionLog
 from core.log_manager import LogManager
 from routing import mapping
+from routing.dedup import Deduplicator, recent_records
 from routing.errors import ACCESS_REFUSED, FRAME_ERROR, NOT_ALLOWED, ConnectionError
 from routing.queue import Queue
 from routing.vhost import VirtualHost
@@ -169,13 +170,16 @@ class Router:
         xlog = vhost.exchange_logs.get(exchange) if vhost.exchange_logs else None
         if not queues and xlog is None:
             return publish, False
+        now_ms = int(self.clock() * 1000)
+        xdedup = vhost.exchanges[exchange].dedup if exchange else None
+        if xdedup is not None and not self._admitted(vhost, exchange, xdedup, properties_raw, now_ms):
+            return publish, True  # a duplicate: confirmed, not stored again, and not "unroutable" either
         try:
             key, value, record_headers, timestamp = mapping.record_from_amqp(
-                exchange, routing_key, properties_raw, body, int(self.clock() * 1000))
+                exchange, routing_key, properties_raw, body, now_ms)
         except ValueError as exc:  # a property section the codec let through but that does not decode
             raise ConnectionError(FRAME_ERROR, f"cannot decode content properties: {exc}") from None
         record = Record(0, timestamp, key, value, record_headers)
-        staged_map = self._staged
         if xlog is not None:  # the exchange's own log takes every message, routed or not
             self._stage(xlog, record, publish, len(body))
         for queue in queues:
@@ -185,8 +189,27 @@ class Router:
                 if queue.args.overflow == "reject-publish-dlx":
                     queue._dead_letter(record, "maxlen")
                 continue
+            if queue.dedup is not None and not self._admitted(vhost, None, queue.dedup, properties_raw, now_ms,
+                                                              queue):
+                continue
             self._stage(queue, record, publish, len(body))
         return publish, bool(queues)
+
+    @staticmethod
+    def _admitted(vhost: VirtualHost, exchange: str | None, dedup: Deduplicator, properties_raw: bytes,
+                  now_ms: int, queue: Queue | None = None) -> bool:
+        """Whether a publish passes a de-duplicator, which first learns its window from the logs."""
+        if not dedup.loaded:
+            if queue is not None:
+                dedup.rebuild(recent_records(queue.plog, dedup.size), now_ms)
+            else:  # an exchange's window: what it routed into any queue of the vhost
+                dedup.rebuild((r for q in vhost.queues.values() for r in recent_records(q.plog, dedup.size)),
+                              now_ms, exchange=exchange)
+        try:
+            key = dedup.key(properties_raw)
+        except ValueError:
+            return True  # malformed properties: record_from_amqp refuses them with the right error
+        return dedup.admit(key, now_ms)
 
     def _stage(self, target, record: Record, publish: Publish | None, size: int) -> None:
         staged = self._staged.get(target)
@@ -220,6 +243,9 @@ class Router:
                 for publish in staged.publishes:
                     if publish is not None:
                         publish.rejected = True  # nack: the publisher must not think it is stored
+                if queue.dedup is not None:
+                    for record in staged.records:
+                        queue.dedup.forget(queue.dedup.key(record))
                 continue
             queue.appended(info.first_offset, staged.sizes)
             queue.appended_limits()

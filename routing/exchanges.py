@@ -72,6 +72,7 @@ class Exchange:
         alternate = self.arguments.get("alternate-exchange")
         self.alternate_exchange: str | None = alternate if isinstance(alternate, str) and alternate else None
         self._bindings: dict[tuple, Binding] = {}
+        self.dedup = None  # a routing.dedup.Deduplicator when declared with x-message-deduplication
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} bindings={len(self._bindings)}>"

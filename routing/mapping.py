@@ -162,7 +162,7 @@ _PROPERTIES = (
     (0x0004, "amqp.cluster-id", _STR),
 )
 _HEADERS_INDEX = 2
-_DELIVERY_MODE_INDEX, _PRIORITY_INDEX, _EXPIRATION_INDEX, _TIMESTAMP_INDEX = 3, 4, 7, 9
+_DELIVERY_MODE_INDEX, _PRIORITY_INDEX, _EXPIRATION_INDEX, _MESSAGE_ID_INDEX, _TIMESTAMP_INDEX = 3, 4, 7, 8, 9
 _HEADERS_BIT = 0x2000
 _PROPERTY_SLOT = {name: (i, bit, kind) for i, (bit, name, kind) in enumerate(_PROPERTIES) if i != _HEADERS_INDEX}
 
@@ -896,6 +896,11 @@ def expiration(source: Source) -> int | None:
     if not v or not v.isdigit():
         return None
     return int(v)
+
+
+def message_id(source: Source) -> bytes | None:
+    """The message-id property of a record or property section, or None."""
+    return _property(source, _MESSAGE_ID_INDEX)
 
 
 def timestamp(source: Source) -> int | None:

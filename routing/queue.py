@@ -20,6 +20,7 @@ from typing import Any, Callable, Hashable, Protocol
 from core.log import PartitionLog
 from routing import mapping
 from routing.cursor import QueueCursor
+from routing.dedup import Deduplicator
 from routing.errors import PRECONDITION_FAILED, ChannelError
 from routing.reader import LogReader
 from wire.records import Record
@@ -118,6 +119,7 @@ class Queue:
         self.auto_delete = auto_delete
         self.arguments = dict(arguments)
         self.args = QueueArguments(self.arguments, name, vhost)
+        self.dedup = Deduplicator.from_arguments(self.arguments, f"queue '{name}' in vhost '{vhost}'")
         self.clock = clock
         self._ack_floor = ack_floor
         self._delivered_bound = delivered_bound  # known after a clean stop: nothing at or above was delivered

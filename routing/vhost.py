@@ -18,6 +18,7 @@ from routing.errors import (
     ACCESS_REFUSED, COMMAND_INVALID, PRECONDITION_FAILED, RESOURCE_LOCKED, ChannelError,
     ConnectionError, inequivalent, not_found,
 )
+from routing.dedup import Deduplicator
 from routing.exchange_log import ExchangeLog
 from routing.exchanges import EXCHANGE_TYPES, Exchange, route_through
 from routing.names import queue_topic
@@ -89,7 +90,9 @@ class VirtualHost:
                         stored, given = _bool_text(stored), _bool_text(given)
                     raise inequivalent("exchange", name, self.name, what, stored, given)
             return existing
+        dedup = Deduplicator.from_arguments(arguments or {}, f"exchange '{name}' in vhost '{self.name}'")
         exchange = cls(name, durable=durable, auto_delete=auto_delete, internal=internal, arguments=arguments)
+        exchange.dedup = dedup
         if exchange.arguments.get("x-log") is True:
             self._open_exchange_log(name)
         self.exchanges[name] = exchange
@@ -364,9 +367,10 @@ class VirtualHost:
         """Recreate durable exchanges, queues and bindings after a restart."""
         for e in definitions.get("exchanges", ()):
             if e["name"] not in self.exchanges:
-                self.exchanges[e["name"]] = EXCHANGE_TYPES[e["type"]](
+                exchange = self.exchanges[e["name"]] = EXCHANGE_TYPES[e["type"]](
                     e["name"], durable=True, auto_delete=e["auto_delete"], internal=e["internal"],
                     arguments=e["arguments"])
+                exchange.dedup = Deduplicator.from_arguments(e["arguments"], f"exchange '{e['name']}'")
                 if e["arguments"].get("x-log") is True:
                     self._open_exchange_log(e["name"])
         for q in definitions.get("queues", ()):
