@@ -6,15 +6,18 @@
 // 1. initTransactions; commit 10 records "c-i"; abort 5 records "a-i" (flushed first)  -> {"step":"txns"}
 // 2. consume-transform-produce step: sendOffsetsToTransaction(offset 10, groupMetadata),
 //    commit; then committed() of the group                                             -> {"step":"offsets"}
-// 3. a second producer with the same transactional.id fences the first: the first's
+// 3. with a transaction open: AdminClient listTransactions, describeTransactions, describeProducers
+//    (what kafka-transactions.sh shows), then commit                                  -> {"step":"admin"}
+// 4. a second producer with the same transactional.id fences the first: the first's
 //    next transaction fails with ProducerFencedException                              -> {"step":"fenced"}
-// 4. read_committed and read_uncommitted consumers read the topic from the start      -> {"step":"read"} x2
+// 5. read_committed and read_uncommitted consumers read the topic from the start      -> {"step":"read"} x2
 // Ends with {"step":"done"}; on an unexpected exception prints {"step":"error"} and exits 1.
 
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.*;
 
+import org.apache.kafka.clients.admin.*;
 import org.apache.kafka.clients.consumer.*;
 import org.apache.kafka.clients.producer.*;
 import org.apache.kafka.common.KafkaException;
@@ -106,6 +109,23 @@ public class TxnClient {
                 emit("{\"step\":\"offsets\",\"committed\":" + (committed == null ? -1 : committed.offset()) + "}");
             }
 
+            first.beginTransaction();
+            send(first, topic, "open-1");
+            first.flush();
+            Properties ap = common(bootstrap);
+            try (Admin admin = Admin.create(ap)) {
+                TopicPartition tp = new TopicPartition(topic, 0);
+                boolean listed = false;
+                for (TransactionListing l : admin.listTransactions().all().get())
+                    listed |= l.transactionalId().equals(tid) && l.state() == TransactionState.ONGOING;
+                TransactionDescription d = admin.describeTransactions(List.of(tid)).all().get().get(tid);
+                ProducerState p = admin.describeProducers(List.of(tp)).all().get().get(tp).activeProducers().get(0);
+                emit("{\"step\":\"admin\",\"listed\":" + listed + ",\"state\":\"" + d.state() + "\",\"partitions\":"
+                     + d.topicPartitions().size() + ",\"producer_matches\":" + (d.producerId() == p.producerId())
+                     + ",\"txn_start_offset\":" + p.currentTransactionStartOffset().orElse(-1L) + "}");
+            }
+            first.commitTransaction();
+
             KafkaProducer<byte[], byte[]> second = producer(bootstrap, tid);
             String outcome;
             try {
@@ -126,9 +146,9 @@ public class TxnClient {
             second.close();
 
             emit("{\"step\":\"read\",\"isolation\":\"read_committed\",\"values\":"
-                 + list(read(bootstrap, topic, "read_committed", 12)) + "}");
+                 + list(read(bootstrap, topic, "read_committed", 13)) + "}");
             emit("{\"step\":\"read\",\"isolation\":\"read_uncommitted\",\"values\":"
-                 + list(read(bootstrap, topic, "read_uncommitted", 17)) + "}");
+                 + list(read(bootstrap, topic, "read_uncommitted", 18)) + "}");
             emit("{\"step\":\"done\"}");
         } catch (Exception e) {
             emit("{\"step\":\"error\",\"error\":\"" + (e.getClass().getName() + ": " + e.getMessage())

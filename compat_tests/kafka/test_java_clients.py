@@ -163,13 +163,21 @@ def test_java_transactions_commit_abort_and_offsets(java_txn_run):
     assert stage(java_txn_run, "offsets")[0]["committed"] == 10
 
 
+def test_java_admin_sees_the_open_transaction(java_txn_run):
+    admin = stage(java_txn_run, "admin")[0]
+    # c-0..c-9 at 0..9, commit marker 10, a-0..a-4 at 11..15, abort marker 16, c-10 at 17, marker 18:
+    # the open transaction starts at 19.
+    assert admin == {"step": "admin", "listed": True, "state": "Ongoing", "partitions": 1,
+                     "producer_matches": True, "txn_start_offset": 19}
+
+
 def test_java_second_producer_fences_the_first(java_txn_run):
     assert "Fenced" in stage(java_txn_run, "fenced")[0]["outcome"]
 
 
 def test_java_read_committed_and_uncommitted(java_txn_run):
     reads = {e["isolation"]: e["values"] for e in stage(java_txn_run, "read")}
-    committed = [f"c-{i}" for i in range(11)] + ["successor"]
+    committed = [f"c-{i}" for i in range(11)] + ["open-1", "successor"]
     assert reads["read_committed"] == committed
     assert sorted(reads["read_uncommitted"]) == sorted(committed + [f"a-{i}" for i in range(5)])
     assert stage(java_txn_run, "done") and java_txn_run["returncode"] == 0
