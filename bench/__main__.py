@@ -6,7 +6,8 @@ import importlib
 import sys
 
 # suite name -> module (imported lazily: the peer suites need client libraries)
-SUITES = {"log": "bench.log_bench", "kafka": "bench.kafka_bench", "amqp": "bench.amqp_bench"}
+SUITES = {"log": "bench.log_bench", "kafka": "bench.kafka_bench", "amqp": "bench.amqp_bench",
+          "spark": "bench.spark_bench"}
 
 
 def main(argv=None) -> int:

@@ -17,7 +17,7 @@ import pytest
 from tests.brokerproc import BrokerProcess, start_broker
 
 EXTERNAL_ENV = "KAFKA_COMPAT_BOOTSTRAP"
-BROKER_FIXTURES = ("kafka_broker", "amqp_broker", "cross_broker")  # each has output(): its log so far
+BROKER_FIXTURES = ("kafka_broker", "amqp_broker", "cross_broker", "secure_broker")  # each has output(): its log
 
 
 class KafkaBroker:

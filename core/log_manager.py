@@ -28,6 +28,7 @@ from core.checkpoint import fsync_dir
 from core.cleaner import compact
 from core.config import TopicConfig
 from core.errors import UnknownTopicError
+from core.hw_checkpoint import HighWatermarkCheckpoint
 from core.log import PartitionLog
 from core.metadata import MetadataStore, TopicMetadata
 
@@ -57,6 +58,7 @@ class LogManager:
         self.logs: dict[tuple[str, int], PartitionLog] = {}
         self._cleaned_upto: dict[tuple[str, int], int] = {}
         self._clean_start = True
+        self.hw_checkpoint = HighWatermarkCheckpoint(self.data_dir)  # for readers outside the process
 
     # --- life cycle -----------------------------------------------------------------
     def startup(self) -> StartupInfo:
@@ -81,6 +83,7 @@ class LogManager:
     def shutdown(self) -> None:
         for plog in self.logs.values():
             plog.close()
+        self.hw_checkpoint.write(self.logs)  # closed logs are flushed: their final high watermarks
         self.logs.clear()
         (self.data_dir / CLEAN_SHUTDOWN).write_bytes(b"")
         fsync_dir(self.data_dir)
@@ -145,6 +148,7 @@ class LogManager:
             if plog.needs_flush(now):
                 plog.flush()
                 flushed += 1
+        self.hw_checkpoint.maybe_write(self.logs)  # throttled: at most once a second, when changed
         return flushed
 
     def maintenance(self) -> None:

@@ -1,4 +1,5 @@
-"""``gateway`` command line: ``gateway serve [options]``.
+"""``gateway`` command line: ``gateway serve [options]``, ``gateway users ...`` and
+``gateway spark archive|stats ...``.
 
 Exit codes: 0 after a clean stop, 2 for a usage or configuration error, 1 when the broker
 cannot start or fails. Every error is one line on stderr naming the problem, no traceback.
@@ -11,6 +12,7 @@ import os
 import sys
 
 from gateway.config import OPTIONS, ConfigError, load_settings
+from gateway.ctl import COMMANDS as ADMIN_COMMANDS
 
 log = logging.getLogger("gateway")
 
@@ -26,12 +28,27 @@ def build_parser() -> argparse.ArgumentParser:
     for option in OPTIONS:
         serve.add_argument(option.flag, dest=option.name, metavar=option.metavar, default=None,
                            help=f"{option.help} (env {option.env}, default {option.default})")
+    from gateway.users_cli import add_parser as add_users_parser
+    add_users_parser(commands)
+    from gateway.ctl import add_commands as add_admin_commands
+    add_admin_commands(commands)
+    from spark.cli import add_commands as add_spark_commands  # argparse only: pyspark loads when a job runs
+    add_spark_commands(commands)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command in ADMIN_COMMANDS:
+        from gateway.ctl import run as run_admin
+        return run_admin(args)
+    if args.command == "users":
+        from gateway.users_cli import run as run_users
+        return run_users(args, os.environ)
+    if args.command == "spark":
+        from spark.cli import run as run_spark
+        return run_spark(args)
     if args.command != "serve":
         parser.print_help(sys.stderr)
         return 2

@@ -1,4 +1,4 @@
-"""The HTTP listener: ``GET /healthz`` for now (the management API comes later)."""
+"""The HTTP listener: ``/healthz``, the management API (``/api/``), ``/metrics`` and the dashboard."""
 from __future__ import annotations
 
 import json
@@ -33,9 +33,17 @@ class NotFound(resource.Resource):
 
 
 class Root(resource.Resource):
-    def __init__(self, status: Callable[[], tuple[bool, dict]]):
+    def __init__(self, status: Callable[[], tuple[bool, dict]], broker=None):
         super().__init__()
         self.putChild(b"healthz", Health(status))
+        if broker is not None:  # imported here: the health check alone needs none of it
+            from gateway.management.api import ManagementApi
+            from gateway.management.metrics import MetricsResource
+            self.putChild(b"api", ManagementApi(broker))
+            self.putChild(b"metrics", MetricsResource(broker))
+            from gateway.management.dashboard import Dashboard, RootRedirect
+            self.putChild(b"dashboard", Dashboard())
+            self.putChild(b"", RootRedirect())
 
     def getChild(self, path, request):
         return NotFound()
@@ -44,6 +52,7 @@ class Root(resource.Resource):
         return NotFound().render(request)
 
 
-def site(status: Callable[[], tuple[bool, dict]]) -> server.Site:
-    """``status()`` returns (ready, document): 200 with the document when ready, else 503."""
-    return server.Site(Root(status), logPath=None)
+def site(status: Callable[[], tuple[bool, dict]], broker=None) -> server.Site:
+    """``status()`` returns (ready, document): 200 with the document when ready, else 503.
+    With ``broker`` (a gateway.server.Broker) the management API, metrics and dashboard are served too."""
+    return server.Site(Root(status, broker), logPath=None)

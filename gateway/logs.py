@@ -6,6 +6,7 @@ fields: key=value pairs in text mode, keys of the JSON object in json mode.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import sys
@@ -51,6 +52,9 @@ def configure(level: str, fmt: str, stream=None) -> None:
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     globalLogBeginner.beginLoggingTo([STDLibLogObserver(name="twisted")], redirectStandardIO=False)
+
+
+connection_ids = itertools.count(1)  # one sequence for the connections of both protocols
 
 
 def fields(**values) -> dict:

@@ -45,6 +45,10 @@ from gateway.kafka.connection import KafkaFactory
 from gateway.kafka.context import KafkaContext
 from gateway.kafka.waiters import Waiters
 from gateway.logs import fields
+from gateway.management import history, metrics
+from gateway.security.acl import ACLS_FILE, Authorizer
+from gateway.security.tls import TlsConfigError, server_options
+from gateway.security.users import UserStore, UserStoreError
 
 log = logging.getLogger(__name__)
 
@@ -84,13 +88,17 @@ class Broker:
         self._logs_open = False
         self.started_at = time.monotonic()
         self._lock_fd: int | None = None
-        self._kafka_port = None
+        self._kept_ports: dict[str, object] = {}
         self._loops: list[task.LoopingCall] = []
         self._flushing: defer.Deferred | None = None
         self._flush_again = False
         self.kafka: KafkaContext | None = None
         self.amqp: AmqpService | None = None
         self._starting: defer.Deferred | None = None
+        self.management_history = history.History(self)
+        self.users: UserStore | None = None
+        self._tls_options = None
+        self._authorizer: Authorizer | None = None
 
     # --- start --------------------------------------------------------------------
     def bind(self) -> None:
@@ -101,6 +109,17 @@ class Broker:
         except Exception as exc:
             self._unlock()
             raise StartupError(f"cannot read the metadata in {self.data_dir}: {exc}") from None
+        try:
+            self.users = UserStore.in_data_dir(self.data_dir, loopback_users=self.settings.loopback_users)
+            s = self.settings
+            if s.tls_cert is not None:
+                self._tls_options = server_options(s.tls_cert, s.tls_key, s.tls_client_ca, s.tls_client_auth)
+            if s.authorizer == "acl":
+                self._authorizer = Authorizer(self.data_dir / ACLS_FILE, s.super_users,
+                                              s.allow_everyone_if_no_acl_found)
+        except (UserStoreError, TlsConfigError, ValueError) as exc:
+            self._unlock()
+            raise StartupError(str(exc)) from None
         producers, groups = ProducerStates(self.data_dir), GroupCoordinator(self.logs)
         transactions = TransactionCoordinator(self.logs, producers, groups.offsets)
         self.kafka = KafkaContext(
@@ -109,13 +128,21 @@ class Broker:
             advertised=self._kafka_advertised, request_flush=self.request_flush,
             auto_create_topics=self.settings.auto_create_topics, num_partitions=self.settings.num_partitions,
             reactor=self.reactor)
+        self.kafka.users = self.users
+        self.kafka.authorizer = self._authorizer
         alarms = Alarms(self.data_dir, self.settings.disk_free_limit_mb, self.settings.memory_limit_mb)
-        self.amqp = AmqpService(Router(self.data_dir, self.logs), self.reactor, self.request_flush, alarms)
+        self.amqp = AmqpService(Router(self.data_dir, self.logs), self.reactor, self.request_flush, alarms,
+                                users=self.users)
         self.kafka.topic_deleted = self.amqp.router.topic_deleted
+        self._apply_limits()
         factories = {
-            "kafka": _Gate(KafkaFactory(self.kafka), lambda: self.ready),
+            "kafka": _Gate(KafkaFactory(self.kafka, require_auth=self.settings.kafka_require_auth),
+                           lambda: self.ready),
             "amqp": _Gate(AmqpFactory(self.amqp), lambda: self.ready),
-            "http": http.site(self.health),
+            "http": http.site(self.health, self),
+            "kafka_tls": _Gate(KafkaFactory(self.kafka, advertised=lambda: self._kafka_advertised("kafka_tls"),
+                                            require_auth=self.settings.kafka_require_auth), lambda: self.ready),
+            "amqp_tls": _Gate(AmqpFactory(self.amqp), lambda: self.ready),
         }
         for factory in factories.values():
             getattr(factory, "factory", factory).noisy = False
@@ -127,8 +154,21 @@ class Broker:
             self._unlock()
             raise
 
+    def _apply_limits(self) -> None:
+        s = self.settings
+
+        def too_many() -> bool:  # called as a connection arrives, so it already counts itself
+            return bool(s.max_connections) and \
+                len(self.amqp.connections) + len(self.kafka.connections) > s.max_connections
+        self.amqp.too_many_connections = self.kafka.too_many_connections = too_many
+        self.amqp.max_connections_per_user = self.kafka.max_connections_per_user = s.max_connections_per_user
+        self.amqp.channel_max, self.amqp.max_message_bytes = s.channel_max, s.max_message_bytes
+        self.kafka.throttle_ms = lambda: s.kafka_throttle_ms if self.amqp.alarm_reason else 0
+
     def _listen(self, name: str, address: HostPort, factory):
         try:
+            if name.endswith("_tls"):
+                return self.reactor.listenSSL(address.port, factory, self._tls_options, interface=address.host)
             return self.reactor.listenTCP(address.port, factory, interface=address.host)
         except error.CannotListenError as exc:
             cause = exc.socketError
@@ -136,7 +176,7 @@ class Broker:
             hint = "is another broker running? pick another port with" if isinstance(cause, OSError) and \
                 cause.errno == errno.EADDRINUSE else "check the address given to"
             raise StartupError(f"cannot listen for {name} on {address}: {why}; {hint} "
-                               f"--{name}-listen HOST:PORT (0 picks a free port)") from None
+                               f"--{name.replace('_', '-')}-listen HOST:PORT (0 picks a free port)") from None
 
     def _prepare_data_dir(self) -> None:
         d = self.data_dir
@@ -167,8 +207,8 @@ class Broker:
             write_atomic(path, cluster_id.encode())
             return cluster_id
 
-    def _kafka_advertised(self) -> tuple[str, int]:
-        port = self.ports.get("kafka") or self._kafka_port
+    def _kafka_advertised(self, listener: str = "kafka") -> tuple[str, int]:
+        port = self.ports.get(listener) or self._kept_ports.get(listener)
         host = port.getHost()
         name = host.host
         if name in ("0.0.0.0", "::", ""):
@@ -199,10 +239,12 @@ class Broker:
         write_atomic(self.data_dir / LISTENERS_FILE, json.dumps(addresses).encode())
         self.ready = True
         log.info("listening", extra=fields(node_id=self.settings.node_id, **addresses))
-        self._kafka_port = self.ports["kafka"]
+        self._kept_ports = dict(self.ports)  # requests still in flight at shutdown advertise these
+        self._every(1000, self.users.maybe_reload)  # users added with `gateway users` log in at once
         self._every(self.settings.flush_interval_ms, self.request_flush)
         self._every(self.settings.maintenance_interval_ms, self._maintenance_tick)
         self._every(GROUP_TICK_S * 1000, self._group_tick)
+        self._every(history.SAMPLE_S * 1000, self.management_history.sample)
         self._every(TXN_TICK_S * 1000, self._txn_tick)
         self._every(AMQP_TICK_S * 1000, self.amqp.tick)
 
@@ -242,11 +284,12 @@ class Broker:
             return
         self._flushing = threads.deferToThread(self.logs.flush_dirty)
         self._flushing.addErrback(lambda f: log.error("flush failed: %s", f.getErrorMessage()))
-        self._flushing.addBoth(self._flush_done)
+        self._flushing.addBoth(self._flush_done, time.monotonic())
 
-    def _flush_done(self, flushed):
+    def _flush_done(self, flushed, started: float):
         self._flushing = None
         if flushed:
+            metrics.timed(metrics.FSYNC, "group_commit", started)
             self.kafka.waiters.notify()  # high watermarks moved: parked produces and fetches may go
             self.amqp.log_moved()  # queues deliver, publisher confirms go out
         if self._flush_again and self.ready:

@@ -1,4 +1,4 @@
-"""The AMQP model of one broker: vhosts, users, durable definitions, and the publish pipeline.
+"""The AMQP model of one broker: vhosts, durable definitions, and the publish pipeline.
 
 Publishing is two steps so that appends are batched per event-loop turn, as DESIGN.md asks:
 :meth:`Router.publish` routes one message and stages a record on each queue it reaches;
@@ -30,7 +30,7 @@ from core.log import PartitionLog
 from core.log_manager import LogManager
 from routing import mapping
 from routing.dedup import Deduplicator, recent_records
-from routing.errors import ACCESS_REFUSED, FRAME_ERROR, NOT_ALLOWED, ConnectionError
+from routing.errors import FRAME_ERROR, NOT_ALLOWED, ConnectionError
 from routing.queue import Queue
 from routing.vhost import VirtualHost
 from wire.records import Record, encode_batch
@@ -38,7 +38,6 @@ from wire.records import Record, encode_batch
 log = logging.getLogger(__name__)
 
 DEFAULT_VHOST = "/"
-DEFAULT_USER = ("guest", "guest")
 
 
 class Publish:
@@ -72,7 +71,6 @@ class Router:
         self.logs = logs
         self.clock = clock
         self.vhosts: dict[str, VirtualHost] = {}
-        self.users: dict[str, str] = {DEFAULT_USER[0]: DEFAULT_USER[1]}
         self._staged: dict[Queue, _Staged] = {}
         self._floors_written: dict[str, dict] | None = None
         self._transient: set[str] = set()
@@ -145,17 +143,11 @@ class Router:
             vhost.topic_deleted(topic)
 
     # --- connections -------------------------------------------------------------------
-    def authenticate(self, username: str, password: str, loopback: bool) -> bool:
-        if self.users.get(username) != password:
-            return False
-        return loopback or username != DEFAULT_USER[0]  # guest only from loopback, as RabbitMQ
-
     def open_vhost(self, name: str, username: str) -> VirtualHost:
+        """The vhost a connection opens (users and their permissions are the gateway's business)."""
         vhost = self.vhosts.get(name)
         if vhost is None:
             raise ConnectionError(NOT_ALLOWED, f"vhost {name} not found")
-        if username not in self.users:
-            raise ConnectionError(ACCESS_REFUSED, f"access to vhost '{name}' refused for user '{username}'")
         return vhost
 
     # --- publishing --------------------------------------------------------------------
@@ -248,6 +240,8 @@ class Router:
                         queue.dedup.forget(queue.dedup.key(record))
                 continue
             queue.appended(info.first_offset, staged.sizes)
+            queue.stats.published += len(records)
+            queue.stats.published_bytes += sum(staged.sizes)
             queue.appended_limits()
             plog = queue.plog
             for i, publish in enumerate(staged.publishes):

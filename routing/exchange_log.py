@@ -1,6 +1,6 @@
 """Exchange logs: every message published to an exchange declared with ``x-log: true``, on a topic.
 
-The topic has the exchange's name (escaped like a queue's, see :mod:`routing.names`), one
+The topic has the exchange's name (escaped like a queue's, see :mod:`core.names`), one
 partition, records in the AMQP form of :mod:`routing.mapping`. Kafka consumers and Spark jobs
 read it to tap all traffic through the exchange without touching its queues.
 
@@ -14,12 +14,14 @@ after the restart (it stays in the log).
 from __future__ import annotations
 
 from core.log import PartitionLog
+from routing.queue import QueueStats
 from routing.reader import LogReader
 from wire.records import Record
 
 
 class ExchangeLog:
     consumers = ()  # the router's commit loop asks every append target for its consumers
+    dedup = None  # nor does it de-duplicate (the exchange itself may, before routing)
 
     def __init__(self, vhost: str, exchange: str, topic: str, plog: PartitionLog):
         self.vhost = vhost
@@ -30,6 +32,7 @@ class ExchangeLog:
         self.reader = LogReader(plog)
         self.forwarded = plog.next_offset  # offsets below this are routed or were never to be
         self._own: list[tuple[int, int]] = []  # [first, last] ranges the router appended
+        self.stats = QueueStats()  # what was appended, counted like a queue's
 
     def __repr__(self) -> str:
         return f"<ExchangeLog {self.name!r} vhost={self.vhost!r} topic={self.topic!r}>"

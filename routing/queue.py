@@ -75,6 +75,19 @@ def _str_arg(args: dict, name: str, queue: str, vhost: str, allowed: tuple[str, 
     return value
 
 
+class QueueStats:
+    """Running totals of one queue, read by the management API and /metrics."""
+
+    __slots__ = ("published", "published_bytes", "delivered", "acked")
+
+    def __init__(self) -> None:
+        self.published = self.published_bytes = self.delivered = self.acked = 0
+
+    def as_json(self) -> dict:
+        return {"publish": self.published, "publish_bytes": self.published_bytes,
+                "deliver_get": self.delivered, "ack": self.acked}
+
+
 class QueueArguments:
     """The ``x-`` arguments a queue honours, validated as RabbitMQ does (406 on a bad value)."""
 
@@ -132,6 +145,7 @@ class Queue:
         self.on_empty_auto_delete: Callable[[Queue], None] | None = None
         self._staged: list[tuple[int, int, bool]] = []  # priority queues: (-priority, offset, redelivered)
         self._sizes: dict[int, int] = {}  # body sizes of ready messages, for x-max-length-bytes
+        self.stats = QueueStats()
 
         if plog is not None:
             self.attach(plog)
@@ -244,6 +258,7 @@ class Queue:
                 self.cursor.ack((offset,))
             consumer.deliver(self, offset, record, redelivered)
             delivered += 1
+        self.stats.delivered += delivered
         return delivered
 
     # --- streams: every consumer reads the log from its own position; nothing is removed ------
@@ -292,6 +307,7 @@ class Queue:
                     delivered += 1
                 position += 1
             consumer.stream_position = position
+        self.stats.delivered += delivered
         return delivered
 
     def get(self, owner: Hashable, no_ack: bool) -> tuple[int, bool, Record] | None:
@@ -299,8 +315,10 @@ class Queue:
         self.sync_end()
         self._enforce_limits()
         taken = self._take(owner)
-        if taken is not None and no_ack:
-            self.cursor.ack((taken[0],))
+        if taken is not None:
+            self.stats.delivered += 1
+            if no_ack:
+                self.cursor.ack((taken[0],))
         self.last_used = self.clock()
         return taken
 
@@ -421,7 +439,7 @@ class Queue:
     # --- settling ----------------------------------------------------------------------
     def ack(self, offsets) -> None:
         if not self.is_stream:  # a stream keeps its messages: an ack only gives credit back
-            self.cursor.ack(offsets)
+            self.stats.acked += len(self.cursor.ack(offsets))
 
     def reject(self, offsets, requeue: bool) -> None:
         if self.is_stream:

@@ -3,7 +3,7 @@
 Every operation either changes the model or raises the exception RabbitMQ would raise
 (:mod:`routing.errors`), with its reply code and text. Queues are created and deleted through
 ``topics``, the part of the log manager the vhost needs (a queue is a one-partition topic named
-by :func:`routing.names.queue_topic`). Durable definitions are reported to ``on_change`` so the
+by :func:`core.names.queue_topic`). Durable definitions are reported to ``on_change`` so the
 owner can persist them; this module does no I/O of its own.
 """
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any, Callable, Hashable, Iterable
 
 from core.errors import InvalidTopicError, TopicExistsError
 from core.log_manager import LogManager
+from core.names import queue_topic
 from routing.errors import (
     ACCESS_REFUSED, COMMAND_INVALID, PRECONDITION_FAILED, RESOURCE_LOCKED, ChannelError,
     ConnectionError, inequivalent, not_found,
@@ -21,7 +22,6 @@ from routing.errors import (
 from routing.dedup import Deduplicator
 from routing.exchange_log import ExchangeLog
 from routing.exchanges import EXCHANGE_TYPES, Exchange, route_through
-from routing.names import queue_topic
 from routing.queue import Queue
 
 DEFAULT_EXCHANGES = (("amq.direct", "direct"), ("amq.fanout", "fanout"), ("amq.topic", "topic"),

@@ -64,12 +64,17 @@ ADVERTISED: dict[int, tuple[int, int]] = {
     25: (0, 3),   # AddOffsetsToTxn
     26: (0, 3),   # EndTxn
     28: (0, 3),   # TxnOffsetCommit
+    29: (1, 3),   # DescribeAcls
+    30: (1, 3),   # CreateAcls
+    31: (1, 3),   # DeleteAcls
     32: (1, 4),   # DescribeConfigs
     33: (0, 2),   # AlterConfigs
     36: (0, 2),   # SaslAuthenticate
     37: (0, 3),   # CreatePartitions
     42: (0, 2),   # DeleteGroups
     44: (0, 1),   # IncrementalAlterConfigs
+    50: (0, 0),   # DescribeUserScramCredentials
+    51: (0, 0),   # AlterUserScramCredentials
     60: (0, 1),   # DescribeCluster
     61: (0, 0),   # DescribeProducers
     65: (0, 0),   # DescribeTransactions
@@ -117,6 +122,16 @@ def _entity_class(api_key: int, version: int, kind: EntityType):
         if isinstance(value, type) and getattr(value, "__type__", None) == kind:
             return value
     raise LookupError(f"kio has no {kind.name} for api {api_key} v{version}")
+
+
+@cache
+def api_name(api_key: int) -> str:
+    """Kafka's name of an API (``Produce``, ``Fetch``...), from kio's request class."""
+    high = ADVERTISED.get(api_key, (0, 0))[1]
+    try:
+        return request_class(api_key, high).__name__.removesuffix("Request")
+    except Exception:  # kio knows no such API (kio.index.UnknownEntity and friends)
+        return f"api-{api_key}"
 
 
 def supported(api_key: int, version: int) -> bool:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from pamqp import commands as spec
 
+from gateway.amqp import permissions
 from routing import mapping
 from routing.errors import (
     ACCESS_REFUSED, NOT_ALLOWED, NOT_FOUND, NOT_IMPLEMENTED, PRECONDITION_FAILED, ChannelError, ConnectionError,
@@ -92,6 +93,9 @@ class Channel:
         handler = _HANDLERS.get(type(method))
         if handler is None:
             raise ConnectionError(540, f"method {type(method).__name__} not implemented")
+        check = permissions.CHECKS.get(type(method))
+        if check is not None:
+            check(self, method)  # 403 ACCESS_REFUSED before anything else, as RabbitMQ
         if type(method) in _SEES_PUBLISHES:
             self.router.settle_appends()  # what was published before must be in the queues this looks at
         handler(self, method)
@@ -165,6 +169,11 @@ class Channel:
         """A whole message (method + header + body) arrived."""
         if message.publish.immediate:
             raise ConnectionError(NOT_IMPLEMENTED, "immediate=true")
+        permissions.check_publish(self, message.publish.exchange)
+        limit = self.connection.service.max_message_bytes
+        if len(message.body) > limit:
+            raise ChannelError(PRECONDITION_FAILED, f"message size {len(message.body)} is larger than configured "
+                                                    f"max size {limit}")
         if self.tx is not None:
             exchange = message.publish.exchange
             if exchange:

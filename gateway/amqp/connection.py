@@ -23,7 +23,10 @@ from pamqp import decode as pamqp_decode
 from twisted.internet import protocol, task
 
 from gateway.amqp.channel import Channel
-from gateway.logs import fields
+from gateway.logs import connection_ids, fields
+from gateway.management import metrics
+from gateway.security.tls import peer_common_name
+from gateway.security.users import is_loopback
 from routing.errors import (
     ACCESS_REFUSED, CHANNEL_ERROR, COMMAND_INVALID, INTERNAL_ERROR, NOT_ALLOWED, AmqpError, ChannelError,
     ConnectionError,
@@ -80,7 +83,10 @@ class AmqpConnection(protocol.Protocol):
         self.last_queue: str | None = None
         self.confirms_waiting: set[Channel] = set()
         self.peer = "?"
+        self.conn_id = f"amqp-{next(connection_ids)}"  # in every log line about this connection
         self.loopback = False
+        self.peer_host = ""
+        self.certificate_user: str | None = None  # the verified client certificate's CN (TLS)
         self._out: list[bytes] = []
         self._flush_call = None
         self._heartbeat_loop = None
@@ -94,8 +100,15 @@ class AmqpConnection(protocol.Protocol):
     def connectionMade(self) -> None:
         peer = self.transport.getPeer()
         self.peer = f"{peer.host}:{peer.port}"
-        self.loopback = peer.host in ("127.0.0.1", "::1", "localhost") or peer.host.startswith("127.")
+        self.peer_host = peer.host
+        self.loopback = is_loopback(peer.host)
         self.service.connections.add(self)
+        if self.service.too_many_connections():
+            log.warning("AMQP connection refused: the broker's connection limit is reached (--max-connections)",
+                        extra=fields(peer=self.peer, conn=self.conn_id))
+            self.state = "closed"
+            self.transport.abortConnection()
+            return
         self._close_timer = self.reactor.callLater(HANDSHAKE_TIMEOUT_S, self._handshake_timeout)
         self.transport.registerProducer(self, True)
 
@@ -124,7 +137,7 @@ class AmqpConnection(protocol.Protocol):
             self.vhost.owner_gone(self)
         self.confirms_waiting.clear()
         if self.state not in ("closed", "header"):
-            log.info("AMQP connection closed", extra=fields(peer=self.peer, user=self.username,
+            log.info("AMQP connection closed", extra=fields(peer=self.peer, conn=self.conn_id, user=self.username,
                                                               reason=reason.getErrorMessage()))
         self.state = "closed"
 
@@ -181,7 +194,7 @@ class AmqpConnection(protocol.Protocol):
         except ConnectionError as exc:
             self.close_connection(exc.reply_code, exc.reply_text, prefixed=True)
         except Exception:
-            log.exception("AMQP connection failed on an internal error", extra=fields(peer=self.peer))
+            log.exception("AMQP connection failed on an internal error", extra=fields(peer=self.peer, conn=self.conn_id))
             self.close_connection(INTERNAL_ERROR, "internal error")
         finally:
             self.service.after_input()
@@ -195,8 +208,10 @@ class AmqpConnection(protocol.Protocol):
             channel = self._channel(event.channel, spec.Basic.Publish)
             if channel is None:
                 return
+            started = time.monotonic()
             try:
                 channel.publish(event)
+                metrics.timed(metrics.AMQP_METHODS, "basic.publish", started)
             except ChannelError as exc:
                 self._channel_error(channel, exc, spec.Basic.Publish)
             except ConnectionError as exc:
@@ -213,7 +228,7 @@ class AmqpConnection(protocol.Protocol):
         if isinstance(event, ProtocolHeader):
             if not event.ok:
                 log.warning("closing AMQP connection: protocol header %r is not AMQP 0-9-1", event.received,
-                            extra=fields(peer=self.peer))
+                            extra=fields(peer=self.peer, conn=self.conn_id))
                 self.transport.write(PROTOCOL_HEADER)
                 self.state = "closed"
                 self.transport.loseConnection()
@@ -223,9 +238,13 @@ class AmqpConnection(protocol.Protocol):
                 self.transport.loseConnection()
                 return
             self.state = "start"
+            # The TLS handshake is over once the protocol header arrives: a verified client
+            # certificate can log in with EXTERNAL (its subject CN is the user name).
+            self.certificate_user = peer_common_name(self.transport)
+            mechanisms = "PLAIN AMQPLAIN" + (" EXTERNAL" if self.certificate_user is not None else "")
             self.send_method(0, spec.Connection.Start(
                 version_major=0, version_minor=9, server_properties=self.service.server_properties(CAPABILITIES),
-                mechanisms="PLAIN AMQPLAIN", locales="en_US"))
+                mechanisms=mechanisms, locales="en_US"))
 
     # --- connection class ---------------------------------------------------------------
     def _connection_method(self, m) -> None:
@@ -267,17 +286,30 @@ class AmqpConnection(protocol.Protocol):
                 username, password = str(table.get("LOGIN", "")), str(table.get("PASSWORD", ""))
             except Exception:
                 username = None
+        elif mechanism == "EXTERNAL" and self.certificate_user is not None:
+            username = self.certificate_user
         else:
             self._refuse_login(f"unsupported authentication mechanism '{mechanism}'; PLAIN and AMQPLAIN are offered")
             return
-        if username is None or not self.router.authenticate(username, password, self.loopback):
-            log.warning("AMQP login refused", extra=fields(peer=self.peer, user=username, mechanism=mechanism))
+        users = self.service.users
+        if username is None:
+            reason = "malformed credentials"
+        elif mechanism == "EXTERNAL":  # the certificate was verified; the user must exist
+            users.maybe_reload()
+            reason = None if users.get(username) is not None else f"user '{username}' does not exist"
+            if reason is None and users.loopback_refused(username, self.peer_host):
+                reason = f"user '{username}' can only connect via localhost"
+        else:
+            reason = users.authenticate(username, password, self.peer_host)
+        if reason is not None:
+            log.warning("AMQP login refused: %s", reason, extra=fields(peer=self.peer, conn=self.conn_id, user=username,
+                                                                      mechanism=mechanism))
             self._refuse_login(f"Login was refused using authentication mechanism {mechanism}. "
                                f"For details see the broker logfile.")
             return
         self.username = username
         self.state = "tune"
-        self.send_method(0, spec.Connection.Tune(CHANNEL_MAX, FRAME_MAX, HEARTBEAT_S))
+        self.send_method(0, spec.Connection.Tune(self.service.channel_max, FRAME_MAX, HEARTBEAT_S))
 
     def _refuse_login(self, text: str) -> None:
         self.close_connection(ACCESS_REFUSED, text)
@@ -286,7 +318,7 @@ class AmqpConnection(protocol.Protocol):
         self.frame_max = min(m.frame_max or FRAME_MAX, FRAME_MAX)
         if self.frame_max < 4096:
             raise ConnectionError(NOT_ALLOWED, f"frame_max={m.frame_max} < 4096 min size")
-        self.channel_max = min(m.channel_max or CHANNEL_MAX, CHANNEL_MAX)
+        self.channel_max = min(m.channel_max or self.service.channel_max, self.service.channel_max)
         self.codec.frame_max = self.frame_max
         self.heartbeat = m.heartbeat
         self.state = "open"
@@ -296,20 +328,32 @@ class AmqpConnection(protocol.Protocol):
             self._heartbeat_loop.start(max(self.heartbeat / 2, 0.5), now=False)
 
     def _open(self, m: spec.Connection.Open) -> None:
-        self.vhost = self.router.open_vhost(m.virtual_host or "/", self.username)
+        name = m.virtual_host or "/"
+        vhost = self.router.open_vhost(name, self.username)  # 530 if it does not exist
+        if self.service.users.permission(self.username, name) is None:
+            log.warning("AMQP access to vhost refused", extra=fields(peer=self.peer, conn=self.conn_id, user=self.username, vhost=name))
+            raise ConnectionError(NOT_ALLOWED, f"access to vhost '{name}' refused for user '{self.username}'")
+        limit = self.service.max_connections_per_user
+        if limit and sum(1 for c in self.service.connections if c.vhost is not None and c.username == self.username) \
+                >= limit:
+            log.warning("AMQP connection refused: user connection limit reached", extra=fields(
+                peer=self.peer, conn=self.conn_id, user=self.username, limit=limit))
+            raise ConnectionError(NOT_ALLOWED, f"access to vhost '{name}' refused for user '{self.username}': "
+                                               f"user connection limit ({limit}) is reached")
+        self.vhost = vhost
         if self._close_timer is not None and self._close_timer.active():
             self._close_timer.cancel()
         self._close_timer = None
         self.state = "opened"
         self.send_method(0, spec.Connection.OpenOk())
-        log.info("AMQP connection opened", extra=fields(peer=self.peer, user=self.username,
+        log.info("AMQP connection opened", extra=fields(peer=self.peer, conn=self.conn_id, user=self.username,
                                                         vhost=self.vhost.name))
 
     def _heartbeat_tick(self) -> None:
         now = time.monotonic()
         if now - self._last_recv > 2 * self.heartbeat:
             log.warning("closing AMQP connection: missed heartbeats from client",
-                        extra=fields(peer=self.peer, timeout_s=self.heartbeat))
+                        extra=fields(peer=self.peer, conn=self.conn_id, timeout_s=self.heartbeat))
             self.state = "closed"
             self.transport.abortConnection()
             return
@@ -320,7 +364,7 @@ class AmqpConnection(protocol.Protocol):
         self._close_timer = None
         if self.state not in ("opened", "closed"):
             log.warning("closing AMQP connection: handshake not finished in time",
-                        extra=fields(peer=self.peer, state=self.state))
+                        extra=fields(peer=self.peer, conn=self.conn_id, state=self.state))
             self.state = "closed"
             self.transport.abortConnection()
 
@@ -331,7 +375,7 @@ class AmqpConnection(protocol.Protocol):
             return
         if not prefixed:
             text = AmqpError(code, text).reply_text
-        log.warning("closing AMQP connection", extra=fields(peer=self.peer, reply_code=code, reply_text=text))
+        log.warning("closing AMQP connection", extra=fields(peer=self.peer, conn=self.conn_id, reply_code=code, reply_text=text))
         self.state = "closing"
         for channel in list(self.channels.values()):
             channel.release()
@@ -385,8 +429,10 @@ class AmqpConnection(protocol.Protocol):
             return
         if isinstance(m, spec.Channel.CloseOk):
             return
+        started = time.monotonic()
         try:
             channel.handle(m)
+            metrics.timed(metrics.AMQP_METHODS, m.name.lower(), started)
         except ChannelError as exc:
             self._channel_error(channel, exc, type(m))
         except ConnectionError as exc:
@@ -395,7 +441,7 @@ class AmqpConnection(protocol.Protocol):
 
     def _channel_error(self, channel: Channel, exc: ChannelError, method_cls) -> None:
         index = getattr(method_cls, "index", 0)
-        log.info("closing AMQP channel", extra=fields(peer=self.peer, channel=channel.number,
+        log.info("closing AMQP channel", extra=fields(peer=self.peer, conn=self.conn_id, channel=channel.number,
                                                       reply_code=exc.reply_code, reply_text=exc.reply_text))
         self.channels.pop(channel.number, None)
         self.closing_channels.add(channel.number)

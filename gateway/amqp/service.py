@@ -8,8 +8,10 @@ each group-commit fsync (:meth:`log_moved`) it does the same for everything that
 from __future__ import annotations
 
 import logging
+from typing import Callable
 from importlib import metadata
 
+from gateway.security.users import UserStore
 from routing.broker import Router
 
 log = logging.getLogger(__name__)
@@ -25,14 +27,21 @@ def _version() -> str:
 
 
 class AmqpService:
-    def __init__(self, router: Router, reactor, request_flush, alarms=None, cluster_name: str = "gateway"):
+    def __init__(self, router: Router, reactor, request_flush, alarms=None, cluster_name: str = "gateway",
+                 users: UserStore | None = None):
         self.router = router
+        self.users = users if users is not None else UserStore(None)  # None: guest/guest in memory
         self.alarms = alarms
         self.alarm_reason: str | None = None  # "low on disk" / "low on memory" while an alarm is on
         self.reactor = reactor
         self.connections: set = set()
         self.confirming: set = set()  # connections with publishes waiting for their confirm
         self.accepting = True
+        # limits (gateway.config): set by the server; 0 = none
+        self.max_connections_per_user = 0
+        self.channel_max = 2047
+        self.max_message_bytes = 128 * 1024 * 1024
+        self.too_many_connections: Callable[[], bool] = lambda: False  # the global limit, both protocols
         self.cluster_name = cluster_name
         self._request_flush = request_flush
         router.on_appended = request_flush

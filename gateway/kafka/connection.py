@@ -4,38 +4,110 @@ Kafka clients pipeline requests and match responses by order as much as by corre
 id, so a response that is ready early (a metadata answer behind a parked produce) waits for
 the ones before it. Each response goes out in one ``write``. A framing or parse error
 closes this connection with a log line and nothing else.
+
+Identity: a connection is anonymous (principal ``User:ANONYMOUS``) until it authenticates
+with SASL (SaslHandshake + SaslAuthenticate, :mod:`gateway.kafka.apis.session`); on a TLS
+listener a verified client certificate names it first (its subject CN), SASL then wins. With
+``require_auth`` only ApiVersions and the SASL requests are served before that.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
+import time
 from collections import deque
 
 from twisted.internet import defer, protocol
 
+from gateway.kafka import authz
 from gateway.kafka.apis import dispatch
-from gateway.logs import fields
+from gateway.logs import connection_ids, fields
+from gateway.management import metrics
+from gateway.security.tls import is_tls, peer_common_name
 from wire.errors import FrameError
 from wire.framing import FrameDecoder
-from wire.kafka import RequestError, parse_request
+from wire.kafka import RequestError, api_name, parse_request
 
 log = logging.getLogger(__name__)
 
 _PENDING = object()
+ANONYMOUS = "ANONYMOUS"
+PRE_AUTH_APIS = (17, 18, 36)  # SaslHandshake, ApiVersions, SaslAuthenticate
+FAILED_AUTH_CLOSE_DELAY_S = 0.1
+
+
+class _ListenerView:
+    """The shared KafkaContext as one listener's connections see it: the same state, except the
+    address advertised in Metadata and FindCoordinator (a client that came in over TLS must be
+    sent back to the TLS port)."""
+
+    def __init__(self, ctx, advertised):
+        object.__setattr__(self, "_ctx", ctx)
+        object.__setattr__(self, "advertised", advertised)
+
+    def __getattr__(self, name):
+        return getattr(self._ctx, name)
+
+    def __setattr__(self, name, value):
+        setattr(self._ctx, name, value)
 
 
 class KafkaConnection(protocol.Protocol):
-    def __init__(self, ctx):
+    def __init__(self, ctx, require_auth: bool = False):
         self.ctx = ctx
         self.decoder = FrameDecoder(ctx.max_request_bytes)
         self._slots: deque[list] = deque()  # [response bytes | _PENDING], in request order
-        self.principal: str | None = None
+        self.principal: str | None = None  # the user name once authenticated (SASL or certificate)
+        self.sasl_mechanism: str | None = None  # chosen by SaslHandshake
+        self.sasl_state = None  # a ScramServer while a SCRAM exchange runs
+        self.sasl_done = False
+        self.require_auth = require_auth
+        self.tls = False
+        self.close_after_response = False  # a failed authentication: answer, then close
+        self._certificate_checked = False
         self.peer = "?"
+        self.conn_id = f"kafka-{next(connection_ids)}"  # in every log line about this connection
         self.peer_host = ""
 
     def connectionMade(self) -> None:
+        self.ctx.connections.add(self)
         peer = self.transport.getPeer()
         self.peer = f"{peer.host}:{peer.port}"
         self.peer_host = peer.host
+        self.tls = is_tls(self.transport)
+        if self.ctx.too_many_connections():
+            self.drop("the broker's connection limit is reached (--max-connections)")
+            return
+        # Back-pressure: while the client does not read its responses (the socket's send buffer
+        # is full), stop reading its requests, so a slow consumer cannot make the broker buffer
+        # fetch responses without bound.
+        self.transport.registerProducer(self, True)
+
+    def connectionLost(self, reason=None) -> None:
+        self.ctx.connections.discard(self)
+
+    # Twisted producer interface, driven by the transport's write buffer.
+    def pauseProducing(self) -> None:
+        self.transport.pauseProducing()
+
+    def resumeProducing(self) -> None:
+        self.transport.resumeProducing()
+
+    def stopProducing(self) -> None:
+        pass
+
+    @property
+    def principal_name(self) -> str:
+        """Kafka's principal name: the user, or ANONYMOUS."""
+        return self.principal or ANONYMOUS
+
+    def _check_certificate(self) -> None:
+        # The handshake is over once application data arrives, so the peer certificate is known.
+        self._certificate_checked = True
+        name = peer_common_name(self.transport) if self.tls else None
+        if name is not None and self.principal is None:
+            self.principal = name
+            log.info("Kafka client authenticated by certificate", extra=fields(peer=self.peer, conn=self.conn_id, user=name))
 
     def dataReceived(self, data: bytes) -> None:
         try:
@@ -57,11 +129,34 @@ class KafkaConnection(protocol.Protocol):
         except RequestError as exc:
             self.drop(str(exc))
             return
+        if not self._certificate_checked:
+            self._check_certificate()
+        if self.require_auth and self.principal is None and request.header.api_key not in PRE_AUTH_APIS:
+            self.drop("authentication required: the client sent a request before authenticating",
+                      api_key=request.header.api_key)
+            return
+        post = None
+        authorizer = getattr(self.ctx, "authorizer", None)
+        if authorizer is not None and request.body is not None:
+            verdict = authz.authorize(authorizer, self, request)
+            if verdict.refuse:
+                self.drop(verdict.refuse, api_key=request.header.api_key)
+                return
+            if verdict.answered:
+                if verdict.answer is not None:
+                    slot = [_PENDING]
+                    self._slots.append(slot)
+                    self._fill(slot, verdict.answer)
+                return
+            if verdict.body is not request.body:
+                request = dataclasses.replace(request, body=verdict.body)
+            post = verdict.post
+        started = time.monotonic()
         try:
-            result = dispatch(self.ctx, self, request)
+            result = authz.apply_post(request.header, dispatch(self.ctx, self, request), post)
         except Exception:
             h = request.header
-            log.exception("Kafka request failed", extra=fields(peer=self.peer, api_key=h.api_key,
+            log.exception("Kafka request failed", extra=fields(peer=self.peer, conn=self.conn_id, api_key=h.api_key,
                                                                 api_version=h.api_version,
                                                                 correlation_id=h.correlation_id))
             self.drop("internal error handling the request")
@@ -70,35 +165,49 @@ class KafkaConnection(protocol.Protocol):
             return
         slot = [_PENDING]
         self._slots.append(slot)
+        name = api_name(request.header.api_key)
         if isinstance(result, defer.Deferred):
-            result.addCallbacks(lambda data: self._fill(slot, data), lambda f: self._failed(f, request))
+            result.addCallbacks(lambda data: self._fill(slot, data, name, started), lambda f: self._failed(f, request))
         else:
-            self._fill(slot, result)
+            self._fill(slot, result, name, started)
 
-    def _fill(self, slot: list, data: bytes) -> None:
+    def _fill(self, slot: list, data: bytes, api: str | None = None, started: float = 0.0) -> None:
+        if api is not None:
+            metrics.timed(metrics.KAFKA_REQUESTS, api, started)
         slot[0] = data
         while self._slots and self._slots[0][0] is not _PENDING:
             out = self._slots.popleft()[0]
             if out is not None and self.transport is not None and not self.transport.disconnected:
                 self.transport.write(out)
+        if self.close_after_response and not self._slots and self.transport is not None:
+            # Kafka's connection.failed.authentication.delay.ms (100): the client reads the
+            # answer before it sees the close (kafka-python otherwise reports only a disconnect).
+            self.close_after_response = False
+            self.ctx.reactor.callLater(FAILED_AUTH_CLOSE_DELAY_S, self._close)
 
     def _failed(self, failure, request) -> None:
         h = request.header
         log.error("Kafka request failed: %s", failure.getErrorMessage(),
                   exc_info=(failure.type, failure.value, failure.getTracebackObject()),
-                  extra=fields(peer=self.peer, api_key=h.api_key, api_version=h.api_version))
+                  extra=fields(peer=self.peer, conn=self.conn_id, api_key=h.api_key, api_version=h.api_version))
         self.drop("internal error handling the request")
 
     def drop(self, reason: str, **extra) -> None:
-        log.warning("closing Kafka connection: %s", reason, extra=fields(peer=self.peer, **extra))
+        log.warning("closing Kafka connection: %s", reason, extra=fields(peer=self.peer, conn=self.conn_id, **extra))
+        self._close()
+
+    def _close(self) -> None:
+        # A registered producer would hold a TLS connection open (TLS shuts down only after it leaves).
+        self.transport.unregisterProducer()
         self.transport.loseConnection()
 
 
 class KafkaFactory(protocol.Factory):
     noisy = False
 
-    def __init__(self, ctx):
-        self.ctx = ctx
+    def __init__(self, ctx, advertised=None, require_auth: bool = False):
+        self.ctx = ctx if advertised is None else _ListenerView(ctx, advertised)
+        self.require_auth = require_auth
 
     def buildProtocol(self, addr):
-        return KafkaConnection(self.ctx)
+        return KafkaConnection(self.ctx, self.require_auth)

@@ -35,9 +35,36 @@ class KafkaContext:
     users: dict = field(default_factory=dict)
     accepting: bool = True  # False once shutdown begins: requests still arriving are refused
     topic_deleted: Callable[[str], None] = lambda name: None  # the AMQP side drops a queue on it
+    connections: set = field(default_factory=set)  # open KafkaConnections, for the management API
+    too_many_connections: Callable[[], bool] = lambda: False  # the global limit, both protocols
+    max_connections_per_user: int = 0  # checked at SASL login; 0 = no limit
+    throttle_ms: Callable[[], int] = lambda: 0  # > 0 while a resource alarm is on: Produce is slowed down
+    # topic -> [records in, bytes in, bytes out]: running totals for the management API and /metrics
+    traffic: dict[str, list[int]] = field(default_factory=dict)
 
     def partition(self, topic: str, index: int) -> PartitionLog | None:
         return self.logs.logs.get((topic, index))
+
+    def count_in(self, topic: str, records: int, size: int) -> None:
+        totals = self.traffic.get(topic)
+        if totals is None:
+            totals = self.traffic[topic] = [0, 0, 0]
+        totals[0] += records
+        totals[1] += size
+
+    def count_out(self, topic: str, size: int) -> None:
+        totals = self.traffic.get(topic)
+        if totals is None:
+            totals = self.traffic[topic] = [0, 0, 0]
+        totals[2] += size
+
+    def delete_topic(self, name: str) -> None:
+        """Delete a topic and everything kept about it (producers, transactions, the queue it stored)."""
+        self.logs.delete_topic(name)
+        self.producers.forget(name)
+        self.transactions.forget_topic(name)
+        self.traffic.pop(name, None)
+        self.topic_deleted(name)
 
     def last_stable_offset(self, topic: str, index: int, plog: PartitionLog) -> int:
         """What read_committed consumers may read below: the HW, or the oldest open transaction's start."""

@@ -30,7 +30,7 @@ def dispatch(ctx, conn, request):
             return session.api_versions_unsupported(h)
         if h.api_key == PRODUCE and h.api_version in REJECTED[PRODUCE]:
             log.warning("Produce v%d refused: this broker stores record batches v2 only (Produce v3+)", h.api_version,
-                        extra=fields(peer=conn.peer, client_id=h.client_id))
+                        extra=fields(peer=conn.peer, conn=conn.conn_id, client_id=h.client_id))
             topics = legacy_produce_partitions(request.raw, request.body_offset)
             acks = int.from_bytes(request.raw[request.body_offset:request.body_offset + 2], "big", signed=True)
             return None if acks == 0 else legacy_produce_refusal(h, topics)
@@ -41,3 +41,4 @@ def dispatch(ctx, conn, request):
 
 
 from gateway.kafka.apis import admin, fetch, groups, metadata, offsets, produce, session, txn  # noqa: E402,F401
+from gateway.kafka.apis import acls, scram_admin  # noqa: E402,F401

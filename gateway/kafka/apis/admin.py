@@ -89,10 +89,7 @@ def delete_topics(ctx, conn, h, req):
         try:
             if name is None:  # deletion by topic id only
                 raise UnknownTopicError("deleting topics by id is not supported; give the name")
-            ctx.logs.delete_topic(name)
-            ctx.producers.forget(name)
-            ctx.transactions.forget_topic(name)
-            ctx.topic_deleted(name)
+            ctx.delete_topic(name)
             log.info("deleted topic", extra=fields(topic=name))
         except LogError as exc:
             entry["error_code"], entry["error_message"] = error_code(exc), str(exc)

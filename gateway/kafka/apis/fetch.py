@@ -73,6 +73,13 @@ def _end_offset(data: bytes) -> int:
     return end
 
 
+def _count_out(ctx, responses: list[dict]) -> None:
+    for t in responses:
+        for p in t["partitions"]:
+            if p["records"]:
+                ctx.count_out(t["topic"], len(p["records"]))
+
+
 def _has_new_data(ctx, req, isolation: int) -> bool:
     for t in req.topics:
         for p in t.partitions:
@@ -92,11 +99,13 @@ def fetch(ctx, conn, h, req):
 
     def answer(_=None) -> bytes:
         responses, _total = _collect(ctx, req, isolation)
+        _count_out(ctx, responses)
         return respond(h, {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": 0, "responses": responses})
 
     responses, total = _collect(ctx, req, isolation)
     wait = req.max_wait.total_seconds()
     errors = any(p["error_code"] for t in responses for p in t["partitions"])
     if total >= max(req.min_bytes, 1) or wait <= 0 or errors or not req.topics:
+        _count_out(ctx, responses)
         return respond(h, {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": 0, "responses": responses})
     return ctx.waiters.wait(lambda: _has_new_data(ctx, req, isolation), wait).addCallback(answer)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 
 from kio.schema.errors import ErrorCode
+from twisted.internet import task
 
 from core.errors import InvalidRecordError, RecordTooLargeError
 from gateway.kafka.apis import handles
@@ -45,6 +46,7 @@ def _append(ctx, topic: str, index: int, data: bytes) -> tuple[ErrorCode, int, i
             return ErrorCode.none, verdict.duplicate_of[0], verdict.duplicate_of[1], None
         info = plog.append(data)
         state.record(header, info.first_offset)
+        ctx.count_in(topic, info.records, info.bytes)
         return ErrorCode.none, info.first_offset, info.last_offset, None
     except CorruptBatchError as exc:
         log.warning("corrupt batch refused: %s", exc.reason, extra=fields(topic=topic, partition=index))
@@ -94,7 +96,11 @@ def produce(ctx, conn, h, req):
                 if not in_time and pending and pending[0].high_watermark <= pending[1]:
                     part["error_code"] = ErrorCode.request_timed_out
             responses.append({"name": name, "partition_responses": parts})
-        return respond(h, {"responses": responses, "throttle_time": 0})
+        return respond(h, {"responses": responses, "throttle_time": ctx.throttle_ms()})
 
     # A zero timeout must not turn every acks=1 produce into an error while the fsync runs.
-    return ctx.waiters.wait(all_durable, max(req.timeout.total_seconds(), 1.0)).addCallback(answer)
+    d = ctx.waiters.wait(all_durable, max(req.timeout.total_seconds(), 1.0)).addCallback(answer)
+    throttle = ctx.throttle_ms()
+    if throttle:  # a resource alarm: hold the answer (and tell the client why), slowing the producer down
+        d.addCallback(lambda data: task.deferLater(ctx.reactor, throttle / 1000, lambda: data))
+    return d

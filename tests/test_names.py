@@ -3,7 +3,7 @@ from hypothesis import given, strategies as st
 
 from core.errors import InvalidTopicError
 from core.metadata import MAX_TOPIC_LENGTH, check_topic_name
-from routing.names import PREFIX, _escape, _legal, queue_topic, topic_queue
+from core.names import PREFIX, _escape, _legal, queue_topic, topic_queue
 
 
 def test_plain_names_of_the_default_vhost_are_kept():

@@ -1,0 +1,102 @@
+"""High watermarks for readers outside the broker process: ``<data-dir>/high-watermarks.json``.
+
+A partition's high watermark lives in the broker's memory (core.log): a process that reads
+the segment files directly (the Spark data source in ``spark/``) cannot see it, and must not
+read past it: beyond it lie records that are not yet fsync'd, or a batch still being
+written. Like Kafka's ``replication-offset-checkpoint``, the broker therefore writes every
+partition's high watermark to one small file, atomically (temp file + rename, see
+core.checkpoint), so a reader always sees a whole file::
+
+    {"version": 1, "written_ms": 1700000000000,
+     "high_watermarks": {"orders": {"0": 1200, "1": 1187}}}
+
+The value written is each log's *flushed* offset: everything below it is on disk and
+fsync'd, so it is never ahead of the high watermark Kafka clients see (equal to it under the
+default ``flush.messages=1``) and never moves backwards while the broker runs. The file is
+written at most once per ``interval`` and only when a value changed (from the group-commit
+pass, see LogManager.flush_dirty), and once more at a clean shutdown. A reader may lag the
+broker by that interval; it never reads too far.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Callable, Mapping
+
+from core.checkpoint import write_atomic
+
+FILE = "high-watermarks.json"
+VERSION = 1
+INTERVAL_S = 1.0
+
+HighWatermarks = dict[str, dict[int, int]]
+
+
+def snapshot(logs: Mapping[tuple[str, int], object]) -> HighWatermarks:
+    """{topic: {partition: flushed offset}} of ``logs`` ((topic, partition) -> PartitionLog).
+
+    Safe on the flush thread: it only reads ``flushed_offset``, which that thread itself
+    raises, and never the ``high_watermark`` property (which updates a cache).
+    """
+    out: HighWatermarks = {}
+    for (topic, partition), plog in list(logs.items()):
+        out.setdefault(topic, {})[partition] = plog.flushed_offset
+    return out
+
+
+def write_high_watermarks(data_dir: Path, hws: HighWatermarks, *, now_ms: int | None = None) -> None:
+    doc = {
+        "version": VERSION,
+        "written_ms": int(time.time() * 1000) if now_ms is None else now_ms,
+        "high_watermarks": {t: {str(p): hw for p, hw in sorted(parts.items())} for t, parts in sorted(hws.items())},
+    }
+    write_atomic(Path(data_dir) / FILE, json.dumps(doc, separators=(",", ":")).encode())
+
+
+def read_high_watermarks(data_dir: Path) -> HighWatermarks | None:
+    """The checkpointed high watermarks, or None when the file does not exist (yet).
+
+    Raises ValueError naming the file when it is not a checkpoint this code understands.
+    """
+    path = Path(data_dir) / FILE
+    try:
+        doc = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except ValueError as exc:
+        raise ValueError(f"{path} is not valid JSON ({exc})") from None
+    if not isinstance(doc, dict) or doc.get("version") != VERSION:
+        raise ValueError(f"{path} has version {doc.get('version') if isinstance(doc, dict) else None!r}; "
+                         f"this reader understands version {VERSION}")
+    return {topic: {int(p): int(hw) for p, hw in parts.items()} for topic, parts in doc["high_watermarks"].items()}
+
+
+class HighWatermarkCheckpoint:
+    """Writes the checkpoint of a set of logs, at most every ``interval`` seconds, when it changed.
+
+    Used from one thread at a time (the flush pass, then shutdown after it has settled).
+    """
+
+    def __init__(self, data_dir: Path, *, interval: float = INTERVAL_S, clock: Callable[[], float] = time.monotonic):
+        self.data_dir = Path(data_dir)
+        self.interval = interval
+        self.clock = clock
+        self._last_written: HighWatermarks | None = None
+        self._next_due = 0.0
+
+    def maybe_write(self, logs: Mapping[tuple[str, int], object]) -> bool:
+        now = self.clock()
+        if now < self._next_due:
+            return False
+        self._next_due = now + self.interval
+        return self.write(logs)
+
+    def write(self, logs: Mapping[tuple[str, int], object]) -> bool:
+        """Write now if anything changed since the last write; return whether it wrote."""
+        hws = snapshot(logs)
+        if hws == self._last_written:
+            return False
+        write_high_watermarks(self.data_dir, hws)
+        self._last_written = hws
+        return True

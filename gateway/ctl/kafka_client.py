@@ -1,0 +1,99 @@
+"""A small blocking Kafka protocol client for the ``gateway`` admin commands.
+
+It speaks to one broker (this project's, or any Kafka) with kio's request and response
+codecs: ApiVersions first, then each call at the highest version both sides know, up to a
+cap per API (the versions this module's callers fill in). SASL is not offered: the admin
+commands are meant for a listener that takes them (see the README's Security section).
+"""
+from __future__ import annotations
+
+import io
+import socket
+import struct
+
+from kio.serial import entity_reader, entity_writer
+
+from wire.kafka import build, request_class, response_class
+
+API_VERSIONS = 18
+# api key -> the highest version the admin commands build requests for
+CAPS = {3: 12, 2: 7, 8: 8, 9: 8, 15: 5, 16: 4, 19: 7, 20: 6, 29: 3, 30: 3, 31: 3, 32: 4, 37: 3, 44: 1, 42: 2}
+
+
+class KafkaClientError(RuntimeError):
+    """The broker could not be reached or answered something unreadable; the message says which."""
+
+
+class KafkaAdmin:
+    def __init__(self, bootstrap: str, timeout: float = 15.0, client_id: str = "gateway-cli"):
+        host, _, port = bootstrap.rpartition(":")
+        if not host or not port.isdigit():
+            raise KafkaClientError(f"--bootstrap {bootstrap!r} is not HOST:PORT")
+        self.address = (host.strip("[]"), int(port))
+        self.timeout = timeout
+        self.client_id = client_id.encode()
+        self._sock: socket.socket | None = None
+        self._correlation = 0
+        self.versions: dict[int, tuple[int, int]] = {}
+
+    def __enter__(self) -> "KafkaAdmin":
+        try:
+            self._sock = socket.create_connection(self.address, timeout=self.timeout)
+        except OSError as exc:
+            raise KafkaClientError(f"cannot connect to the Kafka listener at {self.address[0]}:{self.address[1]}: "
+                                   f"{exc.strerror or exc}; is the broker running? (--bootstrap HOST:PORT)") from None
+        answer = self._call(API_VERSIONS, 0, {})
+        self.versions = {k.api_key: (k.min_version, k.max_version) for k in answer.api_keys}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._sock is not None:
+            self._sock.close()
+
+    def version(self, api_key: int) -> int:
+        low, high = self.versions.get(api_key, (0, -1))
+        chosen = min(high, CAPS.get(api_key, high))
+        if chosen < low:
+            raise KafkaClientError(f"the broker does not offer API {api_key} in a version this tool speaks")
+        return chosen
+
+    def call(self, api_key: int, data: dict):
+        """Send one request (fields as a dict, any version) and return the decoded response entity."""
+        return self._call(api_key, self.version(api_key), data)
+
+    def _call(self, api_key: int, version: int, data: dict):
+        request = build(request_class(api_key, version), data)
+        flexible = request.__flexible__
+        self._correlation += 1
+        out = io.BytesIO()
+        out.write(struct.pack(">hhih", api_key, version, self._correlation, len(self.client_id)))
+        out.write(self.client_id)
+        if flexible:
+            out.write(b"\0")  # request header v2: no tagged fields
+        entity_writer(type(request))(out, request)
+        body = out.getvalue()
+        try:
+            self._sock.sendall(struct.pack(">i", len(body)) + body)
+            (size,) = struct.unpack(">i", self._read(4))
+            payload = self._read(size)
+        except OSError as exc:
+            raise KafkaClientError(f"the broker at {self.address[0]}:{self.address[1]} closed the connection or "
+                                   f"timed out during API {api_key}: {exc}") from None
+        (correlation,) = struct.unpack_from(">i", payload)
+        if correlation != self._correlation:
+            raise KafkaClientError(f"response to correlation id {correlation}, expected {self._correlation}")
+        pos = 4
+        if flexible and api_key != API_VERSIONS:
+            pos += 1  # response header v1: an empty tagged-field section
+        response, _ = entity_reader(response_class(api_key, version))(payload, pos)
+        return response
+
+    def _read(self, n: int) -> bytes:
+        chunks, left = [], n
+        while left:
+            chunk = self._sock.recv(left)
+            if not chunk:
+                raise OSError("connection closed")
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)

@@ -1,0 +1,1 @@
+"""The management side of the HTTP listener: JSON API, Prometheus metrics, dashboard."""

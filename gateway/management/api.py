@@ -1,0 +1,373 @@
+"""The management HTTP API under ``/api/``: JSON, HTTP basic auth, RabbitMQ-shaped paths.
+
+Reading needs a user tagged ``administrator``, ``monitoring`` or ``management``; changing
+anything needs ``administrator`` (RabbitMQ's tags). Vhost names in paths are percent-encoded
+(``%2F`` is ``/``), and ``amq.default`` names the default exchange, as in RabbitMQ. Every error
+is a JSON object ``{"error": ..., "reason": ...}`` with a 4xx status; nothing raised inside
+reaches the client as a traceback. Everything runs on the reactor thread.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import logging
+import time
+import urllib.parse
+from typing import Any, Callable
+
+from pamqp.commands import Basic
+from twisted.web import resource
+
+from core.errors import LogError
+from gateway.logs import fields
+from gateway.management import views
+from gateway.security.users import UserStoreError
+from routing.errors import ChannelError, ConnectionError
+from wire.amqp.encoding import encode_properties
+
+log = logging.getLogger(__name__)
+
+READ_TAGS = {"administrator", "monitoring", "management"}
+WRITE_TAGS = {"administrator"}
+AUTH_CACHE_S = 30.0  # a checked password is not hashed again (PBKDF2) on every poll for this long
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, error: str, reason: str):
+        super().__init__(reason)
+        self.status, self.error, self.reason = status, error, reason
+
+
+def _not_found(what: str) -> ApiError:
+    return ApiError(404, "Object Not Found", f"{what} not found")
+
+
+def _bad(reason: str) -> ApiError:
+    return ApiError(400, "bad_request", reason)
+
+
+class _ApiOwner:
+    """The owner of queues declared through the API: never exclusive, never a connection."""
+
+
+API_OWNER = _ApiOwner()
+
+
+class ManagementApi(resource.Resource):
+    isLeaf = True
+
+    def __init__(self, broker):
+        super().__init__()
+        self.broker = broker
+        self._auth_cache: dict[bytes, tuple[float, str]] = {}
+        self.routes: list[tuple[str, tuple[str, ...], Callable]] = [
+            ("GET", ("overview",), self.get_overview),
+            ("GET", ("whoami",), lambda user: {"name": user, "tags": self._tags(user)}),
+            ("GET", ("vhosts",), lambda user: views.vhosts(self.broker)),
+            ("GET", ("queues",), lambda user: views.queues(self.broker)),
+            ("GET", ("queues", "*"), lambda user, v: views.queues(self.broker, self._vhost(v).name)),
+            ("GET", ("queues", "*", "*"), self.get_queue),
+            ("PUT", ("queues", "*", "*"), self.put_queue),
+            ("DELETE", ("queues", "*", "*"), self.delete_queue),
+            ("DELETE", ("queues", "*", "*", "contents"), self.purge_queue),
+            ("GET", ("exchanges",), lambda user: views.exchanges(self.broker)),
+            ("GET", ("exchanges", "*"), lambda user, v: views.exchanges(self.broker, self._vhost(v).name)),
+            ("GET", ("exchanges", "*", "*"), self.get_exchange),
+            ("PUT", ("exchanges", "*", "*"), self.put_exchange),
+            ("DELETE", ("exchanges", "*", "*"), self.delete_exchange),
+            ("POST", ("exchanges", "*", "*", "publish"), self.publish),
+            ("GET", ("bindings",), lambda user: views.bindings(self.broker)),
+            ("GET", ("bindings", "*"), lambda user, v: views.bindings(self.broker, self._vhost(v).name)),
+            ("GET", ("connections",), lambda user: views.connections(self.broker)),
+            ("GET", ("channels",), lambda user: views.channels(self.broker)),
+            ("GET", ("users",), self.get_users),
+            ("GET", ("users", "*"), self.get_user),
+            ("PUT", ("users", "*"), self.put_user),
+            ("DELETE", ("users", "*"), self.delete_user),
+            ("GET", ("permissions",), self.get_permissions),
+            ("PUT", ("permissions", "*", "*"), self.put_permission),
+            ("DELETE", ("permissions", "*", "*"), self.delete_permission),
+            ("GET", ("topics",), lambda user: views.topics(self.broker)),
+            ("GET", ("topics", "*"), self.get_topic),
+            ("PUT", ("topics", "*"), self.put_topic),
+            ("DELETE", ("topics", "*"), self.delete_topic),
+            ("GET", ("groups",), lambda user: views.groups(self.broker)),
+            ("GET", ("groups", "*"), self.get_group),
+            ("GET", ("history",), lambda user: self.broker.management_history.as_json()),
+        ]
+
+    # --- dispatch ---------------------------------------------------------------------
+    def render(self, request):
+        method = request.method.decode()
+        try:
+            parts = [urllib.parse.unquote(p) for p in request.path.decode("ascii", "replace").split("/")[2:]]
+            if parts and parts[-1] == "":
+                parts.pop()
+            handler, args, allowed = self._match(method, parts)
+            if handler is None:
+                if allowed:
+                    request.setHeader(b"allow", ", ".join(sorted(allowed)).encode())
+                    raise ApiError(405, "method_not_allowed", f"{method} is not allowed here; use {sorted(allowed)}")
+                raise ApiError(404, "Object Not Found", f"no API resource at /api/{'/'.join(parts)}")
+            if not self.broker.ready:
+                raise ApiError(503, "starting", "the broker is still opening its logs; try again shortly")
+            user = self._authenticate(request, WRITE_TAGS if method != "GET" else READ_TAGS)
+            if method in ("PUT", "POST"):
+                args.append(self._body(request))
+            result = handler(user, *args)
+        except ApiError as exc:
+            if exc.status >= 500 or exc.status in (401, 403):
+                log.warning("management API %s %s: %s", method, request.path.decode("ascii", "replace"), exc.reason,
+                            extra=fields(status=exc.status))
+            return self._json(request, exc.status, {"error": exc.error, "reason": exc.reason})
+        except (ChannelError, ConnectionError) as exc:  # the AMQP model's refusals, with RabbitMQ's texts
+            status = {404: 404, 403: 403, 405: 409, 406: 400}.get(exc.reply_code, 400)
+            return self._json(request, status, {"error": exc.__class__.__name__, "reason": exc.reply_text})
+        except (LogError, UserStoreError, ValueError) as exc:
+            return self._json(request, 400, {"error": "bad_request", "reason": str(exc)})
+        except Exception:
+            log.exception("management API %s %s failed", method, request.path.decode("ascii", "replace"))
+            return self._json(request, 500, {"error": "internal_error", "reason": "see the broker log"})
+        if result is None or (isinstance(result, dict) and result.get("_created")):
+            request.setResponseCode(204 if result is None else 201)  # RabbitMQ: no body for either
+            return b""
+        return self._json(request, 200, result)
+
+    def _match(self, method: str, parts: list[str]) -> tuple[Callable | None, list[str], set[str]]:
+        allowed = set()
+        for verb, pattern, handler in self.routes:
+            if len(pattern) != len(parts) or any(p != "*" and p != q for p, q in zip(pattern, parts)):
+                continue
+            if verb == method:
+                return handler, [q for p, q in zip(pattern, parts) if p == "*"], allowed
+            allowed.add(verb)
+        return None, [], allowed
+
+    @staticmethod
+    def _json(request, status: int, doc: Any) -> bytes:
+        request.setResponseCode(status)
+        request.setHeader(b"content-type", b"application/json")
+        request.setHeader(b"cache-control", b"no-cache")
+        return json.dumps(doc).encode() + b"\n"
+
+    @staticmethod
+    def _body(request) -> dict:
+        raw = request.content.read() if request.content is not None else b""
+        if not raw.strip():
+            return {}
+        try:
+            doc = json.loads(raw)
+        except ValueError as exc:
+            raise _bad(f"the request body is not JSON: {exc}") from None
+        if not isinstance(doc, dict):
+            raise _bad("the request body must be a JSON object")
+        return doc
+
+    # --- authentication ---------------------------------------------------------------
+    def _authenticate(self, request, tags: set[str]) -> str:
+        header = (request.getHeader(b"authorization") or b"").decode("latin-1")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "basic":
+            request.setHeader(b"www-authenticate", b'Basic realm="gateway management"')
+            raise ApiError(401, "not_authorised", "HTTP basic authentication required")
+        try:
+            name, _, password = base64.b64decode(token, validate=True).decode().partition(":")
+        except (binascii.Error, UnicodeDecodeError):
+            raise ApiError(401, "not_authorised", "malformed basic credentials") from None
+        host = request.getClientAddress().host
+        digest = hashlib.sha256(f"{name}\0{password}\0{host}".encode()).digest()
+        cached = self._auth_cache.get(digest)
+        if cached is None or time.monotonic() - cached[0] > AUTH_CACHE_S:
+            reason = self.broker.users.authenticate(name, password, host)
+            if reason is not None:
+                self._auth_cache.pop(digest, None)
+                request.setHeader(b"www-authenticate", b'Basic realm="gateway management"')
+                raise ApiError(401, "not_authorised", "Login failed")
+            self._auth_cache[digest] = (time.monotonic(), name)
+        if not set(self._tags(name)) & tags:
+            raise ApiError(403 if tags is WRITE_TAGS else 401, "not_authorised",
+                           f"user '{name}' needs one of the tags {sorted(tags)}")
+        return name
+
+    def _tags(self, name: str) -> list[str]:
+        user = self.broker.users.get(name)
+        return list(user.tags) if user is not None else []
+
+    # --- AMQP objects -----------------------------------------------------------------
+    def _vhost(self, name: str):
+        vhost = self.broker.amqp.router.vhosts.get(name)
+        if vhost is None:
+            raise _not_found(f"vhost '{name}'")
+        return vhost
+
+    def get_overview(self, user):
+        doc = views.overview(self.broker)
+        doc["user"] = user
+        doc["message_stats"] = self.broker.management_history.rates()
+        return doc
+
+    def get_queue(self, user, vhost, name):
+        q = self._vhost(vhost).queues.get(name)
+        if q is None:
+            raise _not_found(f"queue '{name}' in vhost '{vhost}'")
+        return views.queue(self.broker, q)
+
+    def put_queue(self, user, vhost, name, body):
+        v = self._vhost(vhost)
+        created = name not in v.queues
+        v.declare_queue(name, owner=API_OWNER, durable=bool(body.get("durable", True)),
+                        auto_delete=bool(body.get("auto_delete", False)), arguments=body.get("arguments") or {})
+        self._settle()
+        return {"_created": True} if created else None
+
+    def delete_queue(self, user, vhost, name):
+        v = self._vhost(vhost)
+        if name not in v.queues:
+            raise _not_found(f"queue '{name}' in vhost '{vhost}'")
+        v.delete_queue(name, owner=API_OWNER)
+        self._settle()
+
+    def purge_queue(self, user, vhost, name):
+        v = self._vhost(vhost)
+        if name not in v.queues:
+            raise _not_found(f"queue '{name}' in vhost '{vhost}'")
+        v.purge_queue(name, API_OWNER)
+
+    def get_exchange(self, user, vhost, name):
+        v = self._vhost(vhost)
+        x = v.exchanges.get("" if name == "amq.default" else name)
+        if x is None:
+            raise _not_found(f"exchange '{name}' in vhost '{vhost}'")
+        return views.exchange(v, x)
+
+    def put_exchange(self, user, vhost, name, body):
+        v = self._vhost(vhost)
+        if "type" not in body:
+            raise _bad("an exchange needs a 'type' (direct, fanout, topic, headers)")
+        created = name not in v.exchanges
+        v.declare_exchange(name, str(body["type"]), durable=bool(body.get("durable", True)),
+                           auto_delete=bool(body.get("auto_delete", False)), internal=bool(body.get("internal", False)),
+                           arguments=body.get("arguments") or {})
+        return {"_created": True} if created else None
+
+    def delete_exchange(self, user, vhost, name):
+        v = self._vhost(vhost)
+        if name not in v.exchanges:
+            raise _not_found(f"exchange '{name}' in vhost '{vhost}'")
+        v.delete_exchange(name)
+
+    def publish(self, user, vhost, name, body):
+        """RabbitMQ's test publish: ``{"routing_key", "payload", "payload_encoding", "properties"}``."""
+        v = self._vhost(vhost)
+        exchange = "" if name == "amq.default" else name
+        encoding = body.get("payload_encoding", "string")
+        payload = body.get("payload", "")
+        if not isinstance(payload, str):
+            raise _bad("'payload' must be a string")
+        if encoding == "base64":
+            try:
+                data = base64.b64decode(payload, validate=True)
+            except binascii.Error:
+                raise _bad("'payload' is not valid base64") from None
+        elif encoding == "string":
+            data = payload.encode()
+        else:
+            raise _bad(f"unknown payload_encoding {encoding!r}: use 'string' or 'base64'")
+        props = body.get("properties") or {}
+        if not isinstance(props, dict):
+            raise _bad("'properties' must be an object")
+        try:
+            properties = Basic.Properties(**{("message_type" if k == "type" else k): val for k, val in props.items()})
+        except TypeError as exc:
+            raise _bad(f"unknown message property: {exc}") from None
+        _, routed = self.broker.amqp.router.publish(v, exchange, str(body.get("routing_key", "")),
+                                                    encode_properties(properties), data, properties.headers, False)
+        self._settle()
+        return {"routed": routed}
+
+    def _settle(self) -> None:
+        self.broker.amqp.after_input()  # append what was staged and let queues deliver it
+
+    # --- users and permissions ----------------------------------------------------------
+    def get_users(self, user):
+        store = self.broker.users
+        store.maybe_reload()
+        return [{"name": u.name, "tags": list(u.tags), "has_password": bool(u.scram)}
+                for u in sorted(store.users.values(), key=lambda u: u.name)]
+
+    def get_user(self, user, name):
+        u = self.broker.users.get(name)
+        if u is None:
+            raise _not_found(f"user '{name}'")
+        return {"name": u.name, "tags": list(u.tags), "has_password": bool(u.scram)}
+
+    def put_user(self, user, name, body):
+        store = self.broker.users
+        tags = body.get("tags", [])
+        if isinstance(tags, str):  # RabbitMQ's form: "administrator,monitoring"
+            tags = [t.strip() for t in tags.split(",") if t.strip()]
+        created = store.get(name) is None
+        password = body.get("password")
+        if created:
+            store.add_user(name, password)
+        elif password is not None:
+            store.change_password(name, password)
+        store.set_tags(name, list(tags))
+        self._auth_cache.clear()
+        return {"_created": True} if created else None
+
+    def delete_user(self, user, name):
+        if self.broker.users.get(name) is None:
+            raise _not_found(f"user '{name}'")
+        self.broker.users.delete_user(name)
+        self._auth_cache.clear()
+
+    def get_permissions(self, user):
+        return [{"user": u.name, "vhost": vhost, **p.to_json()}
+                for u in sorted(self.broker.users.users.values(), key=lambda u: u.name)
+                for vhost, p in sorted(u.permissions.items())]
+
+    def put_permission(self, user, vhost, name, body):
+        self._vhost(vhost)
+        if self.broker.users.get(name) is None:
+            raise _not_found(f"user '{name}'")
+        self.broker.users.set_permissions(name, vhost, str(body.get("configure", "")), str(body.get("write", "")),
+                                          str(body.get("read", "")))
+        return {"_created": True}
+
+    def delete_permission(self, user, vhost, name):
+        self.broker.users.clear_permissions(name, vhost)
+
+    # --- Kafka objects ------------------------------------------------------------------
+    def get_topic(self, user, name):
+        md = self.broker.kafka.logs.store.get_topic(name)
+        if md is None:
+            raise _not_found(f"topic '{name}'")
+        return views.topic(self.broker, md)
+
+    def put_topic(self, user, name, body):
+        partitions = body.get("partitions", self.broker.settings.num_partitions)
+        if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
+            raise _bad("'partitions' must be a whole number of at least 1")
+        configs = body.get("configs") or {}
+        if not isinstance(configs, dict):
+            raise _bad("'configs' must be an object of topic configs")
+        if self.broker.kafka.logs.store.get_topic(name) is not None:
+            raise ApiError(409, "topic_exists", f"topic '{name}' already exists")
+        self.broker.kafka.logs.create_topic(name, partitions, {str(k): str(v) for k, v in configs.items()})
+        log.info("created topic through the management API", extra=fields(topic=name, partitions=partitions))
+        return {"_created": True}
+
+    def delete_topic(self, user, name):
+        ctx = self.broker.kafka
+        if ctx.logs.store.get_topic(name) is None:
+            raise _not_found(f"topic '{name}'")
+        ctx.delete_topic(name)
+        log.info("deleted topic through the management API", extra=fields(topic=name))
+
+    def get_group(self, user, group_id):
+        if group_id not in {g[0] for g in self.broker.kafka.groups.list_groups()}:
+            raise _not_found(f"group '{group_id}'")
+        return views.group(self.broker, group_id)

@@ -1,0 +1,228 @@
+"""What the management API shows, as plain JSON-ready dicts, read from the live broker.
+
+Shapes follow RabbitMQ's management API where the two overlap (field names of
+``/api/queues``, ``/api/exchanges``, ``/api/bindings``, ``/api/connections``...), so scripts
+written for RabbitMQ read them unchanged; Kafka-side resources (topics with per-partition
+offsets, groups with lag) use Kafka's own words. Everything here runs on the reactor thread
+and only reads.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from core.names import topic_queue
+from core.offsets import OFFSETS_TOPIC
+from core.transactions import TXN_TOPIC
+
+
+def _node(broker) -> str:
+    return f"gateway@{broker.settings.node_id}"
+
+
+# --- AMQP ---------------------------------------------------------------------------------
+
+def queue(broker, q) -> dict:
+    unacked = len(q.cursor.unacked) if not q.is_stream else 0
+    ready = q.message_count()
+    publish = getattr(q, "stats", None)
+    return {
+        "name": q.name, "vhost": q.vhost, "durable": q.durable, "auto_delete": q.auto_delete,
+        "exclusive": q.exclusive_owner is not None, "arguments": _jsonable(q.arguments),
+        "type": q.args.queue_type, "node": _node(broker), "state": "running",
+        "messages": ready + unacked, "messages_ready": ready, "messages_unacknowledged": unacked,
+        "consumers": q.consumer_count(), "topic": q.topic,
+        "message_stats": publish.as_json() if publish is not None else {},
+    }
+
+
+def queues(broker, vhost: str | None = None) -> list[dict]:
+    return [queue(broker, q) for v in _vhosts(broker, vhost) for q in sorted(v.queues.values(), key=_by_name)]
+
+
+def exchange(vhost, x) -> dict:
+    return {"name": x.name, "vhost": vhost.name, "type": x.type_name, "durable": x.durable,
+            "auto_delete": x.auto_delete, "internal": x.internal, "arguments": _jsonable(x.arguments)}
+
+
+def exchanges(broker, vhost: str | None = None) -> list[dict]:
+    return [exchange(v, x) for v in _vhosts(broker, vhost) for x in sorted(v.exchanges.values(), key=_by_name)]
+
+
+def bindings(broker, vhost: str | None = None) -> list[dict]:
+    out = []
+    for v in _vhosts(broker, vhost):
+        for q in sorted(v.queues.values(), key=_by_name):  # RabbitMQ lists every queue's default binding
+            out.append(_binding(v.name, "", "queue", q.name, q.name, {}))
+        for x in sorted(v.exchanges.values(), key=_by_name):
+            if not x.name:
+                continue
+            for b in x.bindings():
+                kind, name = b.destination
+                out.append(_binding(v.name, x.name, kind, name, b.routing_key, b.arguments))
+    return out
+
+
+def _binding(vhost: str, source: str, kind: str, destination: str, routing_key: str, arguments) -> dict:
+    return {"source": source, "vhost": vhost, "destination": destination, "destination_type": kind,
+            "routing_key": routing_key, "arguments": _jsonable(dict(arguments)),
+            "properties_key": routing_key or "~"}
+
+
+def amqp_connection(connection) -> dict:
+    host, _, port = connection.peer.rpartition(":")
+    return {"name": f"{connection.peer} -> amqp", "id": connection.conn_id, "protocol": "AMQP 0-9-1",
+            "user": connection.username,
+            "vhost": connection.vhost.name if connection.vhost else None, "peer_host": host,
+            "peer_port": int(port) if port.isdigit() else None, "channels": len(connection.channels),
+            "state": "blocked" if connection.blocked_reason else "running",
+            "client_properties": _jsonable(connection.client_properties)}
+
+
+def kafka_connection(connection) -> dict:
+    host, _, port = connection.peer.rpartition(":")
+    return {"name": f"{connection.peer} -> kafka", "id": connection.conn_id, "protocol": "Kafka",
+            "user": connection.principal_name,
+            "vhost": None, "peer_host": host, "peer_port": int(port) if port.isdigit() else None, "channels": 0,
+            "state": "running", "client_properties": {}}
+
+
+def connections(broker) -> list[dict]:
+    amqp = [amqp_connection(c) for c in broker.amqp.connections]
+    kafka = [kafka_connection(c) for c in getattr(broker.kafka, "connections", ())]
+    return sorted(amqp + kafka, key=lambda c: c["name"])
+
+
+def channels(broker) -> list[dict]:
+    out = []
+    for c in broker.amqp.connections:
+        for number, ch in sorted(c.channels.items()):
+            out.append({"name": f"{c.peer} ({number})", "number": number, "user": c.username,
+                        "vhost": c.vhost.name if c.vhost else None,
+                        "connection_details": {"name": f"{c.peer} -> amqp", "peer_host": c.peer_host},
+                        "consumer_count": len(ch.consumers), "messages_unacknowledged": len(ch.unacked),
+                        "prefetch_count": ch.prefetch, "global_prefetch_count": ch.global_prefetch,
+                        "confirm": ch.confirm, "transactional": ch.tx is not None,
+                        "state": "running" if ch.flow else "flow"})
+    return out
+
+
+def vhosts(broker) -> list[dict]:
+    return [{"name": v.name, "messages": sum(queue(broker, q)["messages"] for q in v.queues.values())}
+            for v in sorted(broker.amqp.router.vhosts.values(), key=_by_name)]
+
+
+def _vhosts(broker, name: str | None) -> Iterable:
+    all_vhosts = broker.amqp.router.vhosts
+    if name is None:
+        return list(all_vhosts.values())
+    return [all_vhosts[name]] if name in all_vhosts else []
+
+
+# --- Kafka ----------------------------------------------------------------------------------
+
+INTERNAL_TOPICS = (OFFSETS_TOPIC, TXN_TOPIC)
+
+
+def topic(broker, md, with_partitions: bool = True) -> dict:
+    doc: dict[str, Any] = {
+        "name": md.name, "partitions": md.partitions, "topic_id": md.topic_id,
+        "internal": md.name in INTERNAL_TOPICS, "amqp_queue": _queue_of(broker, md.name),
+        "configs": dict(md.configs),
+    }
+    if with_partitions:
+        doc["partition_details"] = [partition(broker, md.name, p) for p in range(md.partitions)]
+    messages = 0
+    for p in range(md.partitions):
+        plog = broker.kafka.partition(md.name, p)
+        if plog is not None:
+            messages += plog.high_watermark - plog.log_start_offset
+    doc["messages"] = messages
+    return doc
+
+
+def _queue_of(broker, name: str) -> dict | None:
+    """The AMQP queue this topic stores, if any."""
+    vhost_name, queue_name = topic_queue(name)
+    vhost = broker.amqp.router.vhosts.get(vhost_name)
+    q = vhost.queues.get(queue_name) if vhost is not None else None
+    return {"vhost": vhost_name, "name": queue_name} if q is not None and q.topic == name else None
+
+
+def partition(broker, name: str, index: int) -> dict:
+    plog = broker.kafka.partition(name, index)
+    node = broker.settings.node_id
+    if plog is None:
+        return {"partition": index, "error": "not loaded"}
+    return {"partition": index, "leader": node, "replicas": [node], "isr": [node],
+            "log_start_offset": plog.log_start_offset, "high_watermark": plog.high_watermark,
+            "log_end_offset": plog.next_offset,
+            "last_stable_offset": broker.kafka.last_stable_offset(name, index, plog),
+            "size_bytes": sum(s.size for s in plog.segments), "segments": len(plog.segments)}
+
+
+def topics(broker) -> list[dict]:
+    return [topic(broker, md, with_partitions=False)
+            for md in sorted(broker.kafka.logs.store.topics().values(), key=_by_name)]
+
+
+def group(broker, group_id: str) -> dict:
+    groups = broker.kafka.groups
+    described = groups.describe_group(group_id)
+    offsets = groups.fetch_offsets(group_id, None)
+    lag_rows, total = [], 0
+    for (name, index), (offset, _epoch, metadata) in sorted(offsets.items()):
+        plog = broker.kafka.partition(name, index)
+        end = plog.high_watermark if plog is not None else None
+        lag = max(end - offset, 0) if end is not None and offset >= 0 else None
+        total += lag or 0
+        lag_rows.append({"topic": name, "partition": index, "committed_offset": offset, "log_end_offset": end,
+                         "lag": lag, "metadata": metadata})
+    return {"group_id": group_id, "state": described.state, "protocol_type": described.protocol_type,
+            "protocol": described.protocol, "members": [
+                {"member_id": m[0], "group_instance_id": m[1], "client_id": m[2], "client_host": m[3]}
+                for m in described.members],
+            "offsets": lag_rows, "lag": total}
+
+
+def groups(broker) -> list[dict]:
+    return [group(broker, listing[0]) for listing in sorted(broker.kafka.groups.list_groups())]
+
+
+# --- the whole node -------------------------------------------------------------------------
+
+def overview(broker) -> dict:
+    all_queues = queues(broker)
+    return {
+        "management_version": "gateway-1", "product_name": "gateway", "node": _node(broker),
+        "cluster_name": broker.amqp.cluster_name,
+        "object_totals": {
+            "connections": len(connections(broker)), "channels": len(channels(broker)),
+            "exchanges": sum(len(v.exchanges) for v in broker.amqp.router.vhosts.values()),
+            "queues": len(all_queues), "consumers": sum(q["consumers"] for q in all_queues),
+            "topics": len(broker.kafka.logs.store.topics()), "groups": len(broker.kafka.groups.list_groups()),
+        },
+        "queue_totals": {
+            "messages": sum(q["messages"] for q in all_queues),
+            "messages_ready": sum(q["messages_ready"] for q in all_queues),
+            "messages_unacknowledged": sum(q["messages_unacknowledged"] for q in all_queues),
+        },
+        "listeners": [{"protocol": name, "ip_address": address.rpartition(":")[0], "port":
+                       int(address.rpartition(":")[2])} for name, address in sorted(broker.addresses().items())],
+    }
+
+
+def _by_name(obj) -> str:
+    return obj.name
+
+
+def _jsonable(value):
+    """AMQP field values (bytes, Decimal, datetime...) as JSON can carry them."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8", "replace")
+    return str(value)

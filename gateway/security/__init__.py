@@ -1,0 +1,1 @@
+"""Authentication, TLS and authorization shared by the Kafka and AMQP listeners."""

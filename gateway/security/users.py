@@ -1,0 +1,296 @@
+"""The user store shared by the Kafka and AMQP listeners: ``<data-dir>/users.json``.
+
+One entry per user: SCRAM credentials (salt, iterations, StoredKey, ServerKey per mechanism,
+as Kafka keeps them: never the password, see :mod:`gateway.security.scram`), RabbitMQ-style
+permissions per vhost (configure/write/read regular expressions) and tags::
+
+    {"format": 1,
+     "users": {"alice": {"scram": {"SCRAM-SHA-256": {"salt": "...", "iterations": 4096,
+                                                      "stored_key": "...", "server_key": "..."},
+                                    "SCRAM-SHA-512": {...}},
+                         "permissions": {"/": {"configure": ".*", "write": ".*", "read": ".*"}},
+                         "tags": []}}}
+
+Without the file the store holds RabbitMQ's first-boot default: ``guest``/``guest`` with full
+permissions on ``/`` (and ``guest`` may only log in from a loopback address, as in RabbitMQ;
+see ``loopback_users``). The first edit writes that default to the file with the change.
+
+Concurrency: the file is edited by the ``gateway users`` CLI and by the running broker
+(Kafka's AlterUserScramCredentials). Every edit takes ``users.json.lock`` (``flock``), reads
+the current file, changes it and replaces it atomically (temp file, fsync, rename; mode 0600).
+Readers never lock: the broker notices a new file by its (inode, mtime, size) and reloads it
+(:meth:`UserStore.maybe_reload`, called before each authentication and once a second), so a
+user added with the CLI can log in at once, without a restart. A file that does not parse is
+logged and the previous contents are kept.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from core.checkpoint import fsync_dir
+from gateway.security.scram import MECHANISMS, ScramCredential, make_credential, password_matches
+
+log = logging.getLogger(__name__)
+
+USERS_FILE = "users.json"
+FORMAT = 1
+DEFAULT_USER = ("guest", "guest")
+DEFAULT_VHOST = "/"
+FULL = (".*", ".*", ".*")
+LOOPBACK_HOSTS = ("::1", "localhost")
+
+
+def is_loopback(host: str) -> bool:
+    return host.startswith("127.") or host in LOOPBACK_HOSTS or host.startswith("::ffff:127.")
+
+
+class UserStoreError(Exception):
+    """The users file cannot be read, or an edit is not allowed; the message says why."""
+
+
+@dataclass(frozen=True)
+class Permission:
+    """RabbitMQ's three regular expressions; "" matches nothing (no access)."""
+    configure: str
+    write: str
+    read: str
+
+    def allows(self, kind: str, name: str) -> bool:
+        pattern = getattr(self, kind)
+        if pattern == ".*":
+            return True
+        return pattern != "" and _regex(pattern).search(name) is not None
+
+    def to_json(self) -> dict:
+        return {"configure": self.configure, "write": self.write, "read": self.read}
+
+
+_regex_cache: dict[str, re.Pattern] = {}
+
+
+def _regex(pattern: str) -> re.Pattern:
+    compiled = _regex_cache.get(pattern)
+    if compiled is None:
+        compiled = _regex_cache[pattern] = re.compile(pattern)
+    return compiled
+
+
+def check_regex(pattern: str) -> None:
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise UserStoreError(f"{pattern!r} is not a valid regular expression: {exc}") from None
+
+
+@dataclass
+class User:
+    name: str
+    scram: dict[str, ScramCredential] = field(default_factory=dict)
+    permissions: dict[str, Permission] = field(default_factory=dict)
+    tags: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"scram": {m: c.to_json() for m, c in sorted(self.scram.items())},
+                "permissions": {v: p.to_json() for v, p in sorted(self.permissions.items())},
+                "tags": list(self.tags)}
+
+    @classmethod
+    def from_json(cls, name: str, doc: dict) -> "User":
+        return cls(name,
+                   {m: ScramCredential.from_json(m, c) for m, c in (doc.get("scram") or {}).items()},
+                   {v: Permission(p["configure"], p["write"], p["read"])
+                    for v, p in (doc.get("permissions") or {}).items()},
+                   list(doc.get("tags") or []))
+
+    def check_password(self, password: str) -> bool:
+        for mechanism in MECHANISMS:  # SCRAM-SHA-256 first: the cheaper hash
+            credential = self.scram.get(mechanism)
+            if credential is not None:
+                return password_matches(credential, password)
+        return False
+
+
+def new_user(name: str, password: str | None, iterations: int) -> User:
+    user = User(name)
+    if password is not None:
+        user.scram = {m: make_credential(m, password, iterations) for m in MECHANISMS}
+    return user
+
+
+def default_users() -> dict[str, User]:
+    guest = new_user(DEFAULT_USER[0], DEFAULT_USER[1], 4096)
+    guest.permissions[DEFAULT_VHOST] = Permission(*FULL)
+    guest.tags = ["administrator"]
+    return {guest.name: guest}
+
+
+def check_user_name(name: str) -> None:
+    if not name or len(name) > 255 or any(ord(c) < 32 for c in name):
+        raise UserStoreError(f"user name {name!r} must be 1-255 printable characters")
+
+
+class UserStore:
+    """Users of both protocols; see the module docstring for the file and its concurrency."""
+
+    def __init__(self, path: Path | None, loopback_users: tuple[str, ...] = (DEFAULT_USER[0],)):
+        self.path = Path(path) if path is not None else None
+        self.loopback_users = set(loopback_users)
+        self.users: dict[str, User] = {}
+        self._stamp: tuple | None = None
+        self.load()
+
+    @classmethod
+    def in_data_dir(cls, data_dir: Path, **kw) -> "UserStore":
+        return cls(Path(data_dir) / USERS_FILE, **kw)
+
+    # --- reading ---------------------------------------------------------------------
+    def _file_stamp(self) -> tuple | None:
+        if self.path is None:
+            return None
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return None
+        return st.st_ino, st.st_mtime_ns, st.st_size
+
+    def load(self) -> None:
+        """Read the file (raises UserStoreError if it is unreadable or malformed)."""
+        stamp = self._file_stamp()
+        self.users = self._read() if stamp is not None else default_users()
+        self._stamp = stamp
+
+    def _read(self) -> dict[str, User]:
+        try:
+            doc = json.loads(self.path.read_bytes())
+            if doc.get("format") != FORMAT:
+                raise ValueError(f"unknown format {doc.get('format')!r}")
+            return {name: User.from_json(name, u) for name, u in doc["users"].items()}
+        except FileNotFoundError:
+            return default_users()
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise UserStoreError(f"users file {self.path} cannot be read: {exc}") from None
+
+    def maybe_reload(self) -> bool:
+        """Reload if the file changed since it was read; True if it did. Keeps the old users
+        (and logs) if the new file is broken."""
+        stamp = self._file_stamp()
+        if stamp == self._stamp:
+            return False
+        try:
+            self.users = self._read() if stamp is not None else default_users()
+        except UserStoreError as exc:
+            log.error("users file not reloaded, keeping the previous users: %s", exc)
+            self._stamp = stamp  # do not retry (and log) on every call until it changes again
+            return False
+        self._stamp = stamp
+        log.info("users reloaded", extra={"fields": {"users": len(self.users)}})
+        return True
+
+    def get(self, name: str) -> User | None:
+        return self.users.get(name)
+
+    # --- authentication and authorization ----------------------------------------------
+    def loopback_refused(self, name: str, peer_host: str) -> bool:
+        """True if ``name`` may log in only from a loopback address and ``peer_host`` is not one."""
+        return name in self.loopback_users and not is_loopback(peer_host)
+
+    def authenticate(self, name: str, password: str, peer_host: str) -> str | None:
+        """None if the password is right and the address allowed, else the reason (for the log)."""
+        self.maybe_reload()
+        user = self.users.get(name)
+        if user is None:
+            return f"user '{name}' does not exist"
+        if not user.check_password(password):
+            return f"wrong password for user '{name}'"
+        if self.loopback_refused(name, peer_host):
+            return f"user '{name}' can only connect via localhost"
+        return None
+
+    def scram_credential(self, name: str, mechanism: str) -> ScramCredential | None:
+        user = self.users.get(name)
+        return None if user is None else user.scram.get(mechanism)
+
+    def permission(self, name: str, vhost: str) -> Permission | None:
+        user = self.users.get(name)
+        return None if user is None else user.permissions.get(vhost)
+
+    # --- editing -------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def editing(self):
+        """Lock the file, re-read it, yield the users dict to change, write it back."""
+        if self.path is None:
+            yield self.users
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        lock_fd = os.open(str(self.path) + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX)
+            users = self._read()
+            yield users
+            self._write(users)
+            self.users = users
+            self._stamp = self._file_stamp()
+        finally:
+            os.close(lock_fd)
+
+    def _write(self, users: dict[str, User]) -> None:
+        doc = {"format": FORMAT, "users": {name: u.to_json() for name, u in sorted(users.items())}}
+        data = json.dumps(doc, indent=1, sort_keys=True).encode()
+        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.fchmod(fd, 0o600)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, self.path)
+        fsync_dir(self.path.parent)
+
+    def add_user(self, name: str, password: str | None, iterations: int = 4096) -> None:
+        check_user_name(name)
+        with self.editing() as users:
+            if name in users:
+                raise UserStoreError(f"user '{name}' already exists")
+            users[name] = new_user(name, password, iterations)
+
+    def delete_user(self, name: str) -> None:
+        with self.editing() as users:
+            if users.pop(name, None) is None:
+                raise UserStoreError(f"user '{name}' does not exist")
+
+    def change_password(self, name: str, password: str, iterations: int = 4096) -> None:
+        with self.editing() as users:
+            user = _existing(users, name)
+            user.scram = {m: make_credential(m, password, iterations) for m in MECHANISMS}
+
+    def set_permissions(self, name: str, vhost: str, configure: str, write: str, read: str) -> None:
+        for pattern in (configure, write, read):
+            check_regex(pattern)
+        with self.editing() as users:
+            _existing(users, name).permissions[vhost] = Permission(configure, write, read)
+
+    def clear_permissions(self, name: str, vhost: str) -> None:
+        with self.editing() as users:
+            if _existing(users, name).permissions.pop(vhost, None) is None:
+                raise UserStoreError(f"user '{name}' has no permissions on vhost '{vhost}'")
+
+    def set_tags(self, name: str, tags: list[str]) -> None:
+        with self.editing() as users:
+            _existing(users, name).tags = list(tags)
+
+
+def _existing(users: dict[str, User], name: str) -> User:
+    user = users.get(name)
+    if user is None:
+        raise UserStoreError(f"user '{name}' does not exist")
+    return user

@@ -1,0 +1,51 @@
+"""A SparkSession for the pipelines, with the ``gatewaylog`` data source registered.
+
+Spark runs its Python workers with ``python3`` from PATH unless told otherwise; they must be
+this interpreter, which has pyarrow and this package. ``SPARK_KAFKA_JARS`` (jar paths,
+comma- or colon-separated) puts Spark's Kafka connector and its dependencies on the
+classpath where ``--packages`` cannot fetch them (no Maven repository reachable).
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Iterable, Mapping
+
+KAFKA_JARS_ENV = "SPARK_KAFKA_JARS"
+
+
+def kafka_jars() -> list[str]:
+    """The jars named by ``SPARK_KAFKA_JARS`` (empty when it is unset)."""
+    raw = os.environ.get(KAFKA_JARS_ENV, "").replace(os.pathsep, ",")
+    return [j.strip() for j in raw.split(",") if j.strip()]
+
+
+def register(spark) -> None:
+    """Make ``spark.read.format("gatewaylog")`` (and readStream) available in this session."""
+    from spark.datasource import GatewayLogDataSource
+
+    spark.dataSource.register(GatewayLogDataSource)
+
+
+def spark_session(app_name: str = "gateway", *, master: str | None = None, jars: Iterable[str] = (),
+                  conf: Mapping[str, str] | None = None):
+    """Get or create the session: ``local[2]`` unless ``master`` or ``SPARK_MASTER`` says otherwise."""
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = (SparkSession.builder.appName(app_name)
+               .master(master or os.environ.get("SPARK_MASTER", "local[2]"))
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")  # our progress lines instead of stage bars
+               .config("spark.sql.shuffle.partitions", "4")
+               .config("spark.sql.session.timeZone", "UTC")  # dates of the archive are UTC days
+               .config("spark.sql.mapKeyDedupPolicy", "LAST_WIN"))  # repeated header names -> one map entry
+    all_jars = list(jars) + kafka_jars()
+    if all_jars:
+        builder = builder.config("spark.jars", ",".join(dict.fromkeys(all_jars)))
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    register(session)
+    return session
