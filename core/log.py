@@ -26,13 +26,13 @@ import time
 from bisect import bisect_right
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from core.checkpoint import read_int, write_int
 from core.config import TopicConfig
 from core.errors import InvalidRecordError, OffsetOutOfRangeError, RecordTooLargeError
 from core.segment import LogSegment, RecoverInfo
-from wire.records import decode_batch, iter_batches, set_offsets_in_place
+from wire.records import RecordBatch, decode_batch, iter_batches, set_offsets_in_place
 
 LOG_START_FILE = "log-start-offset"
 RECOVERY_POINT_FILE = "recovery-point"
@@ -262,6 +262,19 @@ class PartitionLog:
 
     def _segment_index(self, offset: int) -> int:
         return max(bisect_right(self._bases, offset) - 1, 0)
+
+    def replay(self, start: int | None = None, chunk_bytes: int = 1 << 20) -> Iterator[RecordBatch]:
+        """Every stored batch from the one holding ``start`` (default: the log start) to the log end,
+        flushed or not, decoded, in order: for state rebuilt from a log (offsets, transactions)."""
+        position, end = max(self.log_start_offset if start is None else start, self.log_start_offset), self.next_offset
+        while position < end:
+            data = self.read(position, chunk_bytes, max_offset=end).records
+            if not data:
+                break
+            buf = bytearray(data)
+            for pos, header in iter_batches(buf):
+                position = max(position, header.last_offset + 1)
+                yield decode_batch(buf, pos)
 
     def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None, min_one: bool = True) -> FetchDataInfo:
         """Stored batches from the one holding ``offset``, whole, up to ``max_bytes``.

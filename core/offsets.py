@@ -49,7 +49,7 @@ from typing import Callable, Iterable, Mapping
 
 from core.errors import UnknownTopicError
 from core.log_manager import LogManager
-from wire.records import Record, decode_batch, encode_batch, iter_batches, parse_control_record
+from wire.records import Record, encode_batch, parse_control_record
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,6 @@ MAX_METADATA_BYTES = 4096  # Kafka's offset.metadata.max.bytes
 
 _KEY_VERSION, _GROUP_METADATA_KEY_VERSION, _VALUE_VERSION = 1, 2, 3
 _I16, _I32, _I64 = struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">q")
-_READ_CHUNK = 1 << 20
 
 TopicPartition = tuple[str, int]
 DurableAt = tuple[str, int, int]  # (topic, partition, last offset of the append)
@@ -183,22 +182,14 @@ class OffsetStore:
         return replayed
 
     def _replay(self, plog, partition: int) -> int:
-        position, end, replayed = plog.log_start_offset, plog.next_offset, 0
-        while position < end:
-            data = plog.read(position, _READ_CHUNK, max_offset=end).records
-            if not data:
-                break
-            buf = bytearray(data)
-            for pos, header in iter_batches(buf):
-                position = max(position, header.last_offset + 1)
-                batch = decode_batch(buf, pos)
-                if header.is_control:
-                    if batch.records:
-                        self._end_pending(header.producer_id, parse_control_record(batch.records[0])[0],
-                                          partition)
-                    continue
-                for record in batch.records:
-                    replayed += self._apply(record, header.producer_id if header.is_transactional else None)
+        replayed = 0
+        for batch in plog.replay():
+            if batch.is_control:
+                if batch.records:
+                    self._end_pending(batch.producer_id, parse_control_record(batch.records[0])[0], partition)
+                continue
+            for record in batch.records:
+                replayed += self._apply(record, batch.producer_id if batch.is_transactional else None)
         return replayed
 
     def _apply(self, record: Record, txn_producer: int | None = None) -> int:

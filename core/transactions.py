@@ -43,7 +43,7 @@ from core.errors import LogError
 from core.log_manager import LogManager
 from core.offsets import OFFSETS_TOPIC, DurableAt, OffsetAndMetadata, OffsetStore, java_string_hash
 from core.producers import MAX_EPOCH, ProducerStates
-from wire.records import Record, control_record, decode_batch, encode_batch, iter_batches
+from wire.records import Record, control_record, encode_batch
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,6 @@ _STATE_CODES = {EMPTY: 0, ONGOING: 1, PREPARE_COMMIT: 2, PREPARE_ABORT: 3, COMPL
                 DEAD: 6}
 _STATE_NAMES = {code: name for name, code in _STATE_CODES.items()}
 _PREPARING = (PREPARE_COMMIT, PREPARE_ABORT)
-_READ_CHUNK = 1 << 20
 _I8, _I16, _I32, _I64 = struct.Struct(">b"), struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">q")
 
 TopicPartition = tuple[str, int]
@@ -168,18 +167,10 @@ class TransactionCoordinator:
             self.partitions = topic.partitions
         self.txns.clear()
         for partition in range(self.partitions):
-            plog = self.logs.get_log(TXN_TOPIC, partition)
-            position, end = plog.log_start_offset, plog.next_offset
-            while position < end:
-                data = plog.read(position, _READ_CHUNK, max_offset=end).records
-                if not data:
-                    break
-                buf = bytearray(data)
-                for pos, header in iter_batches(buf):
-                    position = max(position, header.last_offset + 1)
-                    if not header.is_control:
-                        for record in decode_batch(buf, pos).records:
-                            self._apply(record)
+            for batch in self.logs.get_log(TXN_TOPIC, partition).replay():
+                if not batch.is_control:
+                    for record in batch.records:
+                        self._apply(record)
         self._by_producer = {t.producer_id: t.transactional_id for t in self.txns.values()}
         steps = [self._complete(t) for t in self.txns.values() if t.state in _PREPARING]
         if self.txns:

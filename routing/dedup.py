@@ -26,12 +26,11 @@ from typing import Any, Iterable, Iterator
 from core.log import PartitionLog
 from routing import mapping
 from routing.errors import PRECONDITION_FAILED, ChannelError
-from wire.records import Record, decode_batch, iter_batches
+from wire.records import Record
 
 ARGUMENT = "x-message-deduplication"
 PLUGIN_HEADER = "x-deduplication-header"
 DEFAULT_SIZE = 100_000
-_READ_CHUNK = 1 << 20
 
 
 def _positive(args: dict, name: str, what: str) -> int | None:
@@ -132,18 +131,9 @@ class Deduplicator:
 
 def recent_records(plog: PartitionLog, count: int) -> Iterator[Record]:
     """The last ``count`` records stored in a queue's log (up to its end, flushed or not)."""
-    end = plog.next_offset
-    position = max(plog.log_start_offset, end - count)
-    while position < end:
-        data = plog.read(position, _READ_CHUNK, max_offset=end).records
-        if not data:
-            break
-        buf = bytearray(data)
-        for pos, header in iter_batches(buf):
-            if header.last_offset < position:
-                continue
-            if not header.is_control:
-                for record in decode_batch(buf, pos).records:
-                    if record.offset >= position:
-                        yield record
-            position = header.last_offset + 1
+    start = plog.next_offset - count
+    for batch in plog.replay(start):
+        if not batch.is_control:
+            for record in batch.records:
+                if record.offset >= start:
+                    yield record
