@@ -38,10 +38,10 @@ class Root(resource.Resource):
         self.putChild(b"healthz", Health(status))
         if broker is not None:  # imported here: the health check alone needs none of it
             from gateway.management.api import ManagementApi
+            from gateway.management.dashboard import Dashboard, RootRedirect
             from gateway.management.metrics import MetricsResource
             self.putChild(b"api", ManagementApi(broker))
             self.putChild(b"metrics", MetricsResource(broker))
-            from gateway.management.dashboard import Dashboard, RootRedirect
             self.putChild(b"dashboard", Dashboard())
             self.putChild(b"", RootRedirect())
 
