@@ -16,11 +16,15 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def write_atomic(path: Path, data: bytes) -> None:
+def write_atomic(path: Path, data: bytes, mode: int | None = None) -> None:
+    """Replace ``path`` with ``data`` whole or not at all (temp file, fsync, rename, fsync of the
+    directory). ``mode`` sets the file's permissions exactly (e.g. 0o600 for secrets)."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644 if mode is None else mode)
     try:
+        if mode is not None:
+            os.fchmod(fd, mode)  # a leftover temp file keeps its old mode otherwise
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]

@@ -34,7 +34,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from core.checkpoint import fsync_dir
+from core.checkpoint import write_atomic
 from gateway.security.scram import MECHANISMS, ScramCredential, make_credential, password_matches
 
 log = logging.getLogger(__name__)
@@ -242,19 +242,7 @@ class UserStore:
 
     def _write(self, users: dict[str, User]) -> None:
         doc = {"format": FORMAT, "users": {name: u.to_json() for name, u in sorted(users.items())}}
-        data = json.dumps(doc, indent=1, sort_keys=True).encode()
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.fchmod(fd, 0o600)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
-        fsync_dir(self.path.parent)
+        write_atomic(self.path, json.dumps(doc, indent=1, sort_keys=True).encode(), mode=0o600)
 
     def add_user(self, name: str, password: str | None, iterations: int = 4096) -> None:
         check_user_name(name)
