@@ -41,3 +41,19 @@ class InvalidTopicError(LogError):
 
 class InvalidPartitionsError(LogError):
     pass
+
+
+class OffsetMismatchError(LogError):
+    """A replica append does not continue the log: its first offset is not the log end offset."""
+
+    def __init__(self, offset: int, log_end_offset: int, detail: str = ""):
+        super().__init__(
+            f"replicated batches start at offset {offset}, the log ends at {log_end_offset}"
+            + (f" ({detail})" if detail else "") + "; fetch from the log end offset, truncating first if needed"
+        )
+        self.offset = offset
+        self.log_end_offset = log_end_offset
+
+
+class InvalidReplicationFactorError(LogError):
+    """More replicas were asked for than there are brokers."""

@@ -177,7 +177,7 @@ class TimeIndex(SparseIndex):
         return self.values[i - 1] if i else None
 
     def entries_below_offset(self, offset: int) -> int:
-        return sum(1 for v in self.values if v < offset)
+        return bisect_left(self.values, offset)  # values (offsets) increase along the file
 
     @staticmethod
     def validator(base_offset: int, next_offset: int):

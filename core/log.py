@@ -6,12 +6,18 @@ Directory ``<data-dir>/<topic>-<partition>/``::
     log-start-offset                                  first readable offset (DeleteRecords)
     recovery-point                                    base offset of the first segment that
                                                       may hold data not yet fsync'd
+    leader-epoch-checkpoint                           where each leader epoch began (core.epochs)
 
 Offsets are dense and assigned here, in place, on the producer's bytes: a produced batch
 is validated (length, magic, CRC-32C) and stored without decoding its records, and reads
 return stored bytes. The log end offset (LEO) is one past the last stored offset; the
 high watermark (HW) is what readers may see: the flushed offset when the topic flushes
 before acknowledging (``flush.messages=1``), else the LEO. It never moves backwards.
+
+Replication: with ``replicated`` set, the HW no longer follows this log's own end; the
+partition's leader moves it (:meth:`advance_high_watermark`) to what the in-sync replicas
+hold. A follower appends the leader's batches as they are (:meth:`append_replica`) and
+cuts a divergent tail (:meth:`truncate_to`), the only way offsets are ever taken back.
 
 Thread-safety: one owner thread appends, reads and maintains. :meth:`flush` may run on
 another thread at the same time (it fsyncs a duplicate descriptor and only raises
@@ -30,7 +36,8 @@ from typing import Callable, Iterator
 
 from core.checkpoint import read_int, write_int
 from core.config import TopicConfig
-from core.errors import InvalidRecordError, OffsetOutOfRangeError, RecordTooLargeError
+from core.epochs import LeaderEpochCache
+from core.errors import InvalidRecordError, OffsetMismatchError, OffsetOutOfRangeError, RecordTooLargeError
 from core.segment import LogSegment, RecoverInfo
 from wire.records import RecordBatch, decode_batch, iter_batches, set_offsets_in_place
 
@@ -84,10 +91,19 @@ class PartitionLog:
         self._hw = 0
         self._unflushed_records = 0
         self._last_flush = clock()
+        self.replicated = False  # True: the HW is moved by replication, see advance_high_watermark
         self.recovery_info = self._load(recover)
         self.log_start_offset = max(read_int(self.directory / LOG_START_FILE, 0), self.segments[0].base_offset)
         self.flushed_offset = self.next_offset  # everything on disk now has been fsync'd by _load
         self._hw = self.next_offset
+        self.epochs = LeaderEpochCache(self.directory)
+        if not self.epochs.loaded:
+            self._rebuild_epochs()
+        # A crash may have cut a tail whose epochs were recorded, or stopped between moving the
+        # log start and trimming the cache: the log is the authority. An epoch beginning right
+        # at the LEO describes no lost record (e.g. DeleteRecords up to the end): it stays.
+        self.epochs.truncate_from_end(self.next_offset + 1)
+        self.epochs.truncate_from_start(self.log_start_offset)
 
     # --- opening ------------------------------------------------------------------
     def _new_segment(self, base_offset: int) -> LogSegment:
@@ -140,6 +156,22 @@ class PartitionLog:
         self.segments.append(segment)
         self._bases.append(segment.base_offset)
 
+    def _rebuild_epochs(self) -> None:
+        """A missing or unreadable epoch checkpoint (e.g. a log written before there was one)
+        is rebuilt from the leader epochs stamped in the batches."""
+        firsts = [next(s.iter_positions(), None) for s in self.segments]
+        found = []
+        for i, segment in enumerate(self.segments):
+            following = firsts[i + 1] if i + 1 < len(firsts) else None
+            if firsts[i] is not None and following is not None and firsts[i].leader_epoch == following.leader_epoch:
+                positions = [firsts[i]]  # epochs never decrease along a log: none begins inside
+            else:
+                positions = segment.iter_positions()
+            for bp in positions:
+                if bp.leader_epoch > (found[-1][0] if found else -1):
+                    found.append((bp.leader_epoch, bp.base_offset))
+        self.epochs.assign_many(found)
+
     # --- state --------------------------------------------------------------------
     @property
     def active(self) -> LogSegment:
@@ -151,10 +183,23 @@ class PartitionLog:
         return self.segments[-1].next_offset
 
     @property
+    def local_end_offset(self) -> int:
+        """What this replica holds by the topic's durability policy: fsync'd, or merely written."""
+        return self.flushed_offset if self.config.sync_flush else self.next_offset
+
+    @property
     def high_watermark(self) -> int:
-        candidate = self.flushed_offset if self.config.sync_flush else self.next_offset
-        if candidate > self._hw:
-            self._hw = candidate
+        if not self.replicated:
+            candidate = self.local_end_offset
+            if candidate > self._hw:
+                self._hw = candidate
+        return self._hw
+
+    def advance_high_watermark(self, offset: int) -> int:
+        """Replication: raise the HW to ``offset`` (never past the LEO, never backwards)."""
+        offset = min(offset, self.next_offset)
+        if offset > self._hw:
+            self._hw = offset
         return self._hw
 
     @property
@@ -171,6 +216,68 @@ class PartitionLog:
         """
         buf = records if isinstance(records, bytearray) else bytearray(records)
         batches = list(iter_batches(buf))
+        count, max_ts = self._check_batches(batches)
+        if self.config.compact:
+            self._check_keys(buf, batches)
+        self.maybe_roll(len(buf))
+        first = offset = self.next_offset
+        for pos, header in batches:
+            set_offsets_in_place(buf, pos, offset, leader_epoch)
+            offset += header.last_offset_delta + 1
+        self.active.append(buf, batches, first)
+        self._unflushed_records += count
+        if leader_epoch > self.epochs.latest_epoch:
+            self.epochs.assign(leader_epoch, first)
+        return LogAppendInfo(first, offset - 1, max_ts, len(batches), count, len(buf))
+
+    def append_replica(self, records: bytes | bytearray | memoryview) -> LogAppendInfo:
+        """A follower's append: the leader's batches, offsets and leader epochs as it stored them.
+
+        Validated as :meth:`append` validates (whole batches, CRC-32C, max.message.bytes;
+        keys were the leader's to check), never restamped. The first batch must start at
+        the LEO and each next one right after the one before, else OffsetMismatchError;
+        on a compacted topic a batch may start further on (the leader's cleaner dropped
+        whole batches). One exception, as in Kafka: an empty log whose start lies inside the
+        first batch (DeleteRecords moved the leader's start mid-batch) restarts at that
+        batch. Segments roll batch by batch as the leader's would have, and each leader
+        epoch the batches bring is recorded in :attr:`epochs`.
+        """
+        buf = memoryview(records)
+        batches = list(iter_batches(buf))
+        count, max_ts = self._check_batches(batches)
+        first = batches[0][1].base_offset
+        if first < self.next_offset <= batches[0][1].last_offset and self.size_bytes == 0:
+            self._truncate_fully(first)
+        expected = self.next_offset
+        for i, (pos, header) in enumerate(batches):
+            base = header.base_offset
+            if base != expected and not (self.config.compact and base > expected):
+                raise OffsetMismatchError(first, self.next_offset,
+                                          f"batch {i} starts at {base}, expected {expected}" if i else "")
+            expected = header.last_offset + 1
+        limit = self.config.segment_bytes
+        self.maybe_roll(batches[0][1].size)
+        run_start, run_bytes = 0, 0
+        for i, (pos, header) in enumerate(batches):
+            if run_bytes and self.active.size + run_bytes + header.size > limit:
+                self._append_run(buf, batches[run_start:i])
+                self.roll()
+                run_start, run_bytes = i, 0
+            run_bytes += header.size
+        self._append_run(buf, batches[run_start:])
+        self._unflushed_records += count
+        last = batches[-1][1]
+        return LogAppendInfo(first, last.last_offset, max_ts, len(batches), count, len(buf))
+
+    def _append_run(self, buf, run) -> None:
+        """Write consecutive replica batches to the active segment in one write; record new epochs."""
+        start = run[0][0]
+        end = run[-1][0] + run[-1][1].size
+        self.active.append(buf[start:end], [(pos - start, header) for pos, header in run], None)
+        self.epochs.assign_many((h.partition_leader_epoch, h.base_offset) for _pos, h in run)
+
+    def _check_batches(self, batches) -> tuple[int, int]:
+        """(records, max timestamp) of validated batches, refusing none or one over max.message.bytes."""
         if not batches:
             raise InvalidRecordError("the request carries no record batch")
         limit = self.config.max_message_bytes
@@ -183,16 +290,7 @@ class PartitionLog:
                 )
             count += header.records_count
             max_ts = max(max_ts, header.max_timestamp)
-        if self.config.compact:
-            self._check_keys(buf, batches)
-        self.maybe_roll(len(buf))
-        first = offset = self.next_offset
-        for pos, header in batches:
-            set_offsets_in_place(buf, pos, offset, leader_epoch)
-            offset += header.last_offset_delta + 1
-        self.active.append(buf, batches, first)
-        self._unflushed_records += count
-        return LogAppendInfo(first, offset - 1, max_ts, len(batches), count, len(buf))
+        return count, max_ts
 
     @staticmethod
     def _check_keys(buf: bytearray, batches) -> None:
@@ -249,6 +347,7 @@ class PartitionLog:
         finally:
             os.close(fd)
         with self._flush_lock:
+            end = min(end, self.next_offset)  # truncate_to may have cut the log meanwhile
             if end > self.flushed_offset:
                 self.flushed_offset = end
             self._unflushed_records = 0
@@ -335,10 +434,14 @@ class PartitionLog:
         if offset < 0 or offset > hw:
             raise OffsetOutOfRangeError(offset, self.log_start_offset, hw)
         if offset > self.log_start_offset:
-            self.log_start_offset = offset
-            write_int(self.directory / LOG_START_FILE, offset)
+            self._move_log_start(offset)
             self._delete_segments(lambda s: s.next_offset <= offset)
         return self.log_start_offset
+
+    def _move_log_start(self, offset: int) -> None:
+        self.log_start_offset = offset
+        write_int(self.directory / LOG_START_FILE, offset)
+        self.epochs.truncate_from_start(offset)
 
     def apply_retention(self) -> int:
         """Delete whole segments past retention.ms or beyond retention.bytes; return how many."""
@@ -379,9 +482,53 @@ class PartitionLog:
         self.segments = self.segments[len(doomed):]
         self._bases = self._bases[len(doomed):]
         if self.segments[0].base_offset > self.log_start_offset:
-            self.log_start_offset = self.segments[0].base_offset
-            write_int(self.directory / LOG_START_FILE, self.log_start_offset)
+            self._move_log_start(self.segments[0].base_offset)
         return len(doomed)
+
+    # --- truncating (a follower whose log diverged from the leader's) ---------------
+    def truncate_to(self, offset: int) -> int:
+        """Remove the batch holding ``offset`` and every later one; return the new LEO.
+
+        ``offset`` is normally a batch boundary (an epoch's end offset from the leader), so
+        the LEO becomes ``offset``. At or past the LEO nothing happens; at or below the log
+        start the log is emptied and restarts at ``offset``. The flushed offset, the HW and
+        the leader epochs follow the log back.
+        """
+        if offset < 0:
+            raise ValueError(f"cannot truncate to negative offset {offset}")
+        if offset >= self.next_offset:
+            return self.next_offset
+        if offset <= self.log_start_offset:
+            self._truncate_fully(offset)
+        else:
+            keep = self._segment_index(offset)
+            for segment in reversed(self.segments[keep + 1:]):  # newest first: a crash leaves a prefix
+                segment.delete()
+            del self.segments[keep + 1:]
+            del self._bases[keep + 1:]
+            self.active.truncate_to(offset)  # fsync'd: the removed batches cannot come back
+            write_int(self.directory / RECOVERY_POINT_FILE, self.active.base_offset)
+        end = self.next_offset
+        if end < self.log_start_offset:  # the start was inside the batch that went
+            self.log_start_offset = end
+            write_int(self.directory / LOG_START_FILE, end)
+        with self._flush_lock:
+            self.flushed_offset = min(self.flushed_offset, end)
+        self._hw = min(self._hw, end)
+        self.epochs.truncate_from_end(end)
+        return end
+
+    def _truncate_fully(self, offset: int) -> None:
+        """Drop every segment and start again, empty, at ``offset``."""
+        for segment in reversed(self.segments):
+            segment.delete()
+        self.segments, self._bases = [], []
+        self._add(self._new_segment(offset))
+        self.active.sync()
+        write_int(self.directory / RECOVERY_POINT_FILE, offset)
+        self.log_start_offset = offset
+        write_int(self.directory / LOG_START_FILE, offset)
+        self.epochs.clear()  # nothing is left that an epoch could describe
 
     def replace_segment(self, index: int, data: bytes) -> None:
         """Swap segment ``index`` (not the active one) for ``data`` (used by the cleaner).

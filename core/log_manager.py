@@ -51,9 +51,11 @@ def partition_dir_name(topic: str, partition: int) -> str:
 
 
 class LogManager:
-    def __init__(self, data_dir: Path, store: MetadataStore, *, clock: Callable[[], float] = time.time):
+    def __init__(self, data_dir: Path, store: MetadataStore, *, clock: Callable[[], float] = time.time,
+                 node_id: int = 0):
         self.data_dir = Path(data_dir)
         self.store = store
+        self.node_id = node_id  # in cluster mode only the partitions assigned to this broker are opened here
         self.clock = clock
         self.logs: dict[tuple[str, int], PartitionLog] = {}
         self._cleaned_upto: dict[tuple[str, int], int] = {}
@@ -71,6 +73,8 @@ class LogManager:
         recovered = truncated = 0
         for topic in self.store.topics().values():
             for partition in range(topic.partitions):
+                if not topic.is_replica(partition, self.node_id):
+                    continue
                 plog = self._open(topic, partition, recover=not clean)
                 recovered += plog.recovery_info.recovered_segments
                 truncated += plog.recovery_info.truncated_bytes
@@ -106,37 +110,51 @@ class LogManager:
             raise UnknownTopicError(f"partition {topic}-{partition} does not exist")
         return plog
 
-    def create_topic(self, name: str, partitions: int, configs: Mapping[str, str] | None = None) -> TopicMetadata:
-        topic = self.store.create_topic(name, partitions, configs)
-        for partition in range(partitions):
-            self._open(topic, partition)
+    def create_topic(self, name: str, partitions: int, configs: Mapping[str, str] | None = None,
+                     **placement) -> TopicMetadata:
+        """``placement``: cluster-mode arguments of MetadataStore.create_topic (replicas, leadership)."""
+        topic = self.store.create_topic(name, partitions, configs, **placement)
+        for partition in range(topic.partitions):
+            if topic.is_replica(partition, self.node_id):
+                self._open(topic, partition)
         return topic
 
     def delete_topic(self, name: str) -> None:
         topic = self.store.delete_topic(name)
         for partition in range(topic.partitions):
-            plog = self.logs.pop((name, partition), None)
-            if plog is None:
-                continue
-            # Rename first so a crash mid-delete cannot leave a half-deleted log that looks live.
-            graveyard = plog.directory.with_name(f"{plog.directory.name}.{uuid.uuid4().hex}-delete")
-            for segment in plog.segments:
-                segment.close()
-            os.replace(plog.directory, graveyard)
-            shutil.rmtree(graveyard, ignore_errors=True)
+            self.drop_partition(name, partition)
+
+    def open_partition(self, topic: TopicMetadata, partition: int) -> PartitionLog:
+        """Cluster mode: a partition newly assigned to this broker (its log may be left from before)."""
+        return self.logs.get((topic.name, partition)) or self._open(topic, partition)
+
+    def drop_partition(self, name: str, partition: int) -> None:
+        """Close and delete one partition's log (its topic was deleted, or it moved to other brokers)."""
+        plog = self.logs.pop((name, partition), None)
+        if plog is None:
+            return
+        # Rename first so a crash mid-delete cannot leave a half-deleted log that looks live.
+        graveyard = plog.directory.with_name(f"{plog.directory.name}.{uuid.uuid4().hex}-delete")
+        for segment in plog.segments:
+            segment.close()
+        os.replace(plog.directory, graveyard)
+        shutil.rmtree(graveyard, ignore_errors=True)
 
     def alter_topic_configs(self, name: str, changes: Mapping[str, str | None]) -> TopicMetadata:
         topic = self.store.alter_topic_configs(name, changes)
         config = TopicConfig.from_strings(topic.configs)
         for partition in range(topic.partitions):
-            self.get_log(name, partition).config = config
+            plog = self.logs.get((name, partition))
+            if plog is not None:
+                plog.config = config
         return topic
 
     def add_partitions(self, name: str, total: int) -> TopicMetadata:
         before = self.store.get_topic(name)
         topic = self.store.set_partitions(name, total)
         for partition in range(before.partitions if before else 0, total):
-            self._open(topic, partition)
+            if topic.is_replica(partition, self.node_id):
+                self._open(topic, partition)
         return topic
 
     # --- background duties ----------------------------------------------------------

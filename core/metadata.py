@@ -29,6 +29,7 @@ from core.checkpoint import write_atomic
 from core.config import validate_configs
 from core.errors import (
     InvalidPartitionsError,
+    InvalidReplicationFactorError,
     InvalidTopicError,
     TopicExistsError,
     UnknownTopicError,
@@ -55,6 +56,11 @@ class TopicMetadata:
     configs: Mapping[str, str] = field(default_factory=dict)
     topic_id: str = ""
     created_ms: int = 0
+    # cluster mode: the broker ids holding each partition, preferred leader first; () in single-node mode
+    replicas: tuple[tuple[int, ...], ...] = ()
+
+    def is_replica(self, partition: int, node_id: int) -> bool:
+        return not self.replicas or (partition < len(self.replicas) and node_id in self.replicas[partition])
 
 
 class MetadataStore(abc.ABC):
@@ -67,7 +73,11 @@ class MetadataStore(abc.ABC):
         return self.topics().get(name)
 
     @abc.abstractmethod
-    def create_topic(self, name: str, partitions: int, configs: Mapping[str, str] | None = None) -> TopicMetadata: ...
+    def create_topic(self, name: str, partitions: int, configs: Mapping[str, str] | None = None, *,
+                     replication_factor: int = -1, assignment: list[tuple[int, ...]] | None = None,
+                     follows: str | None = None) -> TopicMetadata:
+        """``replication_factor`` -1 means the store's default; ``assignment`` lists each partition's brokers;
+        ``follows`` names a topic whose partition 0's leader should also lead this one's (cluster mode)."""
 
     @abc.abstractmethod
     def delete_topic(self, name: str) -> TopicMetadata: ...
@@ -126,8 +136,12 @@ class LocalMetadataStore(MetadataStore):
     def topics(self) -> dict[str, TopicMetadata]:
         return dict(self._topics)
 
-    def create_topic(self, name, partitions, configs=None):
+    def create_topic(self, name, partitions, configs=None, *, replication_factor=-1, assignment=None, follows=None):
         check_topic_name(name)
+        if replication_factor > 1 or any(len(a) != 1 for a in assignment or ()):
+            raise InvalidReplicationFactorError(
+                f"replication factor {replication_factor if replication_factor > 1 else 'above 1'} is larger than "
+                "the 1 broker of this single-node cluster; start brokers with --zookeeper for replication")
         if partitions < 1:
             raise InvalidPartitionsError(f"topic {name!r} needs at least 1 partition, not {partitions}")
         clean = validate_configs(configs or {})

@@ -47,7 +47,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping
 
-from core.errors import UnknownTopicError
+from core.errors import LogError, UnknownTopicError
 from core.log_manager import LogManager
 from wire.records import Record, encode_batch, parse_control_record
 
@@ -165,7 +165,10 @@ class OffsetStore:
         """Create ``__consumer_offsets`` if missing; adopt the partition count of an existing one."""
         topic = self.logs.store.get_topic(OFFSETS_TOPIC)
         if topic is None:
-            self.logs.create_topic(OFFSETS_TOPIC, self.partitions, OFFSETS_TOPIC_CONFIGS)
+            try:
+                self.logs.create_topic(OFFSETS_TOPIC, self.partitions, OFFSETS_TOPIC_CONFIGS)
+            except LogError as exc:  # cluster mode: created by another broker meanwhile, or too few brokers yet
+                log.warning("%s not created: %s", OFFSETS_TOPIC, exc)
         elif topic.partitions != self.partitions:
             log.warning("%s has %d partitions, not the configured %d; keeping %d (groups are hashed over them)",
                         OFFSETS_TOPIC, topic.partitions, self.partitions, topic.partitions)
@@ -178,8 +181,20 @@ class OffsetStore:
         self._pending.clear()
         replayed = 0
         for partition in range(self.partitions):
-            replayed += self._replay(self.logs.get_log(OFFSETS_TOPIC, partition), partition)
+            plog = self.logs.logs.get((OFFSETS_TOPIC, partition))
+            if plog is not None:  # cluster mode: only the partitions this broker holds
+                replayed += self._replay(plog, partition)
         return replayed
+
+    def reload(self, partition: int) -> int:
+        """Forget and replay one partition (cluster mode: this broker just became its leader)."""
+        plog = self.logs.logs.get((OFFSETS_TOPIC, partition))
+        for group in [g for g in self._cache if self.partition_for(g) == partition]:
+            del self._cache[group]
+        for groups in self._pending.values():
+            for group in [g for g in groups if self.partition_for(g) == partition]:
+                del groups[group]
+        return self._replay(plog, partition) if plog is not None else 0
 
     def _replay(self, plog, partition: int) -> int:
         replayed = 0

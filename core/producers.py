@@ -48,10 +48,12 @@ _INT32_MAX = 2**31 - 1
 class ProducerIdAllocator:
     FILE = "producer-id-block"
 
-    def __init__(self, data_dir: Path):
+    def __init__(self, data_dir: Path, *, node_id: int = 0, stride: int = 1):
         self.path = Path(data_dir) / self.FILE
         self._lock = threading.Lock()
         self._next = self._end = read_int(self.path, 0)
+        # cluster mode: broker n hands out n, n + stride, n + 2*stride, ... so no two brokers share an id
+        self.node_id, self.stride = node_id, stride
 
     def allocate(self) -> int:
         with self._lock:
@@ -59,7 +61,7 @@ class ProducerIdAllocator:
                 self._end = self._next + _BLOCK
                 write_int(self.path, self._end)  # reserve before handing out: no id is ever reused
             pid, self._next = self._next, self._next + 1
-            return pid
+            return pid * self.stride + self.node_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,8 +221,8 @@ class PartitionProducers:
 class ProducerStates:
     """Producer ids and the sequence state of every partition (built on first use)."""
 
-    def __init__(self, data_dir: Path):
-        self.ids = ProducerIdAllocator(data_dir)
+    def __init__(self, data_dir: Path, *, node_id: int = 0, stride: int = 1):
+        self.ids = ProducerIdAllocator(data_dir, node_id=node_id, stride=stride)
         self._partitions: dict[tuple[str, int], PartitionProducers] = {}
 
     def partition(self, topic: str, partition: int, plog: PartitionLog) -> PartitionProducers:
@@ -229,6 +231,10 @@ class ProducerStates:
         if state is None:
             state = self._partitions[key] = PartitionProducers.rebuild(plog)
         return state
+
+    def reset(self, topic: str, partition: int) -> None:
+        """Rebuild from the log at next use: it was written by another leader (cluster mode)."""
+        self._partitions.pop((topic, partition), None)
 
     def forget(self, topic: str) -> None:
         for key in [k for k in self._partitions if k[0] == topic]:

@@ -38,6 +38,7 @@ class BatchPosition:
     base_offset: int
     last_offset: int
     size: int
+    leader_epoch: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,11 +170,13 @@ class LogSegment:
             self.first_timestamp = read_batch_header(os.pread(self.fd, 61, 0)).max_timestamp
 
     # --- appending ----------------------------------------------------------------
-    def append(self, data, batches: list[tuple[int, BatchHeader]], first_offset: int) -> None:
+    def append(self, data, batches: list[tuple[int, BatchHeader]], first_offset: int | None) -> None:
         """Append ``data`` (whole batches whose offsets are already assigned).
 
         ``batches`` lists (position within ``data``, header as parsed before offsets were
-        assigned); ``first_offset`` is the base offset given to the first batch.
+        assigned); ``first_offset`` is the base offset given to the first batch, the
+        following ones being contiguous. None means the headers' own base offsets are
+        the stored ones (a replica's batches, which may have compaction gaps between them).
         """
         start = self.size
         written = os.write(self.fd, data)
@@ -182,6 +185,8 @@ class LogSegment:
             raise OSError(f"short write to {self.log_path}: {written} of {len(data)} bytes")
         offset = first_offset
         for pos, header in batches:
+            if first_offset is None:
+                offset = header.base_offset
             if header.max_timestamp > self.max_timestamp:
                 self.max_timestamp = header.max_timestamp
             if self.first_timestamp is None:
@@ -202,9 +207,9 @@ class LogSegment:
         """Yield every batch from ``position`` (a batch boundary) to ``end`` (default: size)."""
         end = self.size if end is None else end
         while position + PEEK_SIZE <= end:
-            base, length, _epoch, _magic, _crc, _attr, delta = _PEEK.unpack(os.pread(self.fd, PEEK_SIZE, position))
+            base, length, epoch, _magic, _crc, _attr, delta = _PEEK.unpack(os.pread(self.fd, PEEK_SIZE, position))
             size = length + LOG_OVERHEAD
-            yield BatchPosition(position, base, base + delta, size)
+            yield BatchPosition(position, base, base + delta, size, epoch)
             position += size
 
     def find(self, offset: int) -> BatchPosition | None:
@@ -252,18 +257,32 @@ class LogSegment:
 
     # --- changing -----------------------------------------------------------------
     def truncate_to(self, offset: int) -> int:
-        """Drop every batch starting at or after ``offset``; return the bytes removed."""
-        cut = self.size
-        for bp in self.iter_positions(self.offset_index.lookup(offset)):
-            if bp.base_offset >= offset:
-                cut = bp.position
-                break
-        if cut == self.size:
+        """Drop the batch holding ``offset`` and every batch after it; return the bytes removed.
+
+        As Kafka truncates a follower: batches wholly below ``offset`` stay. The cut is
+        fsync'd before returning, so the caller may then forget what lay beyond it (leader
+        epochs) without a crash bringing the removed batches back. The indexes lose their
+        entries at or past the cut; the tail state comes from the last kept index entry
+        onwards, as at load, instead of a rescan of the whole segment.
+        """
+        first_gone = self.find(offset)
+        if first_gone is None:
             return 0
+        cut = first_gone.position
         removed = self.size - cut
         os.ftruncate(self.fd, cut)
+        os.fsync(self.fd)
         self.size = cut
-        self._scan(validate=False)
+        self.offset_index.truncate_entries(self.offset_index.entries_below_position(cut))
+        self.time_index.truncate_entries(self.time_index.entries_below_offset(first_gone.base_offset))
+        if cut == 0:
+            self.next_offset = self.base_offset
+            self.max_timestamp, self.first_timestamp = -1, None
+            self._bytes_since_index = self.index_interval_bytes  # index the next first batch
+        else:
+            last = self._last_batch_from(self.offset_index.values[-1] if len(self.offset_index) else 0)
+            self.next_offset = last.last_offset + 1
+            self._load_timestamps()
         return removed
 
     def dup_fd(self) -> int:

@@ -162,12 +162,18 @@ class TransactionCoordinator:
         """Replay ``__transaction_state``; finish transactions a crash left in a Prepare state."""
         topic = self.logs.store.get_topic(TXN_TOPIC)
         if topic is None:
-            self.logs.create_topic(TXN_TOPIC, self.partitions, TXN_TOPIC_CONFIGS)
+            try:
+                self.logs.create_topic(TXN_TOPIC, self.partitions, TXN_TOPIC_CONFIGS)
+            except LogError as exc:  # cluster mode: created by another broker meanwhile, or too few brokers yet
+                log.warning("%s not created: %s", TXN_TOPIC, exc)
         else:
             self.partitions = topic.partitions
         self.txns.clear()
         for partition in range(self.partitions):
-            for batch in self.logs.get_log(TXN_TOPIC, partition).replay():
+            plog = self.logs.logs.get((TXN_TOPIC, partition))
+            if plog is None:  # cluster mode: held by other brokers
+                continue
+            for batch in plog.replay():
                 if not batch.is_control:
                     for record in batch.records:
                         self._apply(record)

@@ -141,6 +141,20 @@ OPTIONS: tuple[Option, ...] = (
     Option("super_users", _names, "", "NAMES", "Kafka principals the ACLs do not restrict (User:admin,...)"),
     Option("allow_everyone_if_no_acl_found", _bool, False, "BOOL",
            "with --authorizer acl: allow access to a resource that no ACL names (Kafka's default: false)"),
+    Option("zookeeper", str, "", "HOST:PORT[/CHROOT]",
+           "cluster mode: join the cluster kept in this ZooKeeper ensemble (comma list of servers); "
+           "unset: single node, metadata in the data directory"),
+    Option("kafka_advertised", _optional_host_port, "", "HOST:PORT",
+           "the Kafka address other brokers and clients are told (default: the Kafka listener)"),
+    Option("amqp_advertised", _optional_host_port, "", "HOST:PORT",
+           "the AMQP address other brokers are told (default: the AMQP listener)"),
+    Option("rack", str, "", "NAME", "cluster mode: this broker's rack; replicas of a partition go to different racks"),
+    Option("default_replication_factor", _int_at_least(1), 3, "N",
+           "cluster mode: replicas of a topic created without a replication factor (capped at the live brokers)"),
+    Option("replica_lag_time_max_ms", _int_at_least(100), 30000, "MS",
+           "cluster mode: a follower that has not caught up for this long leaves the in-sync replicas"),
+    Option("zookeeper_session_timeout_ms", _int_at_least(1000), 6000, "MS",
+           "cluster mode: a broker silent this long loses its ZooKeeper session and its partitions move"),
 )
 
 
@@ -189,6 +203,13 @@ class Settings:
     authorizer: str
     super_users: tuple[str, ...]
     allow_everyone_if_no_acl_found: bool
+    zookeeper: str
+    kafka_advertised: HostPort | None
+    amqp_advertised: HostPort | None
+    rack: str
+    default_replication_factor: int
+    replica_lag_time_max_ms: int
+    zookeeper_session_timeout_ms: int
 
     @property
     def listeners(self) -> dict[str, HostPort]:

@@ -29,9 +29,12 @@ from pathlib import Path
 from twisted.internet import defer, error, task, threads
 
 from core.checkpoint import write_atomic
+from core.cluster.view import BrokerInfo
+from core.cluster.zk import ZkError
 from core.groups import GroupCoordinator
 from core.log_manager import LogManager
 from core.metadata import LocalMetadataStore
+from core.offsets import OFFSETS_TOPIC
 from core.producers import ProducerStates
 from core.transactions import TransactionCoordinator
 from routing.broker import Router
@@ -39,6 +42,7 @@ from gateway import http
 from gateway.alarms import Alarms
 from gateway.amqp.connection import AmqpFactory
 from gateway.amqp.service import AmqpService
+from gateway.cluster.node import ClusterNode
 from gateway.config import HostPort, Settings
 from gateway.kafka.apis import txn as txn_api
 from gateway.kafka.connection import KafkaFactory
@@ -58,6 +62,8 @@ CLUSTER_ID_FILE = "cluster-id"
 GROUP_TICK_S = 0.1
 TXN_TICK_S = 1.0  # how often open transactions are checked against their timeout
 AMQP_TICK_S = 0.25
+MAX_NODES = 1024  # node ids of a cluster are below this
+CLUSTER_TICK_S = 0.5  # how often leaders check their followers' lag (ISR shrink)
 
 
 class StartupError(Exception):
@@ -99,13 +105,21 @@ class Broker:
         self.users: UserStore | None = None
         self._tls_options = None
         self._authorizer: Authorizer | None = None
+        self.cluster: ClusterNode | None = None  # cluster mode (--zookeeper) only
 
     # --- start --------------------------------------------------------------------
     def bind(self) -> None:
         """Steps 1 and 2; raises StartupError. Call before the reactor runs."""
         self._prepare_data_dir()
         try:
-            self.logs = LogManager(self.data_dir, LocalMetadataStore(self.data_dir))
+            if self.settings.zookeeper:
+                # the agent is started once the ports are bound: it advertises them
+                self.cluster = ClusterNode(self.settings, self.reactor, BrokerInfo(self.settings.node_id, "", 0))
+                self.cluster.broker = self
+                store = self.cluster.store
+            else:
+                store = LocalMetadataStore(self.data_dir)
+            self.logs = LogManager(self.data_dir, store, node_id=self.settings.node_id)
         except Exception as exc:
             self._unlock()
             raise StartupError(f"cannot read the metadata in {self.data_dir}: {exc}") from None
@@ -120,7 +134,10 @@ class Broker:
         except (UserStoreError, TlsConfigError, ValueError) as exc:
             self._unlock()
             raise StartupError(str(exc)) from None
-        producers, groups = ProducerStates(self.data_dir), GroupCoordinator(self.logs)
+        # cluster mode: producer ids are unique across brokers (node id + a multiple of MAX_NODES)
+        producers = ProducerStates(self.data_dir, node_id=self.settings.node_id,
+                                   stride=MAX_NODES if self.cluster is not None else 1)
+        groups = GroupCoordinator(self.logs)
         transactions = TransactionCoordinator(self.logs, producers, groups.offsets)
         self.kafka = KafkaContext(
             logs=self.logs, producers=producers, groups=groups, transactions=transactions,
@@ -149,10 +166,33 @@ class Broker:
         try:
             for name, address in self.settings.listeners.items():
                 self.ports[name] = self._listen(name, address, factories[name])
+            if self.cluster is not None:
+                self._join_cluster()
         except StartupError:
             self._close_ports()
             self._unlock()
             raise
+
+    def _join_cluster(self) -> None:
+        s = self.settings
+        kafka = s.kafka_advertised or HostPort(*self._kafka_advertised())
+        amqp_port = self.ports["amqp"].getHost()
+        amqp = s.amqp_advertised or HostPort(amqp_port.host, amqp_port.port)
+        self.cluster.agent.me = BrokerInfo(s.node_id, kafka.host, kafka.port, amqp.host, amqp.port, s.rack or None)
+        try:
+            self.kafka.cluster_id = self.cluster.start()
+        except ZkError as exc:
+            raise StartupError(str(exc)) from None
+        self.kafka.cluster = self.cluster
+        log.info("joined the cluster", extra=fields(node_id=s.node_id, zookeeper=s.zookeeper,
+                                                    brokers=sorted(self.cluster.view.brokers),
+                                                    controller=self.cluster.view.controller_id))
+
+    def became_leader(self, topic: str, partition: int) -> None:
+        """A partition is led here now: coordinators whose state lives in it reload it."""
+        self.kafka.producers.reset(topic, partition)  # followers do not track producers: rebuild from the log
+        if topic == OFFSETS_TOPIC:
+            self.kafka.groups.offsets.reload(partition)
 
     def _apply_limits(self) -> None:
         s = self.settings
@@ -247,6 +287,9 @@ class Broker:
         self._every(history.SAMPLE_S * 1000, self.management_history.sample)
         self._every(TXN_TICK_S * 1000, self._txn_tick)
         self._every(AMQP_TICK_S * 1000, self.amqp.tick)
+        if self.cluster is not None:
+            self.cluster.activate()
+            self._every(CLUSTER_TICK_S * 1000, self.cluster.tick)
 
     def _every(self, interval_ms: int, fn) -> None:
         loop = task.LoopingCall(fn)
@@ -290,6 +333,8 @@ class Broker:
         self._flushing = None
         if flushed:
             metrics.timed(metrics.FSYNC, "group_commit", started)
+            if self.cluster is not None:
+                self.cluster.flushed()  # leaders' own log ends moved: so may their high watermarks
             self.kafka.waiters.notify()  # high watermarks moved: parked produces and fetches may go
             self.amqp.log_moved()  # queues deliver, publisher confirms go out
         if self._flush_again and self.ready:
@@ -332,6 +377,8 @@ class Broker:
             yield _settled(self._starting)
         if self._flushing is not None:
             yield _settled(self._flushing)
+        if self.cluster is not None:
+            yield threads.deferToThread(self.cluster.stop)  # leaves ZooKeeper: the partitions led here move
         if self._logs_open:  # never mark a log clean whose recovery did not finish
             self.logs.shutdown()  # flushes and closes every segment, leaves the clean-shutdown mark
         (self.data_dir / LISTENERS_FILE).unlink(missing_ok=True)

@@ -9,29 +9,29 @@ offsets is below its log's high watermark (:meth:`Publish.durable`); the gateway
 flush moves the watermarks and then calls :meth:`Router.log_moved`, which lets queues deliver
 what became visible.
 
-State on disk, under ``<data-dir>/amqp/``: ``definitions.json`` (durable exchanges, queues and
-bindings of every vhost), ``ack-floors.json`` (each durable queue's ack floor, written by
+State (see routing.state: files under ``<data-dir>/amqp/`` on a single node, the replicated
+topic ``__amqp_state`` in a cluster): ``definitions`` (durable exchanges, queues and bindings of
+every vhost), ``ack-floors`` (each durable queue's ack floor, written by
 :meth:`Router.checkpoint`; everything above it is delivered again after a crash, flagged
-redelivered) and ``transient.json`` (topics of non-durable queues, deleted at the next start).
+redelivered) and ``transient`` (topics of non-durable queues, deleted at the next start).
 """
 from __future__ import annotations
 
 import base64
 import datetime
 import decimal
-import json
 import logging
 import time
 from pathlib import Path
 from typing import Any, Callable
 
-from core.checkpoint import write_atomic
 from core.log import PartitionLog
 from core.log_manager import LogManager
 from routing import mapping
 from routing.dedup import Deduplicator, recent_records
 from routing.errors import FRAME_ERROR, NOT_ALLOWED, ConnectionError
 from routing.queue import Queue
+from routing.state import FileState, LogState
 from routing.vhost import VirtualHost
 from wire.records import Record, encode_batch
 
@@ -66,9 +66,12 @@ class _Staged:
 
 
 class Router:
-    def __init__(self, data_dir: Path, logs: LogManager, *, clock: Callable[[], float] = time.time):
-        self.dir = Path(data_dir) / "amqp"
+    def __init__(self, data_dir: Path, logs: LogManager, *, clock: Callable[[], float] = time.time,
+                 state: FileState | LogState | None = None):
+        self.state = state if state is not None else FileState(Path(data_dir) / "amqp")
         self.logs = logs
+        # cluster mode: create_topic arguments placing a new queue's topic (replicas, leader) -- see gateway.cluster
+        self.placement: Callable[[dict], dict] = lambda arguments: {}
         self.clock = clock
         self.vhosts: dict[str, VirtualHost] = {}
         self._staged: dict[Queue, _Staged] = {}
@@ -80,13 +83,13 @@ class Router:
     # --- start and stop ----------------------------------------------------------------
     def load(self) -> None:
         """Delete the last run's transient queues; bring back durable definitions and ack floors."""
-        self.dir.mkdir(parents=True, exist_ok=True)
-        for topic in _read_json(self.dir / "transient.json", []):
+        self.state.open()
+        for topic in self.state.read("transient", []):
             if self.logs.store.get_topic(topic) is not None:
                 self.logs.delete_topic(topic)
-        write_atomic(self.dir / "transient.json", b"[]")
-        definitions = _read_json(self.dir / "definitions.json", {"vhosts": {}})
-        positions = _read_json(self.dir / "ack-floors.json", {})
+        self.state.write("transient", [])
+        definitions = self.state.read("definitions", {"vhosts": {}})
+        positions = self.state.read("ack-floors", {})
         for name, defs in definitions["vhosts"].items():
             self.vhost_create(name, persist=False).restore(_decode(defs), positions)
         self.vhost_create(DEFAULT_VHOST, persist=False)
@@ -97,6 +100,7 @@ class Router:
         if vhost is None:
             vhost = VirtualHost(name, self.logs, on_change=self._definitions_changed, on_queue=self._queue_made)
             vhost.dead_letter = self._dead_letter
+            vhost.placement = lambda arguments: self.placement(arguments)
             self.vhosts[name] = vhost
             if persist:
                 self._definitions_changed()
@@ -114,11 +118,11 @@ class Router:
             self._transient.add(queue.topic)
         else:
             self._transient.discard(queue.topic)
-        write_atomic(self.dir / "transient.json", json.dumps(sorted(self._transient)).encode())
+        self.state.write("transient", sorted(self._transient))
 
     def save_definitions(self) -> None:
         doc = {"vhosts": {name: _encode(v.durable_definitions()) for name, v in self.vhosts.items()}}
-        write_atomic(self.dir / "definitions.json", json.dumps(doc, indent=1, sort_keys=True).encode())
+        self.state.write("definitions", doc, pretty=True)
         self._definitions_dirty = False
 
     def checkpoint(self, clean_stop: bool = False) -> None:
@@ -134,7 +138,7 @@ class Router:
                     if clean_stop:
                         floors[queue.topic]["delivered"] = queue.delivered_bound
         if floors != self._floors_written:
-            write_atomic(self.dir / "ack-floors.json", json.dumps(floors, sort_keys=True).encode())
+            self.state.write("ack-floors", floors)
             self._floors_written = floors
 
     def topic_deleted(self, topic: str) -> None:
@@ -356,9 +360,3 @@ def _decode(value: Any) -> Any:
         return [_decode(v) for v in value]
     return value
 
-
-def _read_json(path: Path, default):
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        return default

@@ -9,10 +9,11 @@ owner can persist them; this module does no I/O of its own.
 from __future__ import annotations
 
 import base64
+import logging
 import os
 from typing import Any, Callable, Hashable, Iterable
 
-from core.errors import InvalidTopicError, TopicExistsError
+from core.errors import InvalidTopicError, TopicExistsError, UnknownTopicError
 from core.log_manager import LogManager
 from core.names import queue_topic
 from routing.errors import (
@@ -23,6 +24,8 @@ from routing.dedup import Deduplicator
 from routing.exchange_log import ExchangeLog
 from routing.exchanges import EXCHANGE_TYPES, Exchange, route_through
 from routing.queue import Queue
+
+log = logging.getLogger(__name__)
 
 DEFAULT_EXCHANGES = (("amq.direct", "direct"), ("amq.fanout", "fanout"), ("amq.topic", "topic"),
                      ("amq.headers", "headers"), ("amq.match", "headers"))
@@ -57,6 +60,8 @@ class VirtualHost:
         self.queues: dict[str, Queue] = {}
         self.exchange_logs: dict[str, ExchangeLog] = {}  # exchanges declared with x-log: true
         self.dead_letter: Callable | None = None  # installed on every queue (see routing.broker)
+        # cluster mode: extra create_topic arguments (replicas) for a queue with these arguments
+        self.placement: Callable[[dict], dict] = lambda arguments: {}
         for exchange_name, type_name in DEFAULT_EXCHANGES:
             self.exchanges[exchange_name] = EXCHANGE_TYPES[type_name](exchange_name, durable=True)
 
@@ -209,14 +214,14 @@ class VirtualHost:
                                                         f"'{self.name}': choose another queue name")
         queue = Queue(self.name, name, topic, None, durable=durable, exclusive_owner=owner if exclusive else None,
                       auto_delete=auto_delete, arguments=arguments, ack_floor=ack_floor)  # validates arguments
-        queue.attach(self._queue_log(topic, durable, _stream_configs(queue)))
+        queue.attach(self._queue_log(topic, durable, _stream_configs(queue), arguments))
         self._install(queue)
         self.on_queue(queue, True)
         if durable:
             self.on_change()
         return queue
 
-    def _queue_log(self, topic: str, durable: bool, extra: dict | None = None):
+    def _queue_log(self, topic: str, durable: bool, extra: dict | None = None, arguments: dict | None = None):
         configs = {**(QUEUE_TOPIC_CONFIGS if durable else TRANSIENT_TOPIC_CONFIGS), **(extra or {})}
         existing = self.logs.store.get_topic(topic)
         if existing is not None and existing.partitions != 1:
@@ -224,7 +229,8 @@ class VirtualHost:
                                                     f"partitions; a queue needs a topic of one partition: choose "
                                                     f"another queue name")
         try:
-            self.logs.create_topic(topic, 1, configs)
+            self.logs.create_topic(topic, 1, configs, **self.placement(
+                {**(arguments or {}), "x-durable": durable}))
         except TopicExistsError:
             # A topic that Kafka clients made, or a durable queue coming back: its data is the queue's.
             if extra:
@@ -379,7 +385,12 @@ class VirtualHost:
             queue = Queue(self.name, q["name"], topic, None, durable=True, exclusive_owner=None,
                           auto_delete=q["auto_delete"], arguments=q["arguments"],
                           ack_floor=position.get("floor", 0), delivered_bound=position.get("delivered"))
-            queue.attach(self._queue_log(topic, True))
+            try:
+                queue.attach(self._queue_log(topic, True, None, q["arguments"]))
+            except UnknownTopicError:  # cluster mode: its only replica is on a broker that is down
+                log.warning("queue %s in vhost %s is unavailable: none of its replicas is on this broker",
+                            q["name"], self.name)
+                continue
             self._install(queue)
         for b in definitions.get("bindings", ()):
             source = self.exchanges.get(b["source"])

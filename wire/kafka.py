@@ -73,6 +73,8 @@ ADVERTISED: dict[int, tuple[int, int]] = {
     37: (0, 3),   # CreatePartitions
     42: (0, 2),   # DeleteGroups
     44: (0, 1),   # IncrementalAlterConfigs
+    45: (0, 0),   # AlterPartitionReassignments
+    46: (0, 0),   # ListPartitionReassignments
     50: (0, 0),   # DescribeUserScramCredentials
     51: (0, 0),   # AlterUserScramCredentials
     60: (0, 1),   # DescribeCluster

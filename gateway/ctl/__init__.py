@@ -12,7 +12,7 @@ import sys
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 DEFAULT_HTTP = "127.0.0.1:15672"
-COMMANDS = ("topics", "groups", "acls", "queues", "exchanges")
+COMMANDS = ("topics", "groups", "acls", "admin", "queues", "exchanges")
 
 
 def _common(parser, kafka: bool) -> None:
@@ -82,6 +82,19 @@ def add_commands(commands) -> None:
         resource.add_argument("--cluster", action="store_true")
         _common(p, True)
 
+    admin = commands.add_parser("admin", help="cluster administration: move partitions between brokers")
+    sub = admin.add_subparsers(dest="admin_command", metavar="ACTION", required=True)
+    p = sub.add_parser("reassign", help="move partitions to other brokers while clients keep going")
+    p.add_argument("--topic")
+    p.add_argument("--partition", type=int)
+    p.add_argument("--replicas", metavar="IDS", help="the new replica list, preferred leader first, e.g. 4,2,3")
+    p.add_argument("--file", metavar="PLAN.json", help="Kafka's reassignment JSON, for many partitions at once")
+    p.add_argument("--cancel", action="store_true", help="stop the reassignment: back to the original replicas")
+    p.add_argument("--wait", action="store_true", help="show progress until every move is complete")
+    p.add_argument("--timeout", type=float, default=600, help="seconds --wait waits at most (default 600)")
+    _common(p, True)
+    _common(sub.add_parser("reassignments", help="the reassignments in progress"), True)
+
     queues = commands.add_parser("queues", help="list, declare, purge, delete AMQP queues")
     sub = queues.add_subparsers(dest="queues_command", metavar="ACTION", required=True)
     _common(sub.add_parser("list", help="queues with their message and consumer counts"), False)
@@ -116,7 +129,7 @@ def add_commands(commands) -> None:
 def run(args) -> int:
     from gateway.ctl import http_commands, kafka_commands
     try:
-        if args.command in ("topics", "groups", "acls"):
+        if args.command in ("topics", "groups", "acls", "admin"):
             return kafka_commands.run(args)
         return http_commands.run(args)
     except kafka_commands.CommandError as exc:

@@ -35,6 +35,7 @@ class KafkaAdmin:
         self._sock: socket.socket | None = None
         self._correlation = 0
         self.versions: dict[int, tuple[int, int]] = {}
+        self._others: dict[int, KafkaAdmin] = {}  # connections to other brokers of a cluster, by node id
 
     def __enter__(self) -> "KafkaAdmin":
         try:
@@ -47,8 +48,41 @@ class KafkaAdmin:
         return self
 
     def __exit__(self, *exc) -> None:
+        for other in self._others.values():
+            other.__exit__(*exc)
+        self._others.clear()
         if self._sock is not None:
             self._sock.close()
+
+    # --- a cluster: requests that only a partition's leader or a group's coordinator serves ----
+    def node(self, node_id: int, host: str, port: int) -> "KafkaAdmin":
+        """A client for broker ``node_id`` at host:port (this one if it is the same address)."""
+        if (host, port) == self.address:
+            return self
+        other = self._others.get(node_id)
+        if other is None:
+            other = self._others[node_id] = KafkaAdmin(f"{host}:{port}", self.timeout,
+                                                       self.client_id.decode()).__enter__()
+        return other
+
+    def leaders(self, topic: str) -> dict[int, "KafkaAdmin"]:
+        """partition -> a client connected to its leader (Metadata from this broker)."""
+        answer = self.call(3, {"topics": [{"name": topic, "topic_id": None}], "allow_auto_topic_creation": False,
+                               "include_topic_authorized_operations": False})
+        brokers = {b.node_id: (b.host, b.port) for b in answer.brokers}
+        out = {}
+        for t in answer.topics:
+            for p in t.partitions:
+                address = brokers.get(p.leader_id)
+                out[p.partition_index] = self.node(p.leader_id, *address) if address else self
+        return out
+
+    def coordinator(self, group: str) -> "KafkaAdmin":
+        answer = self.call(10, {"key": group, "key_type": 0, "coordinator_keys": [group]})
+        found = answer.coordinators[0] if getattr(answer, "coordinators", None) else answer
+        if found.error_code or found.node_id < 0:
+            return self
+        return self.node(found.node_id, found.host, found.port)
 
     def version(self, api_key: int) -> int:
         low, high = self.versions.get(api_key, (0, -1))

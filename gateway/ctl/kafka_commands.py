@@ -51,14 +51,21 @@ def _metadata(admin: KafkaAdmin, topics: list[str] | None):
 
 
 def _offsets(admin: KafkaAdmin, topic: str, partitions: list[int], timestamp: int) -> dict[int, int]:
-    answer = admin.call(LIST_OFFSETS, {"replica_id": -1, "isolation_level": 0, "topics": [
-        {"name": topic, "partitions": [{"partition_index": p, "timestamp": timestamp, "current_leader_epoch": -1}
-                                       for p in partitions]}]})
+    """Each partition's offset at ``timestamp``, asked of its leader (any broker of a cluster may be --bootstrap)."""
+    leaders = admin.leaders(topic)
+    by_leader: dict[int, list[int]] = {}
+    for p in partitions:
+        by_leader.setdefault(id(leaders.get(p, admin)), []).append(p)
+    clients = {id(c): c for c in leaders.values()} | {id(admin): admin}
     out = {}
-    for t in answer.topics:
-        for p in t.partitions:
-            _check(p.error_code, f"offsets of {topic}-{p.partition_index}")
-            out[p.partition_index] = p.offset
+    for key, parts in by_leader.items():
+        answer = clients[key].call(LIST_OFFSETS, {"replica_id": -1, "isolation_level": 0, "topics": [
+            {"name": topic, "partitions": [{"partition_index": p, "timestamp": timestamp, "current_leader_epoch": -1}
+                                           for p in parts]}]})
+        for t in answer.topics:
+            for p in t.partitions:
+                _check(p.error_code, f"offsets of {topic}-{p.partition_index}")
+                out[p.partition_index] = p.offset
     return out
 
 
@@ -152,9 +159,11 @@ def groups(args, admin: KafkaAdmin) -> int:
                 for g in sorted(answer.groups, key=lambda g: g.group_id)]
         emit(rows, ["group", "state", "protocol_type"], args.json)
         return 0
-    described = admin.call(DESCRIBE_GROUPS, {"groups": [args.group], "include_authorized_operations": False}).groups[0]
+    coordinator = admin.coordinator(args.group)  # in a cluster, the group's state lives on one broker
+    described = coordinator.call(DESCRIBE_GROUPS, {"groups": [args.group],
+                                                   "include_authorized_operations": False}).groups[0]
     _check(described.error_code, f"group {args.group!r}")
-    committed = _committed(admin, args.group)
+    committed = _committed(coordinator, args.group)
     if action == "describe":
         rows = []
         for topic in sorted({t for t, _ in committed}):
@@ -169,10 +178,10 @@ def groups(args, admin: KafkaAdmin) -> int:
             print(f"group {args.group}: {described.group_state}, {len(described.members)} member(s)")
             emit(rows, ["topic", "partition", "committed", "end_offset", "lag"], False)
         return 0
-    return _reset_offsets(args, admin, described, committed)
+    return _reset_offsets(args, admin, coordinator, described, committed)
 
 
-def _reset_offsets(args, admin: KafkaAdmin, described, committed) -> int:
+def _reset_offsets(args, admin: KafkaAdmin, coordinator: KafkaAdmin, described, committed) -> int:
     if described.group_state not in ("Empty", "Dead", ""):
         raise CommandError(f"group {args.group!r} is {described.group_state} with {len(described.members)} "
                            f"member(s): stop its consumers first (offsets of an active group cannot be reset)")
@@ -188,7 +197,7 @@ def _reset_offsets(args, admin: KafkaAdmin, described, committed) -> int:
     if args.execute:
         progress = Progress(f"resetting {args.group}", len(parts))
         for p in parts:  # one commit per partition, so the progress shows where a failure stopped
-            answer = admin.call(OFFSET_COMMIT, {"group_id": args.group, "generation_id_or_member_epoch": -1,
+            answer = coordinator.call(OFFSET_COMMIT, {"group_id": args.group, "generation_id_or_member_epoch": -1,
                                                 "member_id": "", "group_instance_id": None,
                                                 "retention_time_ms": -1, "topics": [{"name": args.topic, "partitions": [
                                                     {"partition_index": p, "committed_offset": targets[p],
@@ -270,7 +279,8 @@ def _acl_row(c: dict) -> dict:
 
 
 def run(args) -> int:
-    command = {"topics": topics, "groups": groups, "acls": acls}[args.command]
+    from gateway.ctl import admin_commands
+    command = {"topics": topics, "groups": groups, "acls": acls, "admin": admin_commands.run}[args.command]
     try:
         with KafkaAdmin(args.bootstrap) as admin:
             return command(args, admin)

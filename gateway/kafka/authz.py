@@ -459,4 +459,4 @@ RULES: dict[int, typing.Callable] = {
     50: lambda check, h, req: None,
     51: lambda check, h, req: None,
 }
-WRITING_APIS = {21, 33, 37, 44, 51}
+WRITING_APIS = {21, 33, 37, 44, 45, 51}

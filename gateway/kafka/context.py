@@ -6,6 +6,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Callable
 
+from kio.schema.errors import ErrorCode
+
 from core.errors import LogError
 from core.log import PartitionLog
 from core.log_manager import LogManager
@@ -15,6 +17,8 @@ from gateway.kafka.waiters import Waiters
 from gateway.logs import fields
 
 log = logging.getLogger(__name__)
+
+SINGLE_NODE_EPOCH = 0  # one node has been leader of everything since epoch 0
 
 
 @dataclass
@@ -41,6 +45,18 @@ class KafkaContext:
     throttle_ms: Callable[[], int] = lambda: 0  # > 0 while a resource alarm is on: Produce is slowed down
     # topic -> [records in, bytes in, bytes out]: running totals for the management API and /metrics
     traffic: dict[str, list[int]] = field(default_factory=dict)
+    cluster: object = None  # gateway.cluster.node.ClusterNode in cluster mode; None on a single node
+
+    def leader_log(self, topic: str, index: int, current_epoch: int = -1) -> tuple[PartitionLog | None, int, ErrorCode]:
+        """(log, leader epoch, error) of a partition whose leader must serve the request."""
+        if self.cluster is not None:
+            return self.cluster.leader_log(topic, index, current_epoch)
+        plog = self.partition(topic, index)
+        if plog is None:
+            return None, -1, ErrorCode.unknown_topic_or_partition
+        if current_epoch > SINGLE_NODE_EPOCH:
+            return None, SINGLE_NODE_EPOCH, ErrorCode.unknown_leader_epoch
+        return plog, SINGLE_NODE_EPOCH, ErrorCode.none
 
     def partition(self, topic: str, index: int) -> PartitionLog | None:
         return self.logs.logs.get((topic, index))
@@ -61,6 +77,12 @@ class KafkaContext:
     def delete_topic(self, name: str) -> None:
         """Delete a topic and everything kept about it (producers, transactions, the queue it stored)."""
         self.logs.delete_topic(name)
+        self.forget_topic(name)
+
+    def forget_topic(self, name: str) -> None:
+        """Drop what this broker keeps of a deleted topic (cluster mode: deleted through another broker)."""
+        for topic, index in [k for k in self.logs.logs if k[0] == name]:
+            self.logs.drop_partition(topic, index)
         self.producers.forget(name)
         self.transactions.forget_topic(name)
         self.traffic.pop(name, None)

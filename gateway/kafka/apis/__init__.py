@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 
+from gateway.cluster import coordination
 from gateway.logs import fields
 from wire.kafka import API_VERSIONS, PRODUCE, REJECTED, legacy_produce_partitions, legacy_produce_refusal
 
@@ -37,8 +38,12 @@ def dispatch(ctx, conn, request):
         conn.drop("unsupported API or version (see ApiVersions)", api_key=h.api_key, api_version=h.api_version,
                   correlation_id=h.correlation_id)
         return None
+    if ctx.cluster is not None:
+        answer = coordination.misdirected(ctx, h, request.body)  # a group request for another broker
+        if answer is not None:
+            return answer
     return HANDLERS[h.api_key](ctx, conn, h, request.body)
 
 
 from gateway.kafka.apis import admin, fetch, groups, metadata, offsets, produce, session, txn  # noqa: E402,F401
-from gateway.kafka.apis import acls, scram_admin  # noqa: E402,F401
+from gateway.kafka.apis import acls, reassign, scram_admin  # noqa: E402,F401

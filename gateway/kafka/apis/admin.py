@@ -6,11 +6,11 @@ import logging
 from kio.schema.errors import ErrorCode
 
 from core.config import default_configs, validate_configs
-from core.errors import (InvalidConfigError, InvalidPartitionsError, InvalidTopicError, LogError, TopicExistsError,
-                         UnknownTopicError)
+from core.errors import (InvalidConfigError, InvalidPartitionsError, InvalidReplicationFactorError, InvalidTopicError,
+                         LogError, TopicExistsError, UnknownTopicError)
 from core.metadata import check_topic_name
 from gateway.kafka.apis import handles
-from gateway.kafka.apis.metadata import UNKNOWN_OPERATIONS, broker_list
+from gateway.kafka.apis.metadata import UNKNOWN_OPERATIONS, broker_list, controller_id
 from gateway.logs import fields
 from wire.kafka import respond
 
@@ -26,6 +26,7 @@ _ERRORS: list[tuple[type, ErrorCode]] = [
     (InvalidConfigError, ErrorCode.invalid_config),
     (InvalidPartitionsError, ErrorCode.invalid_partitions),
     (UnknownTopicError, ErrorCode.unknown_topic_or_partition),
+    (InvalidReplicationFactorError, ErrorCode.invalid_replication_factor),
 ]
 
 
@@ -54,8 +55,10 @@ def create_topics(ctx, conn, h, req):
                  "topic_config_error_code": 0, "num_partitions": -1, "replication_factor": -1, "configs": None}
         partitions = t.num_partitions if t.num_partitions != -1 else (len(t.assignments) or ctx.num_partitions)
         configs = {c.name: c.value for c in t.configs}
+        assignment = [tuple(a.broker_ids) for a in sorted(t.assignments, key=lambda a: a.partition_index)] or None
         try:
-            if t.replication_factor not in (-1, 1) or any(len(a.broker_ids) != 1 for a in t.assignments):
+            if ctx.cluster is None and (t.replication_factor not in (-1, 1)
+                                        or any(len(a.broker_ids) != 1 for a in t.assignments)):
                 entry["error_code"] = ErrorCode.invalid_replication_factor
                 entry["error_message"] = (f"replication factor {t.replication_factor} is larger than the 1 broker "
                                           "of this single-node cluster")
@@ -67,11 +70,15 @@ def create_topics(ctx, conn, h, req):
                 if partitions < 1:
                     raise InvalidPartitionsError(f"topic {t.name!r} needs at least 1 partition")
             else:
-                topic = ctx.logs.create_topic(t.name, partitions, configs)
+                topic = ctx.logs.create_topic(t.name, partitions, configs, replication_factor=t.replication_factor,
+                                              assignment=assignment)
                 entry["topic_id"] = ctx.topic_id(t.name)
-                log.info("created topic", extra=fields(topic=t.name, partitions=partitions, configs=topic.configs))
+                log.info("created topic", extra=fields(topic=t.name, partitions=partitions, configs=topic.configs,
+                                                       replicas=[list(r) for r in topic.replicas] or None))
             if entry["error_code"] == ErrorCode.none:
-                entry.update(num_partitions=partitions, replication_factor=1,
+                created = ctx.logs.store.get_topic(t.name)
+                rf = len(created.replicas[0]) if created is not None and created.replicas else 1
+                entry.update(num_partitions=partitions, replication_factor=rf,
                              configs=_config_entries(validate_configs(configs)))
         except LogError as exc:
             entry["error_code"], entry["error_message"] = error_code(exc), str(exc)
@@ -210,5 +217,5 @@ def describe_cluster(ctx, conn, h, req):
     brokers = [{"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": b["rack"]}
                for b in broker_list(ctx)]
     return respond(h, {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None, "endpoint_type": 1,
-                       "cluster_id": ctx.cluster_id, "controller_id": ctx.node_id, "brokers": brokers,
+                       "cluster_id": ctx.cluster_id, "controller_id": controller_id(ctx), "brokers": brokers,
                        "cluster_authorized_operations": UNKNOWN_OPERATIONS})

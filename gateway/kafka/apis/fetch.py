@@ -6,6 +6,10 @@ even when it is larger, so a consumer can always make progress. Readers see data
 the high watermark only; read_committed readers below the last stable offset (the start of
 the oldest open transaction), and they get the aborted transactions overlapping what is
 returned, so the client can drop those producers' batches up to each abort marker.
+
+A fetch with ``replica_id`` set comes from a follower (cluster mode): it reads up to the log
+end, its fetch offset tells the leader how far that replica has come (the high watermark and
+the ISR follow from it), and it waits for new appends rather than for the high watermark.
 """
 from __future__ import annotations
 
@@ -21,22 +25,25 @@ READ_COMMITTED = 1
 _PEEK = struct.Struct(">qi11xi")  # baseOffset, batchLength, lastOffsetDelta (at byte 23)
 
 
+def _replica(req) -> int:
+    return getattr(req, "replica_id", -1)
+
+
 def _collect(ctx, req, isolation: int) -> tuple[list[dict], int]:
     budget = getattr(req, "max_bytes", 0x7FFFFFFF)
     total = 0
     responses = []
+    replica = _replica(req)
     for t in req.topics:
         parts = []
         for p in t.partitions:
-            plog = ctx.partition(t.topic, p.partition)
-            entry = {"partition_index": p.partition, "error_code": ErrorCode.none, "high_watermark": -1,
+            plog, _epoch, error = ctx.leader_log(t.topic, p.partition, getattr(p, "current_leader_epoch", -1))
+            entry = {"partition_index": p.partition, "error_code": error, "high_watermark": -1,
                      "last_stable_offset": -1, "log_start_offset": -1, "preferred_read_replica": -1,
                      "aborted_transactions": [] if isolation == READ_COMMITTED else None, "records": b""}
-            if plog is None:
-                entry["error_code"] = ErrorCode.unknown_topic_or_partition
-            else:
+            if not error:
                 lso = ctx.last_stable_offset(t.topic, p.partition, plog)
-                upper = lso if isolation == READ_COMMITTED else None
+                upper = plog.next_offset if replica >= 0 else lso if isolation == READ_COMMITTED else None
                 try:
                     limit = min(p.partition_max_bytes, budget - total)
                     data = plog.read(p.fetch_offset, limit, max_offset=upper, min_one=total == 0).records \
@@ -81,21 +88,33 @@ def _count_out(ctx, responses: list[dict]) -> None:
 
 
 def _has_new_data(ctx, req, isolation: int) -> bool:
+    replica = _replica(req)
     for t in req.topics:
         for p in t.partitions:
-            plog = ctx.partition(t.topic, p.partition)
-            if plog is None or p.fetch_offset < plog.log_start_offset:
+            plog, _epoch, error = ctx.leader_log(t.topic, p.partition)
+            if error or p.fetch_offset < plog.log_start_offset:
                 return True
-            visible = (ctx.last_stable_offset(t.topic, p.partition, plog) if isolation == READ_COMMITTED
+            visible = (plog.next_offset if replica >= 0 else
+                       ctx.last_stable_offset(t.topic, p.partition, plog) if isolation == READ_COMMITTED
                        else plog.high_watermark)
             if visible > p.fetch_offset:
                 return True
     return False
 
 
+def _record_replica_progress(ctx, req) -> None:
+    replica = _replica(req)
+    if replica < 0 or ctx.cluster is None:
+        return
+    for t in req.topics:
+        for p in t.partitions:
+            ctx.cluster.replica_fetched(t.topic, p.partition, replica, p.fetch_offset)
+
+
 @handles(1)
 def fetch(ctx, conn, h, req):
     isolation = getattr(req, "isolation_level", 0)
+    _record_replica_progress(ctx, req)
 
     def answer(_=None) -> bytes:
         responses, _total = _collect(ctx, req, isolation)

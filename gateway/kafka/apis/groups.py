@@ -9,6 +9,7 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 from twisted.internet import defer
 
+from gateway.cluster import coordination
 from gateway.kafka.apis import handles
 from gateway.kafka.apis.metadata import UNKNOWN_OPERATIONS
 from wire.kafka import respond
@@ -21,6 +22,15 @@ def _coordinator(ctx, key: str, key_type: int) -> dict:
     if key_type not in (GROUP_KEY, TRANSACTION_KEY):
         return {"key": key, "error_code": ErrorCode.invalid_request,
                 "error_message": f"unknown coordinator key type {key_type}", "node_id": -1, "host": "", "port": -1}
+    if ctx.cluster is not None:
+        node = coordination.coordinator(ctx, key, key_type)
+        info = ctx.cluster.view.brokers.get(node) if node is not None else None
+        if info is None:
+            return {"key": key, "error_code": ErrorCode.coordinator_not_available,
+                    "error_message": "the coordinator's partition has no leader yet", "node_id": -1, "host": "",
+                    "port": -1}
+        return {"key": key, "error_code": ErrorCode.none, "error_message": None, "node_id": node,
+                "host": info.host, "port": info.port}
     return {"key": key, "error_code": ErrorCode.none, "error_message": None, "node_id": ctx.node_id,
             "host": host, "port": port}
 

@@ -1,4 +1,9 @@
-"""Metadata: brokers (just this one in single-node mode) and topics with their partitions."""
+"""Metadata: brokers (just this one in single-node mode) and topics with their partitions.
+
+In cluster mode every broker answers for the whole cluster from its latest ZooKeeper view:
+the live brokers' advertised listeners, and each partition's leader, replicas and ISR (a
+partition whose leader is gone says LEADER_NOT_AVAILABLE until one is elected).
+"""
 from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
@@ -13,15 +18,34 @@ LEADER_EPOCH = 0  # single node: the one leader has been leader since epoch 0
 
 
 def broker_list(ctx) -> list[dict]:
+    if ctx.cluster is not None:
+        return [{"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack} for b in ctx.cluster.brokers()]
     host, port = ctx.advertised()
     return [{"node_id": ctx.node_id, "host": host, "port": port, "rack": None}]
 
 
+def controller_id(ctx) -> int:
+    return ctx.cluster.view.controller_id if ctx.cluster is not None else ctx.node_id
+
+
+def _partition(ctx, name: str, index: int, topic) -> dict:
+    if ctx.cluster is None:
+        node = ctx.node_id
+        return {"error_code": ErrorCode.none, "partition_index": index, "leader_id": node,
+                "leader_epoch": LEADER_EPOCH, "replica_nodes": [node], "isr_nodes": [node], "offline_replicas": []}
+    view = ctx.cluster.view
+    replicas = list(topic.replicas[index]) if index < len(topic.replicas) else []
+    state = view.state(name, index)
+    live = view.brokers
+    leader = state.leader if state is not None and state.leader in live else -1
+    return {"error_code": ErrorCode.none if leader >= 0 else ErrorCode.leader_not_available,
+            "partition_index": index, "leader_id": leader, "leader_epoch": state.leader_epoch if state else -1,
+            "replica_nodes": replicas, "isr_nodes": list(state.isr) if state else [],
+            "offline_replicas": [b for b in replicas if b not in live]}
+
+
 def topic_entry(ctx, name: str, topic) -> dict:
-    node = ctx.node_id
-    partitions = [{"error_code": ErrorCode.none, "partition_index": i, "leader_id": node, "leader_epoch": LEADER_EPOCH,
-                   "replica_nodes": [node], "isr_nodes": [node], "offline_replicas": []}
-                  for i in range(topic.partitions)]
+    partitions = [_partition(ctx, name, i, topic) for i in range(topic.partitions)]
     return {"error_code": ErrorCode.none, "name": name, "topic_id": ctx.topic_id(name),
             "is_internal": name.startswith("__"), "partitions": partitions,
             "topic_authorized_operations": UNKNOWN_OPERATIONS}
@@ -51,5 +75,5 @@ def metadata(ctx, conn, h, req):
             topics.append(topic_entry(ctx, name, topic) if topic else
                           _error_entry(name, ErrorCode.unknown_topic_or_partition))
     return respond(h, {"throttle_time": 0, "brokers": broker_list(ctx), "cluster_id": ctx.cluster_id,
-                       "controller_id": ctx.node_id, "topics": topics,
+                       "controller_id": controller_id(ctx), "topics": topics,
                        "cluster_authorized_operations": UNKNOWN_OPERATIONS})

@@ -6,7 +6,6 @@ from kio.schema.errors import ErrorCode
 from core.errors import OffsetOutOfRangeError
 from gateway.kafka.apis import handles
 from gateway.kafka.apis.fetch import READ_COMMITTED
-from gateway.kafka.apis.metadata import LEADER_EPOCH
 from wire.kafka import respond
 
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
@@ -32,16 +31,16 @@ def list_offsets(ctx, conn, h, req):
     for t in req.topics:
         parts = []
         for p in t.partitions:
-            plog = ctx.partition(t.name, p.partition_index)
-            if plog is None:
-                parts.append({"partition_index": p.partition_index, "error_code": ErrorCode.unknown_topic_or_partition,
+            plog, epoch, error = ctx.leader_log(t.name, p.partition_index, getattr(p, "current_leader_epoch", -1))
+            if error:
+                parts.append({"partition_index": p.partition_index, "error_code": error,
                               "timestamp": -1, "offset": -1, "leader_epoch": -1})
                 continue
             latest = (ctx.last_stable_offset(t.name, p.partition_index, plog) if isolation == READ_COMMITTED
                       else plog.high_watermark)
             ts, offset = _list_one(plog, p.timestamp, latest)
             parts.append({"partition_index": p.partition_index, "error_code": ErrorCode.none, "timestamp": ts,
-                          "offset": offset, "leader_epoch": LEADER_EPOCH if offset >= 0 else -1})
+                          "offset": offset, "leader_epoch": epoch if offset >= 0 else -1})
         topics.append({"name": t.name, "partitions": parts})
     return respond(h, {"throttle_time": 0, "topics": topics})
 
@@ -52,17 +51,16 @@ def offset_for_leader_epoch(ctx, conn, h, req):
     for t in req.topics:
         parts = []
         for p in t.partitions:
-            plog = ctx.partition(t.topic, p.partition)
-            if plog is None:
-                parts.append({"error_code": ErrorCode.unknown_topic_or_partition, "partition": p.partition,
-                              "leader_epoch": -1, "end_offset": -1})
-            elif p.current_leader_epoch > LEADER_EPOCH:
-                parts.append({"error_code": ErrorCode.unknown_leader_epoch, "partition": p.partition,
-                              "leader_epoch": -1, "end_offset": -1})
-            else:
-                # Every batch was written in epoch 0, so any epoch >= 0 ends at the log end.
-                parts.append({"error_code": ErrorCode.none, "partition": p.partition, "leader_epoch": LEADER_EPOCH,
-                              "end_offset": plog.next_offset})
+            plog, _epoch, error = ctx.leader_log(t.topic, p.partition, p.current_leader_epoch)
+            if error:
+                parts.append({"error_code": error, "partition": p.partition, "leader_epoch": -1, "end_offset": -1})
+                continue
+            # the largest epoch <= the one asked for, and where the next one began (or the log end)
+            epoch, end = plog.epochs.end_offset_for(p.leader_epoch, plog.next_offset)
+            if epoch < 0 and not plog.epochs.entries:  # a log written before epochs were kept: all in epoch 0
+                epoch, end = (0, plog.next_offset) if p.leader_epoch >= 0 else (-1, -1)
+            parts.append({"error_code": ErrorCode.none, "partition": p.partition, "leader_epoch": epoch,
+                          "end_offset": end})
         topics.append({"topic": t.topic, "partitions": parts})
     return respond(h, {"throttle_time": 0, "topics": topics})
 
@@ -73,11 +71,9 @@ def delete_records(ctx, conn, h, req):
     for t in req.topics:
         parts = []
         for p in t.partitions:
-            plog = ctx.partition(t.name, p.partition_index)
-            error, low = ErrorCode.none, -1
-            if plog is None:
-                error = ErrorCode.unknown_topic_or_partition
-            else:
+            plog, _epoch, error = ctx.leader_log(t.name, p.partition_index)
+            low = -1
+            if not error:
                 try:
                     low = plog.delete_records(p.offset)
                 except OffsetOutOfRangeError:

@@ -7,6 +7,12 @@ an ongoing transaction that added the partition (so no transaction can hang open
 partition its coordinator does not know about). With
 ``flush.messages=1`` a partition's high watermark moves only after the group-commit fsync,
 so acks=1 and acks=all both wait for that fsync (one node: the ISR is this node).
+
+In cluster mode only the partition's leader takes a batch (NOT_LEADER_OR_FOLLOWER otherwise)
+and stamps its leader epoch on it; acks=1 waits for the leader's own log, acks=all for the
+high watermark (every in-sync replica has it), and is refused with NOT_ENOUGH_REPLICAS while
+the ISR is smaller than the topic's ``min.insync.replicas`` (NOT_ENOUGH_REPLICAS_AFTER_APPEND
+if it shrank below it while the batch was replicated).
 """
 from __future__ import annotations
 
@@ -25,11 +31,19 @@ from wire.records import read_batch_header
 log = logging.getLogger(__name__)
 
 
-def _append(ctx, topic: str, index: int, data: bytes) -> tuple[ErrorCode, int, int, str | None]:
+def _short_of_replicas(ctx, topic: str, index: int, plog) -> bool:
+    return ctx.cluster is not None and ctx.cluster.in_sync(topic, index) < plog.config.min_insync_replicas
+
+
+def _append(ctx, topic: str, index: int, data: bytes, acks: int) -> tuple[ErrorCode, int, int, str | None]:
     """(error, base offset, last offset, message) for one partition's records."""
-    plog = ctx.partition(topic, index)
-    if plog is None:
-        return ErrorCode.unknown_topic_or_partition, -1, -1, None
+    plog, epoch, error = ctx.leader_log(topic, index)
+    if error:
+        return error, -1, -1, None
+    if acks == -1 and _short_of_replicas(ctx, topic, index, plog):
+        return (ErrorCode.not_enough_replicas, -1, -1,
+                f"{ctx.cluster.in_sync(topic, index)} in-sync replica(s), min.insync.replicas is "
+                f"{plog.config.min_insync_replicas}")
     try:
         header = read_batch_header(data)
         if header.is_control:
@@ -44,7 +58,7 @@ def _append(ctx, topic: str, index: int, data: bytes) -> tuple[ErrorCode, int, i
             return verdict.error, -1, -1, None
         if verdict.duplicate_of:
             return ErrorCode.none, verdict.duplicate_of[0], verdict.duplicate_of[1], None
-        info = plog.append(data)
+        info = plog.append(data, leader_epoch=epoch)
         state.record(header, info.first_offset)
         ctx.count_in(topic, info.records, info.bytes)
         return ErrorCode.none, info.first_offset, info.last_offset, None
@@ -71,7 +85,7 @@ def produce(ctx, conn, h, req):
             elif topic is None:
                 error, base, last, message = ErrorCode.unknown_topic_or_partition, -1, -1, None
             else:
-                error, base, last, message = _append(ctx, td.name, pd.index, bytes(pd.records or b""))
+                error, base, last, message = _append(ctx, td.name, pd.index, bytes(pd.records or b""), acks)
             plog = ctx.partition(td.name, pd.index)
             if error == ErrorCode.none:
                 durable.append((plog, last))
@@ -85,16 +99,21 @@ def produce(ctx, conn, h, req):
     if acks == 0:
         return None
 
+    def done(plog, last) -> bool:
+        return (plog.high_watermark if acks == -1 else plog.local_end_offset) > last
+
     def all_durable() -> bool:
-        return all(plog.high_watermark > last for plog, last in durable)
+        return all(done(plog, last) for plog, last in durable)
 
     def answer(in_time: bool) -> bytes:
         responses = []
         for name, parts in results:
             for part in parts:
                 pending = part.pop("_durable")
-                if not in_time and pending and pending[0].high_watermark <= pending[1]:
+                if not in_time and pending and not done(*pending):
                     part["error_code"] = ErrorCode.request_timed_out
+                elif pending and acks == -1 and _short_of_replicas(ctx, name, part["index"], pending[0]):
+                    part["error_code"] = ErrorCode.not_enough_replicas_after_append
             responses.append({"name": name, "partition_responses": parts})
         return respond(h, {"responses": responses, "throttle_time": ctx.throttle_ms()})
 

@@ -1,0 +1,161 @@
+"""Jepsen-style fault run: no acknowledged record lost, replicas byte-identical (issue 6).
+
+Producers (confluent-kafka, acks=all, idempotence on) send unique ids to a topic with
+replication factor 3 and min.insync.replicas=2 and record every id whose delivery report
+succeeded. Meanwhile a nemesis runs cycles, each one fault on a 3-broker cluster, then heals
+and waits for every ISR to be full again:
+
+    kill-leader      kill -9 the leader of a random partition, restart it
+    kill-follower    kill -9 a follower of a random partition, restart it
+    freeze           SIGSTOP a random broker (our loopback network cut), SIGCONT it
+    kill-controller  kill -9 the controller, restart it
+
+At the end: heal everything, wait for full ISRs, read every partition from the start to its
+high watermark and check every acknowledged id is there (0 lost; duplicates are counted and,
+with idempotence, must be 0); then stop every broker cleanly and compare the replicas of each
+partition on disk, byte for byte below the checkpointed high watermark (replicas.py).
+
+Knobs (environment): GATEWAY_FAULT_CYCLES (default 30, what CI runs: a cycle is a few
+seconds), GATEWAY_FAULT_SECONDS (how long a broker stays dead or frozen, default 1.5; a
+freeze lasts 1 to 4 times that: often past the 3 s replica lag, now and then past the
+brokers' 6 s ZooKeeper session, so a thawed leader or controller must find itself fenced),
+GATEWAY_FAULT_SEED (the fault sequence; printed), GATEWAY_FAULT_PARTITIONS (4),
+GATEWAY_FAULT_RATE (records/s per producer, 150), GATEWAY_FAULT_PRODUCERS (2). Progress
+is printed per cycle. A long run:
+
+    GATEWAY_FAULT_CYCLES=500 GATEWAY_FAULT_SECONDS=4 \\
+        .venv/bin/python -m pytest compat_tests/cluster/test_faults.py -q
+
+(the test's time limit grows with the cycles).
+"""
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections import Counter
+
+import pytest
+
+from compat_tests.cluster.clients import AckedProducer, read_all
+from compat_tests.cluster.cluster import create_topic, metadata, partition_view
+from compat_tests.cluster.replicas import compare_replicas, high_watermarks
+
+CYCLES = int(os.environ.get("GATEWAY_FAULT_CYCLES", "30"))
+HOLD = float(os.environ.get("GATEWAY_FAULT_SECONDS", "1.5"))
+SEED = int(os.environ.get("GATEWAY_FAULT_SEED", str(time.time_ns() % 1_000_000)))
+PARTITIONS = int(os.environ.get("GATEWAY_FAULT_PARTITIONS", "4"))
+RATE = float(os.environ.get("GATEWAY_FAULT_RATE", "150"))
+PRODUCERS = int(os.environ.get("GATEWAY_FAULT_PRODUCERS", "2"))
+HEAL_S = 45  # a cycle's cluster must have full ISRs again within this
+FAULTS = ("kill-leader", "kill-follower", "freeze", "kill-controller")
+
+
+def pick_victim(cluster, topic, fault, rng) -> int:
+    """The broker id a fault hits, from the cluster's current Metadata (a random one if unknown)."""
+    md = metadata(cluster.bootstrap(), timeout=3)
+    ids = [b.node_id for b in cluster.brokers]
+    if md is None or topic not in md.topics:
+        return rng.choice(ids)
+    view = partition_view(md, topic)
+    leader, replicas, _ = view[rng.choice(sorted(view))]
+    if fault == "kill-leader" and leader in ids:
+        return leader
+    if fault == "kill-follower":
+        return rng.choice([r for r in replicas if r != leader] or ids)
+    if fault == "kill-controller" and md.controller_id in ids:
+        return md.controller_id
+    return rng.choice(ids)
+
+
+def inflict(broker, fault, rng) -> str:
+    if fault == "freeze":
+        # up to 4x HOLD: past the 3 s replica lag often, and past the brokers' 6 s ZooKeeper
+        # session now and then, so a frozen leader or controller must be fenced when it thaws
+        seconds = HOLD * rng.uniform(1, 4)
+        broker.pause()
+        time.sleep(seconds)
+        broker.resume()
+        return f"frozen {seconds:.1f}s"
+    broker.kill()
+    time.sleep(HOLD)
+    broker.start()
+    return f"down {HOLD:.1f}s"
+
+
+@pytest.mark.timeout(300 + CYCLES * 60)
+def test_no_acknowledged_record_lost_under_faults(cluster, capsys):
+    def say(text):
+        with capsys.disabled():
+            print(f"[faults] {text}", flush=True)
+
+    rng = random.Random(SEED)
+    topic = f"faults-{SEED}"
+    create_topic(cluster.bootstrap(), topic, PARTITIONS, 3, {"min.insync.replicas": "2"})
+    cluster.wait_isr_full(topic)
+    bootstrap = ",".join(b.bootstrap for b in cluster.brokers)  # fixed ports: all, always
+    producers = [AckedProducer(bootstrap, topic, PARTITIONS, f"p{i}", rate=RATE) for i in range(PRODUCERS)]
+    for p in producers:
+        p.start()
+    acked = lambda: sum(p.acked_count() for p in producers)  # noqa: E731
+    say(f"seed {SEED}, {CYCLES} cycles, hold {HOLD}s, {PARTITIONS} partitions, {PRODUCERS}x{RATE:.0f} rec/s")
+    slow_heals, began = [], time.monotonic()
+    try:
+        time.sleep(2)
+        for cycle in range(1, CYCLES + 1):
+            fault = rng.choice(FAULTS)
+            victim = cluster.by_id(pick_victim(cluster, topic, fault, rng))
+            t0 = time.monotonic()
+            how = inflict(victim, fault, rng)
+            try:
+                cluster.wait_isr_full(topic, timeout=HEAL_S)
+            except AssertionError as exc:
+                slow_heals.append((cycle, fault, victim.node_id))
+                say(f"cycle {cycle}: ISRs not full {HEAL_S}s after the fault:\n{str(exc)[:3000]}")
+            say(f"cycle {cycle}/{CYCLES}: {fault} broker {victim.node_id} ({how}), healed in "
+                f"{time.monotonic() - t0:.1f}s; acked so far {acked()} ({time.monotonic() - began:.0f}s)")
+    finally:
+        for b in cluster.brokers:  # heal everything, whatever happened
+            b.resume()
+            if not b.alive:
+                b.start()
+        for p in producers:
+            p.stopping.set()
+    for p in producers:
+        p.stop()
+    cluster.wait_registered(timeout=60)
+    md = cluster.wait_isr_full(topic, timeout=60)
+    replicas = {p: r for p, (_, r, _) in partition_view(md, topic).items()}
+
+    all_acked = {}
+    for p in producers:
+        all_acked.update(p.acked)
+    values, highs = read_all(cluster.bootstrap(), topic, PARTITIONS)
+    lost = set(all_acked) - set(values)
+    dups = {v: n for v, n in values.items() if n > 1}
+    failed = sum((p.failed for p in producers), Counter())
+    client_errors = sum((p.errors for p in producers), Counter())
+    say(f"sent {sum(p.sent for p in producers)}, acked {len(all_acked)}, read {sum(values.values())} "
+        f"({len(values)} distinct), lost {len(lost)}, duplicated {len(dups)}; high watermarks {highs}; "
+        f"delivery failures {dict(failed)}; client errors {dict(client_errors)}; "
+        f"producers replaced after fatal errors {sum(p.replaced for p in producers)}; "
+        f"cycles not healed in {HEAL_S}s: {slow_heals}")
+
+    time.sleep(2)  # followers learn the final high watermark on their next fetch
+    codes = {b.node_id: b.stop(timeout=60) for b in cluster.brokers}
+    data_dirs = {b.node_id: b.data_dir for b in cluster.brokers}
+    problems = []
+    for p in range(PARTITIONS):
+        problems += compare_replicas(data_dirs, topic, p, replicas[p])
+        hws = high_watermarks(data_dirs, topic, p)
+        behind = {n: hw for n, hw in hws.items() if n in replicas[p] and (hw is None or hw < highs[p])}
+        if behind:
+            problems.append(f"{topic}-{p}: replicas {behind} checkpointed a HW below the {highs[p]} consumers read to")
+    say(f"replicas compared: {'identical' if not problems else problems}")
+
+    assert not lost, f"{len(lost)} acknowledged ids lost (seed {SEED}), e.g. {sorted(lost)[:10]}"
+    assert not dups, f"{len(dups)} ids stored more than once despite idempotence, e.g. {list(dups.items())[:10]}"
+    assert not problems, "replicas diverge:\n" + "\n".join(problems)
+    assert codes == {b.node_id: 0 for b in cluster.brokers}, f"clean stop exit codes: {codes}"
+    assert not slow_heals, f"cycles after which the ISRs were not full within {HEAL_S}s: {slow_heals}"
+    assert len(all_acked) > CYCLES * 20, f"only {len(all_acked)} records acknowledged in {CYCLES} cycles"

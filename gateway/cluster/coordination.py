@@ -1,0 +1,81 @@
+"""Which broker coordinates a consumer group (or a transactional id) in cluster mode.
+
+As in Kafka, the coordinator of group g is the leader of ``__consumer_offsets`` partition
+hash(g) % partitions (for a transactional id, of ``__transaction_state``): the group's state
+lives in that partition, so it moves with the partition's leadership and is reloaded from it
+by the new leader. A group request that reaches another broker is answered NOT_COORDINATOR,
+whole, before any handler runs; the client asks FindCoordinator again and goes there.
+"""
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+from core.offsets import OFFSETS_TOPIC
+from core.transactions import TXN_TOPIC
+from wire.kafka import build, encode_response, response_class
+
+NOT_COORDINATOR = ErrorCode.not_coordinator
+# APIs about one group (field group_id): the answer when this broker is not its coordinator
+_ONE_GROUP = {
+    11: {"generation_id": -1, "protocol_type": None, "protocol_name": None, "leader": "", "skip_assignment": False,
+         "member_id": "", "members": []},
+    12: {},
+    13: {"members": []},
+    14: {"protocol_type": None, "protocol_name": None, "assignment": b""},
+    47: {"topics": []},  # OffsetDelete
+}
+
+
+def coordinator(ctx, key: str, key_type: int) -> int | None:
+    """The node coordinating ``key``; None while its partition has no leader (or no topic yet)."""
+    if key_type == 1:
+        topic, partition = TXN_TOPIC, ctx.transactions.partition_for(key)
+    else:
+        offsets = ctx.groups.offsets
+        if ctx.logs.store.get_topic(OFFSETS_TOPIC) is None:
+            offsets.ensure_topic()  # created once enough brokers are registered
+        topic, partition = OFFSETS_TOPIC, offsets.partition_for(key)
+    state = ctx.cluster.view.state(topic, partition)
+    if state is None or state.leader not in ctx.cluster.view.brokers:
+        return None
+    return state.leader
+
+
+def _here(ctx, group: str) -> bool:
+    rep = ctx.cluster.replicas.leader_of(OFFSETS_TOPIC, ctx.groups.offsets.partition_for(group))
+    return rep is not None
+
+
+def _answer(h, data: dict) -> bytes:
+    return encode_response(h, build(response_class(h.api_key, h.api_version), {"throttle_time": 0, **data}))
+
+
+def misdirected(ctx, h, req) -> bytes | None:
+    """NOT_COORDINATOR for a group request this broker cannot serve, else None (dispatch it)."""
+    key = h.api_key
+    if key in _ONE_GROUP:
+        return None if _here(ctx, req.group_id) else _answer(h, {"error_code": NOT_COORDINATOR, **_ONE_GROUP[key]})
+    if key == 8:  # OffsetCommit
+        if _here(ctx, req.group_id):
+            return None
+        return _answer(h, {"topics": [{"name": t.name, "partitions": [
+            {"partition_index": p.partition_index, "error_code": NOT_COORDINATOR} for p in t.partitions]}
+            for t in req.topics]})
+    if key == 9:  # OffsetFetch
+        if h.api_version >= 8:
+            if all(_here(ctx, g.group_id) for g in req.groups):
+                return None
+            return _answer(h, {"groups": [{"group_id": g.group_id, "topics": [], "error_code": NOT_COORDINATOR}
+                                          for g in req.groups]})
+        return None if _here(ctx, req.group_id) else _answer(h, {"error_code": NOT_COORDINATOR, "topics": []})
+    if key == 15:  # DescribeGroups
+        if all(_here(ctx, g) for g in req.groups):
+            return None
+        return _answer(h, {"groups": [{"error_code": NOT_COORDINATOR, "group_id": g, "group_state": "",
+                                       "protocol_type": "", "protocol_data": "", "members": [],
+                                       "authorized_operations": -(2**31)} for g in req.groups]})
+    if key == 42:  # DeleteGroups
+        if all(_here(ctx, g) for g in req.groups_names):
+            return None
+        return _answer(h, {"results": [{"group_id": g, "error_code": NOT_COORDINATOR} for g in req.groups_names]})
+    return None
