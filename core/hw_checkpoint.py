@@ -41,7 +41,9 @@ def snapshot(logs: Mapping[tuple[str, int], object]) -> HighWatermarks:
     """
     out: HighWatermarks = {}
     for (topic, partition), plog in list(logs.items()):
-        out.setdefault(topic, {})[partition] = plog.flushed_offset
+        # a replicated log (cluster mode) also stops at its replicated HW: above it nothing is committed yet
+        end = min(plog.flushed_offset, plog._hw) if plog.replicated else plog.flushed_offset
+        out.setdefault(topic, {})[partition] = end
     return out
 
 

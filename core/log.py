@@ -92,6 +92,7 @@ class PartitionLog:
         self._unflushed_records = 0
         self._last_flush = clock()
         self.replicated = False  # True: the HW is moved by replication, see advance_high_watermark
+        self.leader_epoch = 0  # stamped on appended batches unless the caller says otherwise (the leader's epoch)
         self.recovery_info = self._load(recover)
         self.log_start_offset = max(read_int(self.directory / LOG_START_FILE, 0), self.segments[0].base_offset)
         self.flushed_offset = self.next_offset  # everything on disk now has been fsync'd by _load
@@ -195,6 +196,10 @@ class PartitionLog:
                 self._hw = candidate
         return self._hw
 
+    def restore_high_watermark(self, offset: int) -> None:
+        """Replication, at open: the HW last checkpointed (not the LEO: the tail may not be committed)."""
+        self._hw = min(max(offset, 0), self.next_offset)
+
     def advance_high_watermark(self, offset: int) -> int:
         """Replication: raise the HW to ``offset`` (never past the LEO, never backwards)."""
         offset = min(offset, self.next_offset)
@@ -207,13 +212,15 @@ class PartitionLog:
         return sum(s.size for s in self.segments)
 
     # --- appending ----------------------------------------------------------------
-    def append(self, records: bytes | bytearray | memoryview, *, leader_epoch: int = 0) -> LogAppendInfo:
+    def append(self, records: bytes | bytearray | memoryview, *, leader_epoch: int | None = None) -> LogAppendInfo:
         """Validate whole batches, give them the next offsets in place, write them in one go.
 
         Raises CorruptBatchError (wire) for malformed bytes, RecordTooLargeError for a batch
         over ``max.message.bytes`` and InvalidRecordError for a keyless record on a
         compacted topic. Nothing is written unless every batch passes.
         """
+        if leader_epoch is None:
+            leader_epoch = self.leader_epoch
         buf = records if isinstance(records, bytearray) else bytearray(records)
         batches = list(iter_batches(buf))
         count, max_ts = self._check_batches(batches)

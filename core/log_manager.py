@@ -28,7 +28,7 @@ from core.checkpoint import fsync_dir
 from core.cleaner import compact
 from core.config import TopicConfig
 from core.errors import UnknownTopicError
-from core.hw_checkpoint import HighWatermarkCheckpoint
+from core.hw_checkpoint import HighWatermarkCheckpoint, read_high_watermarks
 from core.log import PartitionLog
 from core.metadata import MetadataStore, TopicMetadata
 
@@ -56,6 +56,7 @@ class LogManager:
         self.data_dir = Path(data_dir)
         self.store = store
         self.node_id = node_id  # in cluster mode only the partitions assigned to this broker are opened here
+        self.replicated = False  # cluster mode: every log's high watermark is moved by replication
         self.clock = clock
         self.logs: dict[tuple[str, int], PartitionLog] = {}
         self._cleaned_upto: dict[tuple[str, int], int] = {}
@@ -80,6 +81,10 @@ class LogManager:
                 truncated += plog.recovery_info.truncated_bytes
                 for reason in plog.recovery_info.reasons:
                     log.warning("log repaired: %s %s", plog.directory.name, reason)
+        if self.replicated:  # a replica's HW comes back from the checkpoint, not from its log end
+            saved = read_high_watermarks(self.data_dir) or {}
+            for (name, partition), plog in self.logs.items():
+                plog.restore_high_watermark(saved.get(name, {}).get(partition, 0))
         marker.unlink(missing_ok=True)
         fsync_dir(self.data_dir)
         return StartupInfo(len(self.logs), recovered, truncated, clean, time.monotonic() - started)
@@ -100,6 +105,7 @@ class LogManager:
     def _open(self, topic: TopicMetadata, partition: int, *, recover: bool = False) -> PartitionLog:
         directory = self.data_dir / partition_dir_name(topic.name, partition)
         plog = PartitionLog(directory, TopicConfig.from_strings(topic.configs), clock=self.clock, recover=recover)
+        plog.replicated = self.replicated
         self.logs[(topic.name, partition)] = plog
         return plog
 

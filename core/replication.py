@@ -100,6 +100,7 @@ class ReplicaManager:
 
     def _become_leader(self, rep: Replica) -> None:
         plog = rep.plog
+        plog.leader_epoch = rep.state.leader_epoch  # appended batches carry it (AMQP and coordinator writes too)
         plog.epochs.assign(rep.state.leader_epoch, plog.next_offset)
         now = self.clock()
         rep.follower_end.clear()

@@ -38,10 +38,12 @@ from core.offsets import OFFSETS_TOPIC
 from core.producers import ProducerStates
 from core.transactions import TransactionCoordinator
 from routing.broker import Router
+from routing.state import NoState
 from gateway import http
 from gateway.alarms import Alarms
 from gateway.amqp.connection import AmqpFactory
 from gateway.amqp.service import AmqpService
+from gateway.cluster.amqp_home import AmqpHome
 from gateway.cluster.node import ClusterNode
 from gateway.config import HostPort, Settings
 from gateway.kafka.apis import txn as txn_api
@@ -106,6 +108,7 @@ class Broker:
         self._tls_options = None
         self._authorizer: Authorizer | None = None
         self.cluster: ClusterNode | None = None  # cluster mode (--zookeeper) only
+        self.amqp_home: AmqpHome | None = None  # cluster mode: serves AMQP here, or forwards to the home
 
     # --- start --------------------------------------------------------------------
     def bind(self) -> None:
@@ -120,6 +123,7 @@ class Broker:
             else:
                 store = LocalMetadataStore(self.data_dir)
             self.logs = LogManager(self.data_dir, store, node_id=self.settings.node_id)
+            self.logs.replicated = self.cluster is not None
         except Exception as exc:
             self._unlock()
             raise StartupError(f"cannot read the metadata in {self.data_dir}: {exc}") from None
@@ -148,18 +152,21 @@ class Broker:
         self.kafka.users = self.users
         self.kafka.authorizer = self._authorizer
         alarms = Alarms(self.data_dir, self.settings.disk_free_limit_mb, self.settings.memory_limit_mb)
-        self.amqp = AmqpService(Router(self.data_dir, self.logs), self.reactor, self.request_flush, alarms,
+        router = Router(self.data_dir, self.logs, state=NoState() if self.cluster is not None else None)
+        self.amqp = AmqpService(router, self.reactor, self.request_flush, alarms,
                                 users=self.users)
-        self.kafka.topic_deleted = self.amqp.router.topic_deleted
+        self.kafka.topic_deleted = lambda name: self.amqp.router.topic_deleted(name)
+        if self.cluster is not None:
+            self.amqp_home = AmqpHome(self, self.cluster)
         self._apply_limits()
         factories = {
             "kafka": _Gate(KafkaFactory(self.kafka, require_auth=self.settings.kafka_require_auth),
                            lambda: self.ready),
-            "amqp": _Gate(AmqpFactory(self.amqp), lambda: self.ready),
+            "amqp": _Gate(self._amqp_factory(), lambda: self.ready),
             "http": http.site(self.health, self),
             "kafka_tls": _Gate(KafkaFactory(self.kafka, advertised=lambda: self._kafka_advertised("kafka_tls"),
                                             require_auth=self.settings.kafka_require_auth), lambda: self.ready),
-            "amqp_tls": _Gate(AmqpFactory(self.amqp), lambda: self.ready),
+            "amqp_tls": _Gate(self._amqp_factory(), lambda: self.ready),
         }
         for factory in factories.values():
             getattr(factory, "factory", factory).noisy = False
@@ -193,6 +200,10 @@ class Broker:
         self.kafka.producers.reset(topic, partition)  # followers do not track producers: rebuild from the log
         if topic == OFFSETS_TOPIC:
             self.kafka.groups.offsets.reload(partition)
+
+    def _amqp_factory(self):
+        local = AmqpFactory(self.amqp)
+        return local if self.amqp_home is None else self.amqp_home.door(local)
 
     def _apply_limits(self) -> None:
         s = self.settings
@@ -266,7 +277,8 @@ class Broker:
         info = self.logs.startup()
         self.kafka.groups.load()  # committed offsets come back from __consumer_offsets
         self.kafka.transactions.load()  # and transactions a crash left half-ended are finished
-        self.amqp.router.load()  # durable exchanges, queues, bindings and ack floors
+        if self.cluster is None:  # cluster mode: loaded by the AMQP home when it is elected (gateway.cluster)
+            self.amqp.router.load()  # durable exchanges, queues, bindings and ack floors
         return info
 
     def _opened(self, info) -> None:

@@ -72,6 +72,7 @@ class Router:
         self.logs = logs
         # cluster mode: create_topic arguments placing a new queue's topic (replicas, leader) -- see gateway.cluster
         self.placement: Callable[[dict], dict] = lambda arguments: {}
+        self.available: Callable[[str], bool] = lambda topic: True  # cluster mode: the home leads the topic
         self.clock = clock
         self.vhosts: dict[str, VirtualHost] = {}
         self._staged: dict[Queue, _Staged] = {}
@@ -101,6 +102,7 @@ class Router:
             vhost = VirtualHost(name, self.logs, on_change=self._definitions_changed, on_queue=self._queue_made)
             vhost.dead_letter = self._dead_letter
             vhost.placement = lambda arguments: self.placement(arguments)
+            vhost.available = lambda topic: self.available(topic)
             self.vhosts[name] = vhost
             if persist:
                 self._definitions_changed()

@@ -74,3 +74,16 @@ class LogState:
         self._docs[name] = doc
         value = json.dumps(doc, sort_keys=True).encode()
         self.plog.append(encode_batch([Record(0, int(time.time() * 1000), name.encode(), value, [])]))
+
+
+class NoState:
+    """Cluster mode, on a broker that is not the AMQP home: nothing to read, nothing kept."""
+
+    def open(self) -> None:
+        pass
+
+    def read(self, name: str, default: Any) -> Any:
+        return default
+
+    def write(self, name: str, doc: Any, *, pretty: bool = False) -> None:
+        pass

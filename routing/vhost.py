@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import logging
 import os
+import re
 from typing import Any, Callable, Hashable, Iterable
 
 from core.errors import InvalidTopicError, TopicExistsError, UnknownTopicError
@@ -62,6 +63,8 @@ class VirtualHost:
         self.dead_letter: Callable | None = None  # installed on every queue (see routing.broker)
         # cluster mode: extra create_topic arguments (replicas) for a queue with these arguments
         self.placement: Callable[[dict], dict] = lambda arguments: {}
+        self.available: Callable[[str], bool] = lambda topic: True  # cluster mode: this broker leads the topic
+        self.policies: dict[str, dict] = {}  # name -> {"pattern", "definition", "apply-to", "priority"}
         for exchange_name, type_name in DEFAULT_EXCHANGES:
             self.exchanges[exchange_name] = EXCHANGE_TYPES[type_name](exchange_name, durable=True)
 
@@ -214,14 +217,15 @@ class VirtualHost:
                                                         f"'{self.name}': choose another queue name")
         queue = Queue(self.name, name, topic, None, durable=durable, exclusive_owner=owner if exclusive else None,
                       auto_delete=auto_delete, arguments=arguments, ack_floor=ack_floor)  # validates arguments
-        queue.attach(self._queue_log(topic, durable, _stream_configs(queue), arguments))
+        queue.attach(self._queue_log(topic, durable, _stream_configs(queue), arguments, name))
         self._install(queue)
         self.on_queue(queue, True)
         if durable:
             self.on_change()
         return queue
 
-    def _queue_log(self, topic: str, durable: bool, extra: dict | None = None, arguments: dict | None = None):
+    def _queue_log(self, topic: str, durable: bool, extra: dict | None = None, arguments: dict | None = None,
+                   name: str | None = None):
         configs = {**(QUEUE_TOPIC_CONFIGS if durable else TRANSIENT_TOPIC_CONFIGS), **(extra or {})}
         existing = self.logs.store.get_topic(topic)
         if existing is not None and existing.partitions != 1:
@@ -230,11 +234,13 @@ class VirtualHost:
                                                     f"another queue name")
         try:
             self.logs.create_topic(topic, 1, configs, **self.placement(
-                {**(arguments or {}), "x-durable": durable}))
+                {**(arguments or {}), "x-durable": durable, "x-queue-name": name, "x-vhost": self.name}))
         except TopicExistsError:
             # A topic that Kafka clients made, or a durable queue coming back: its data is the queue's.
             if extra:
                 self.logs.alter_topic_configs(topic, extra)
+        if not self.available(topic):
+            raise UnknownTopicError(f"topic {topic!r} is led by another broker")
         return self.logs.get_log(topic, 0)
 
     def _install(self, queue: Queue) -> None:
@@ -367,10 +373,37 @@ class VirtualHost:
                 if (kind == "queue" and name in durable_queues) or (kind == "exchange" and name in durable_exchanges):
                     bindings.append({"source": exchange.name, "destination_type": kind, "destination": name,
                                      "routing_key": binding.routing_key, "arguments": dict(binding.arguments)})
-        return {"exchanges": exchanges, "queues": queues, "bindings": bindings}
+        policies = [{"name": name, **policy} for name, policy in sorted(self.policies.items())]
+        return {"exchanges": exchanges, "queues": queues, "bindings": bindings, "policies": policies}
+
+    def set_policy(self, name: str, pattern: str, definition: dict, priority: int = 0, apply_to: str = "all") -> None:
+        """A RabbitMQ policy; this broker reads its ha-mode/ha-params when it places a new queue's replicas."""
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ChannelError(PRECONDITION_FAILED, f"policy '{name}': pattern {pattern!r} is not a regular "
+                                                    f"expression ({exc})") from None
+        if apply_to not in ("all", "queues", "exchanges"):
+            raise ChannelError(PRECONDITION_FAILED, f"policy '{name}': apply-to must be all, queues or exchanges")
+        mode = definition.get("ha-mode")
+        if mode not in (None, "all", "exactly"):
+            raise ChannelError(PRECONDITION_FAILED, f"policy '{name}': ha-mode {mode!r} is not supported "
+                                                    "(all or exactly)")
+        if mode == "exactly" and not (isinstance(definition.get("ha-params"), int) and definition["ha-params"] >= 1):
+            raise ChannelError(PRECONDITION_FAILED, f"policy '{name}': ha-mode exactly needs ha-params, a count >= 1")
+        self.policies[name] = {"pattern": pattern, "definition": dict(definition), "priority": int(priority),
+                               "apply-to": apply_to}
+        self.on_change()
+
+    def clear_policy(self, name: str) -> None:
+        if self.policies.pop(name, None) is None:
+            raise not_found("policy", name, self.name)
+        self.on_change()
 
     def restore(self, definitions: dict, positions: dict[str, dict]) -> None:
         """Recreate durable exchanges, queues and bindings after a restart."""
+        for p in definitions.get("policies", ()):
+            self.policies[p["name"]] = {k: v for k, v in p.items() if k != "name"}
         for e in definitions.get("exchanges", ()):
             if e["name"] not in self.exchanges:
                 exchange = self.exchanges[e["name"]] = EXCHANGE_TYPES[e["type"]](
@@ -386,7 +419,7 @@ class VirtualHost:
                           auto_delete=q["auto_delete"], arguments=q["arguments"],
                           ack_floor=position.get("floor", 0), delivered_bound=position.get("delivered"))
             try:
-                queue.attach(self._queue_log(topic, True, None, q["arguments"]))
+                queue.attach(self._queue_log(topic, True, None, q["arguments"], q["name"]))
             except UnknownTopicError:  # cluster mode: its only replica is on a broker that is down
                 log.warning("queue %s in vhost %s is unavailable: none of its replicas is on this broker",
                             q["name"], self.name)

@@ -46,6 +46,11 @@ class AmqpService:
         self._request_flush = request_flush
         router.on_appended = request_flush
 
+    def use_router(self, router: Router) -> None:
+        """Cluster mode: the AMQP model is rebuilt when this broker becomes (or stops being) the AMQP home."""
+        router.on_appended = self._request_flush
+        self.router = router
+
     def server_properties(self, capabilities: dict) -> dict:
         return {"product": PRODUCT, "version": _version(), "platform": "Python/Twisted",
                 "copyright": "the gateway authors", "information": "one log, Kafka and AMQP 0-9-1",

@@ -20,6 +20,7 @@ from core.errors import LogError, OffsetMismatchError
 from core.replication import FOLLOWER, LEADER, ReplicaManager
 from gateway.cluster.fetcher import LeaderFetcher
 from gateway.logs import fields
+from wire.errors import CorruptBatchError
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +96,10 @@ class ClusterNode:
                 self._unfollow(rep.topic, rep.partition)
             if change.role == LEADER:
                 self.broker.became_leader(rep.topic, rep.partition)
+        home = self.broker.amqp_home
+        if home is not None:
+            home.ensure_state_topic()
+            home.sync()
         self.broker.kafka.waiters.notify()
         self.broker.amqp.log_moved()
 
@@ -194,6 +199,7 @@ class ClusterNode:
                 log.info("truncating replica to the leader's epoch boundary", extra=fields(
                     topic=topic, partition=partition, leader=leader, log_end_offset=plog.next_offset, to=target))
                 plog.truncate_to(target)
+                self.broker.kafka.producers.reset(topic, partition)
             done.append((topic, partition))
         return done
 
@@ -216,7 +222,7 @@ class ClusterNode:
                 except OffsetMismatchError:
                     again.append((f.topic, f.partition))
                     continue
-                except LogError as exc:
+                except (LogError, CorruptBatchError) as exc:
                     log.error("replica append failed: %s", exc, extra=fields(topic=f.topic, partition=f.partition))
                     again.append((f.topic, f.partition))
                     continue

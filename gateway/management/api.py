@@ -96,6 +96,10 @@ class ManagementApi(resource.Resource):
             ("GET", ("groups",), lambda user: views.groups(self.broker)),
             ("GET", ("groups", "*"), self.get_group),
             ("GET", ("history",), lambda user: self.broker.management_history.as_json()),
+            ("GET", ("policies",), lambda user: views.policies(self.broker)),
+            ("GET", ("policies", "*"), lambda user, v: views.policies(self.broker, self._vhost(v).name)),
+            ("PUT", ("policies", "*", "*"), self.put_policy),
+            ("DELETE", ("policies", "*", "*"), self.delete_policy),
         ]
 
     # --- dispatch ---------------------------------------------------------------------
@@ -198,9 +202,27 @@ class ManagementApi(resource.Resource):
     # --- AMQP objects -----------------------------------------------------------------
     def _vhost(self, name: str):
         vhost = self.broker.amqp.router.vhosts.get(name)
+        home = self.broker.amqp_home
+        if vhost is None and home is not None and not home.is_home:
+            other = self.broker.cluster.view.brokers.get(home.home_id())
+            raise ApiError(421, "not_amqp_home", f"broker {self.broker.settings.node_id} is not the AMQP home; ask "
+                                                 f"the home, broker {home.home_id()}" +
+                           (f" (its AMQP listener is {other.amqp_host}:{other.amqp_port})" if other else ""))
         if vhost is None:
             raise _not_found(f"vhost '{name}'")
         return vhost
+
+    def put_policy(self, user, vhost, name, body):
+        v = self._vhost(vhost)
+        if not isinstance(body.get("pattern"), str) or not isinstance(body.get("definition"), dict):
+            raise _bad("a policy needs a 'pattern' (a regular expression) and a 'definition' (an object)")
+        created = name not in v.policies
+        v.set_policy(name, body["pattern"], body["definition"], int(body.get("priority", 0)),
+                     str(body.get("apply-to", "all")))
+        return {"_created": True} if created else None
+
+    def delete_policy(self, user, vhost, name):
+        self._vhost(vhost).clear_policy(name)
 
     def get_overview(self, user):
         doc = views.overview(self.broker)

@@ -111,6 +111,11 @@ def vhosts(broker) -> list[dict]:
             for v in sorted(broker.amqp.router.vhosts.values(), key=_by_name)]
 
 
+def policies(broker, vhost: str | None = None) -> list[dict]:
+    return [{"vhost": v.name, "name": name, **policy}
+            for v in _vhosts(broker, vhost) for name, policy in sorted(v.policies.items())]
+
+
 def _vhosts(broker, name: str | None) -> Iterable:
     all_vhosts = broker.amqp.router.vhosts
     if name is None:
