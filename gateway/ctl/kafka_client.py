@@ -26,10 +26,13 @@ class KafkaClientError(RuntimeError):
 
 class KafkaAdmin:
     def __init__(self, bootstrap: str, timeout: float = 15.0, client_id: str = "gateway-cli"):
-        host, _, port = bootstrap.rpartition(":")
-        if not host or not port.isdigit():
-            raise KafkaClientError(f"--bootstrap {bootstrap!r} is not HOST:PORT")
-        self.address = (host.strip("[]"), int(port))
+        self.addresses = []  # HOST:PORT[,HOST:PORT...]: the first that answers is used, as Kafka's tools do
+        for item in bootstrap.split(","):
+            host, _, port = item.strip().rpartition(":")
+            if not host or not port.isdigit():
+                raise KafkaClientError(f"--bootstrap {bootstrap!r} is not HOST:PORT[,HOST:PORT...]")
+            self.addresses.append((host.strip("[]"), int(port)))
+        self.address = self.addresses[0]
         self.timeout = timeout
         self.client_id = client_id.encode()
         self._sock: socket.socket | None = None
@@ -38,11 +41,17 @@ class KafkaAdmin:
         self._others: dict[int, KafkaAdmin] = {}  # connections to other brokers of a cluster, by node id
 
     def __enter__(self) -> "KafkaAdmin":
-        try:
-            self._sock = socket.create_connection(self.address, timeout=self.timeout)
-        except OSError as exc:
+        failure = None
+        for address in self.addresses:
+            try:
+                self._sock = socket.create_connection(address, timeout=self.timeout)
+                self.address = address
+                break
+            except OSError as exc:
+                failure = exc
+        else:
             raise KafkaClientError(f"cannot connect to the Kafka listener at {self.address[0]}:{self.address[1]}: "
-                                   f"{exc.strerror or exc}; is the broker running? (--bootstrap HOST:PORT)") from None
+                                   f"{failure.strerror or failure}; is the broker running? (--bootstrap HOST:PORT)")
         answer = self._call(API_VERSIONS, 0, {})
         self.versions = {k.api_key: (k.min_version, k.max_version) for k in answer.api_keys}
         return self
