@@ -61,8 +61,12 @@ class ReplicaManager:
         self.replicas: dict[tuple[str, int], Replica] = {}
 
     # --- state from the cluster ---------------------------------------------------------
-    def apply(self, view: ClusterView, logs: dict[tuple[str, int], PartitionLog]) -> list[RoleChange]:
-        """Bring every local partition's role in line with the view; return what changed."""
+    def apply(self, view: ClusterView, logs: dict[tuple[str, int], PartitionLog], *,
+              registered: bool = True) -> list[RoleChange]:
+        """Bring every local partition's role in line with the view; return what changed.
+
+        An unregistered broker (restarted while ZooKeeper still holds its previous session) leads
+        nothing, even where the state still names it: the controller has not seen it return."""
         changes = []
         for key, plog in logs.items():
             state = view.states.get(key)
@@ -81,7 +85,7 @@ class ReplicaManager:
                 continue  # our own ISR write is newer than this view
             rep.state = state
             if state.leader == self.node_id:
-                role = LEADER
+                role = LEADER if registered else OFFLINE
             elif state.leader >= 0:
                 role = FOLLOWER
             else:

@@ -121,6 +121,11 @@ class ZkAgent:
             pass
 
     @property
+    def registered(self) -> bool:
+        """Whether this broker's node in /brokers/ids belongs to the current session."""
+        return self._registered_session is not None and self._registered_session == self.session_id
+
+    @property
     def session_id(self) -> int | None:
         cid = self.zk.client_id
         return cid[0] if cid else None
@@ -190,6 +195,7 @@ class ZkAgent:
                 return
         self._registered_session = session
         self._waiting_logged = False
+        self.view = None  # publish the next view even if unchanged: roles depend on registration too
         log.info("registered in zookeeper", extra={"fields": {"node_id": self.me.node_id, "zookeeper": self.hosts}})
         self.wake(IDS)
 
@@ -320,6 +326,8 @@ class ZkAgent:
         if prefer_now:
             self._next_preferred = time.monotonic() + PREFERRED_ELECTION_S
         for (topic, p), state in view.states.items():
+            if not self.is_controller:
+                return  # fenced by a newer controller during this pass
             t = view.topics.get(topic)
             if t is None or p >= len(t.replicas):
                 continue
@@ -333,7 +341,7 @@ class ZkAgent:
             new = elect(state, replicas, live, unclean, self._controller_epoch[0], prefer=preferred)
             if new is not None:
                 self._write_state(topic, p, state, new, why="broker change" if preferred is None else "preferred leader")
-        if view.reassignments:
+        if view.reassignments and self.is_controller:
             self._progress_reassignments(view, live)
 
     def _write_state(self, topic: str, p: int, old: PartitionState, new: PartitionState, why: str) -> bool:

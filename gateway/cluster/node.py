@@ -88,7 +88,7 @@ class ClusterNode:
             for p in range(topic.partitions):
                 if topic.is_replica(p, self.node_id) and (name, p) not in logs.logs:
                     logs.open_partition(topic, p)
-        for change in self.replicas.apply(self.view, logs.logs):
+        for change in self.replicas.apply(self.view, logs.logs, registered=self.agent.registered):
             rep = change.replica
             if change.role == FOLLOWER:
                 self._follow(rep.topic, rep.partition, change.leader, rep.state.leader_epoch)
