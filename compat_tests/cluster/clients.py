@@ -5,7 +5,7 @@ import threading
 import time
 from collections import Counter
 
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 
 def produce_one(bootstrap: str, topic: str, partition: int, value: bytes, timeout: float = 20, **conf):
@@ -39,6 +39,7 @@ class AckedProducer(threading.Thread):
         self.failed = Counter()  # delivery error name -> count
         self.errors = Counter()  # client-level (error_cb) error name -> count
         self.replaced = 0
+        self.fatal_reasons = Counter()  # why producers were replaced: with a sound broker, none
         self.sent = 0
         self.stopping = threading.Event()
         self.lock = threading.Lock()
@@ -57,6 +58,8 @@ class AckedProducer(threading.Thread):
     def _on_error(self, err) -> None:
         with self.lock:
             self.errors[err.name()] += 1
+            if err.fatal():
+                self.fatal_reasons[err.str()] += 1
         if err.fatal():
             self._fatal.set()
 
@@ -87,6 +90,12 @@ class AckedProducer(threading.Thread):
                 producer.produce(self.topic, value, partition=seq % self.partitions, on_delivery=self._on_delivery)
             except BufferError:  # queue full while the cluster is down: wait for reports
                 producer.poll(0.1)
+                continue
+            except KafkaException as exc:  # the producer went fatal before error_cb told us
+                if not exc.args[0].fatal():
+                    raise
+                producer.poll(0)  # runs error_cb, which records why
+                self._fatal.set()
                 continue
             seq += 1
             self.sent += 1

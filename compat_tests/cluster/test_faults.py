@@ -162,7 +162,8 @@ def test_no_acknowledged_record_lost_under_faults(cluster, capsys):
     say(f"sent {sum(p.sent for p in producers)}, acked {len(all_acked)}, read {sum(values.values())} "
         f"({len(values)} distinct), lost {len(lost)}, duplicated {len(dups)}; high watermarks {highs}; "
         f"delivery failures {dict(failed)}; client errors {dict(client_errors)}; "
-        f"producers replaced after fatal errors {sum(p.replaced for p in producers)}; "
+        f"producers replaced after fatal errors {sum(p.replaced for p in producers)} "
+        f"({dict(sum((p.fatal_reasons for p in producers), Counter()))}); "
         f"cycles stuck (no failover in {FAILOVER_S}s or ISRs not full in {HEAL_S}s): {slow_heals}")
 
     time.sleep(2)  # followers learn the final high watermark on their next fetch
