@@ -32,7 +32,7 @@ from dataclasses import replace
 from typing import Callable, Iterable, Mapping
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError, RolledBackError
 
 from core.cluster.view import (NO_LEADER, BrokerInfo, ClusterView, PartitionState, Reassignment, TopicAssignment,
                                elect)
@@ -352,7 +352,9 @@ class ZkAgent:
         tx.set_data(state_path(topic, p), _dump(new.to_json()), version=old.version)
         results = tx.commit()
         if any(isinstance(r, Exception) for r in results):
-            if isinstance(results[0], Exception):
+            # The epoch check failing is the fence; a failing state write rolls the check back too
+            # (RolledBackError), which only means that state moved on: re-read it and try again.
+            if isinstance(results[0], Exception) and not isinstance(results[0], RolledBackError):
                 log.warning("fenced: another controller was elected")
                 self._controller_epoch = None
             self.wake(state_path(topic, p), CONTROLLER)

@@ -1,0 +1,119 @@
+"""AMQP publishers with confirms against a cluster that keeps losing brokers.
+
+A pika publisher (confirms on, persistent messages, a quorum queue) connects to any live
+broker, records the id of every message the broker confirmed, and reconnects elsewhere when
+its connection drops. A nemesis kills (-9) the AMQP home or another broker, restarts it, and
+repeats for ``GATEWAY_AMQP_FAULT_CYCLES`` cycles (8 in CI; more by hand). At the end every
+confirmed id must be in the queue (consumed through yet another broker); duplicates are
+allowed (a publish whose confirm was lost is sent again: at least once) and counted.
+"""
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+from collections import Counter
+
+import pika
+import pytest
+
+from compat_tests.cluster.cluster import metadata
+from compat_tests.support import wait_until
+
+CYCLES = int(os.environ.get("GATEWAY_AMQP_FAULT_CYCLES", "8"))
+QUEUE = "ledger"
+
+
+class ConfirmingPublisher(threading.Thread):
+    def __init__(self, cluster):
+        super().__init__(name="amqp-publisher", daemon=True)
+        self.cluster = cluster
+        self.confirmed: list[str] = []
+        self.reconnects = 0
+        self.stopping = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        n = 0
+        while not self.stopping.is_set():
+            brokers = self.cluster.live()
+            if not brokers:
+                time.sleep(0.2)
+                continue
+            broker = random.choice(brokers)
+            try:
+                conn = pika.BlockingConnection(pika.ConnectionParameters(
+                    "127.0.0.1", broker.ports["amqp"], socket_timeout=5, blocked_connection_timeout=10,
+                    heartbeat=5))
+                ch = conn.channel()
+                ch.confirm_delivery()
+                ch.queue_declare(QUEUE, durable=True, arguments={"x-queue-type": "quorum"})
+                while not self.stopping.is_set():
+                    body = f"m{n}"
+                    ch.basic_publish("", QUEUE, body.encode(), pika.BasicProperties(delivery_mode=2),
+                                     mandatory=True)
+                    self.confirmed.append(body)  # basic_publish returned: the broker confirmed it
+                    n += 1
+                conn.close()
+            except (pika.exceptions.AMQPError, OSError):
+                self.reconnects += 1
+                n += 1  # the unconfirmed one may or may not be stored: never reuse its id
+                time.sleep(0.2)
+            except BaseException as exc:  # reported by the test
+                self.error = exc
+                return
+
+
+def _home(cluster) -> int | None:
+    md = metadata(cluster.bootstrap(), timeout=3)
+    if md is None or "__amqp_state" not in md.topics:
+        return None
+    leader = md.topics["__amqp_state"].partitions[0].leader
+    return leader if leader in {b.node_id for b in cluster.live()} else None
+
+
+@pytest.mark.timeout(300 + CYCLES * 60)
+def test_confirmed_messages_survive_broker_kills(cluster):
+    wait_until(lambda: _home(cluster), timeout=30, what="an AMQP home")
+    publisher = ConfirmingPublisher(cluster)
+    publisher.start()
+    rng = random.Random(int(os.environ.get("GATEWAY_FAULT_SEED", "7")))
+    try:
+        wait_until(lambda: len(publisher.confirmed) >= 20, timeout=60, what="the first confirms")
+        for cycle in range(1, CYCLES + 1):
+            home = wait_until(lambda: _home(cluster), timeout=60, what="an AMQP home")
+            victim = cluster.by_id(home if rng.random() < 0.6 else rng.choice(
+                [b.node_id for b in cluster.brokers if b.node_id != home]))
+            victim.kill()
+            time.sleep(rng.uniform(1, 3))
+            victim.start()
+            cluster.wait_registered(timeout=60)
+            before = len(publisher.confirmed)
+            wait_until(lambda: len(publisher.confirmed) > before, timeout=60,
+                       what=f"confirms to resume after cycle {cycle}")
+            print(f"[amqp-faults] cycle {cycle}/{CYCLES}: killed broker {victim.node_id} "
+                  f"({'home' if victim.node_id == home else 'not home'}), confirmed so far "
+                  f"{len(publisher.confirmed)}, reconnects {publisher.reconnects}", flush=True)
+    finally:
+        publisher.stopping.set()
+        publisher.join(30)
+    assert publisher.error is None, repr(publisher.error)
+    wait_until(lambda: _home(cluster), timeout=60, what="an AMQP home")
+    got = Counter()
+    entry = cluster.live()[0]
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", entry.ports["amqp"],
+                                                             connection_attempts=20, retry_delay=0.5))
+    ch = conn.channel()
+    ch.basic_qos(prefetch_count=500)
+    for method, _props, body in ch.consume(QUEUE, inactivity_timeout=5):
+        if method is None:
+            break
+        got[body.decode()] += 1
+        ch.basic_ack(method.delivery_tag, multiple=True)
+    conn.close()
+    lost = [m for m in publisher.confirmed if got[m] == 0]
+    duplicates = sum(c - 1 for c in got.values() if c > 1)
+    print(f"[amqp-faults] {len(publisher.confirmed)} confirmed, {len(got)} distinct read back, "
+          f"{duplicates} duplicates, {publisher.reconnects} reconnects", flush=True)
+    assert not lost, f"{len(lost)} confirmed messages lost, e.g. {lost[:10]}"
