@@ -59,6 +59,7 @@ class ReplicaManager:
         self.lag_time_max_s = lag_time_max_ms / 1000
         self.clock = clock
         self.replicas: dict[tuple[str, int], Replica] = {}
+        self.isr_shrinks = self.isr_expands = 0  # for /metrics
 
     # --- state from the cluster ---------------------------------------------------------
     def apply(self, view: ClusterView, logs: dict[tuple[str, int], PartitionLog], *,
@@ -195,6 +196,10 @@ class ReplicaManager:
             return False
         log.info("isr changed", extra={"fields": {"topic": rep.topic, "partition": rep.partition,
                                                   "isr": list(new.isr), "why": why}})
+        if len(new.isr) < len(rep.state.isr):
+            self.isr_shrinks += 1
+        else:
+            self.isr_expands += 1
         rep.state = new
         return True
 

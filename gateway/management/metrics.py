@@ -68,9 +68,15 @@ class BrokerCollector:
                                     "Kafka request latency, receipt to response (incl. waiting for fsync)", "api")
         yield AMQP_METHODS.family("gateway_amqp_method_seconds", "AMQP method handling time", "method")
         yield FSYNC.family("gateway_fsync_seconds", "Duration of one group-commit fsync pass", "kind")
-        # One node: the ISR is always this node; the counters exist so dashboards need no special case.
-        yield CounterMetricFamily("gateway_isr_shrinks", "ISR shrinks (always 0 on a single node)", value=0)
-        yield CounterMetricFamily("gateway_isr_expands", "ISR expands (always 0 on a single node)", value=0)
+        # One node: the ISR is always this node and the counters stay 0, so dashboards need no special case.
+        replicas = b.cluster.replicas if b.cluster is not None else None
+        yield CounterMetricFamily("gateway_isr_shrinks", "ISR shrinks made by this broker as leader",
+                                  value=replicas.isr_shrinks if replicas else 0)
+        yield CounterMetricFamily("gateway_isr_expands", "ISR expands made by this broker as leader",
+                                  value=replicas.isr_expands if replicas else 0)
+        under = sum(1 for r in replicas.leaders() if len(r.state.isr) < len(r.replicas)) if replicas else 0
+        yield GaugeMetricFamily("gateway_under_replicated_partitions",
+                                "Partitions led here whose ISR is smaller than their replica set", value=under)
 
     def _kafka(self, b):
         records_in = CounterMetricFamily("gateway_topic_records_in", "Records produced", labels=["topic"])

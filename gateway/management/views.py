@@ -156,9 +156,14 @@ def _queue_of(broker, name: str) -> dict | None:
 def partition(broker, name: str, index: int) -> dict:
     plog = broker.kafka.partition(name, index)
     node = broker.settings.node_id
-    if plog is None:
-        return {"partition": index, "error": "not loaded"}
-    return {"partition": index, "leader": node, "replicas": [node], "isr": [node],
+    leader, replicas, isr = node, [node], [node]
+    if broker.cluster is not None:
+        state = broker.cluster.view.state(name, index)
+        replicas = list(broker.cluster.view.replicas(name, index))
+        leader, isr = (state.leader, list(state.isr)) if state is not None else (-1, [])
+    if plog is None:  # cluster mode: held by other brokers only
+        return {"partition": index, "leader": leader, "replicas": replicas, "isr": isr, "error": "not on this broker"}
+    return {"partition": index, "leader": leader, "replicas": replicas, "isr": isr,
             "log_start_offset": plog.log_start_offset, "high_watermark": plog.high_watermark,
             "log_end_offset": plog.next_offset,
             "last_stable_offset": broker.kafka.last_stable_offset(name, index, plog),
