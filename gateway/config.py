@@ -263,6 +263,9 @@ def load_settings(cli: Mapping[str, Any], environ: Mapping[str, str], config_fil
             raise ConfigError(f"{source}: {exc}") from None
     if (values["kafka_tls_listen"] or values["amqp_tls_listen"]) and not (values["tls_cert"] and values["tls_key"]):
         raise ConfigError("a TLS listener (--kafka-tls-listen, --amqp-tls-listen) needs --tls-cert and --tls-key")
+    if values["zookeeper"] and values["node_id"] >= 1024:
+        raise ConfigError(f"--node-id {values['node_id']}: in cluster mode (--zookeeper) node ids must be below 1024 "
+                          "(producer ids are made unique across brokers with them)")
     return Settings(**values)
 
 

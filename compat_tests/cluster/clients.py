@@ -92,7 +92,7 @@ class AckedProducer(threading.Thread):
                 producer.poll(0.1)
                 continue
             except KafkaException as exc:  # the producer went fatal before error_cb told us
-                if not exc.args[0].fatal():
+                if not (exc.args[0].fatal() or exc.args[0].code() == KafkaError._FATAL):
                     raise
                 producer.poll(0)  # runs error_cb, which records why
                 self._fatal.set()

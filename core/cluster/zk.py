@@ -321,6 +321,8 @@ class ZkAgent:
 
     def _controller_duties(self) -> None:
         view = self.view
+        if view is None:
+            return  # not read since the session began
         live = set(view.brokers)
         prefer_now = time.monotonic() >= self._next_preferred
         if prefer_now:
