@@ -179,3 +179,27 @@ def test_quorum_queue_keeps_confirmed_messages_and_acks_when_the_home_dies(clust
     survivor = next(b for b in cluster.live() if b.node_id != new_home)
     rest = _drain(survivor, "orders", ack=True)
     assert rest == [f"o{i}".encode() for i in range(100, 300)]
+
+
+def test_classic_queues_are_mirrored_by_an_ha_policy_and_placed_on_the_home_otherwise(cluster):
+    import requests
+    home = cluster.by_id(_amqp_home(cluster))
+    api = f"http://127.0.0.1:{home.ports['http']}/api"
+    answer = requests.put(f"{api}/policies/%2F/mirror", auth=("guest", "guest"), timeout=10,
+                          json={"pattern": "^ha\\.", "definition": {"ha-mode": "exactly", "ha-params": 2},
+                                "apply-to": "queues"})
+    assert answer.status_code in (201, 204), answer.text
+    listed = requests.get(f"{api}/policies", auth=("guest", "guest"), timeout=10).json()
+    assert [p["name"] for p in listed] == ["mirror"]
+    other = next(b for b in cluster.brokers if b.node_id != home.node_id)
+    elsewhere = requests.get(f"http://127.0.0.1:{other.ports['http']}/api/queues/%2F/x", auth=("guest", "guest"),
+                             timeout=10)
+    assert elsewhere.status_code == 421 and f"broker {home.node_id}" in elsewhere.json()["reason"]
+    conn, ch = _channel(other)
+    ch.queue_declare("ha.orders", durable=True)
+    ch.queue_declare("plain", durable=True)
+    conn.close()
+    md = metadata(cluster.bootstrap())
+    mirrored, plain = partition_view(md, "ha.orders")[0], partition_view(md, "plain")[0]
+    assert len(mirrored[1]) == 2 and mirrored[0] == home.node_id
+    assert plain[1] == [home.node_id] and plain[0] == home.node_id
