@@ -109,7 +109,9 @@ class AmqpHome:
     def _resign(self) -> None:
         broker = self.broker
         for connection in list(broker.amqp.connections):
+            connection.confirms_waiting.clear()  # nothing is confirmed from a log this broker no longer leads
             connection.close_connection(320, SHUTDOWN_TEXT)
+        broker.amqp.confirming.clear()
         broker.amqp.use_router(Router(broker.data_dir, broker.logs, state=NoState()))
         self.is_home = False
         log.warning("no longer the AMQP home; AMQP clients are forwarded to the new one",

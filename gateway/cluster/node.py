@@ -150,6 +150,11 @@ class ClusterNode:
                                  else ErrorCode.unknown_leader_epoch)
         return rep.plog, epoch, ErrorCode.none
 
+    def leader_epoch(self, topic: str, partition: int) -> int:
+        """The epoch this broker leads the partition in; -1 if it does not lead it."""
+        rep = self.replicas.leader_of(topic, partition)
+        return rep.state.leader_epoch if rep is not None else -1
+
     def replica_fetched(self, topic: str, partition: int, follower: int, fetch_offset: int) -> None:
         rep = self.replicas.leader_of(topic, partition)
         if rep is not None and self.replicas.record_fetch(rep, follower, fetch_offset):

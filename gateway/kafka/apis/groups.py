@@ -144,10 +144,11 @@ def offset_commit(ctx, conn, h, req):
     info = ctx.groups.commit_offsets(req.group_id, getattr(req, "generation_id_or_member_epoch", -1), req.member_id,
                                      getattr(req, "group_instance_id", None), offsets)
 
-    def answer(_=None) -> bytes:
+    def answer(failure: ErrorCode | None = None) -> bytes:
         topics = {}
         for t in req.topics:
-            topics[t.name] = [{"partition_index": p.partition_index, "error_code": info.errors[(t.name, p.partition_index)]}
+            topics[t.name] = [{"partition_index": p.partition_index,
+                               "error_code": failure or info.errors[(t.name, p.partition_index)]}
                               for p in t.partitions]
         return respond(h, {"throttle_time": 0, "topics": [{"name": n, "partitions": ps} for n, ps in topics.items()]})
 
@@ -155,8 +156,18 @@ def offset_commit(ctx, conn, h, req):
         return answer()
     topic, partition, last = info.durable_at
     plog = ctx.partition(topic, partition)
+    epoch = ctx.cluster.leader_epoch(topic, partition) if ctx.cluster is not None else -1
+
+    def deposed() -> bool:  # cluster mode: leadership of the offsets partition moved, the write may be lost
+        return ctx.cluster is not None and ctx.cluster.leader_epoch(topic, partition) != epoch
+
+    def settled(in_time: bool) -> bytes:
+        if deposed():
+            return answer(ErrorCode.not_coordinator)
+        return answer(None if plog.high_watermark > last else ErrorCode.request_timed_out)
+
     ctx.request_flush()
-    return ctx.waiters.wait(lambda: plog.high_watermark > last, 30.0).addCallback(answer)
+    return ctx.waiters.wait(lambda: deposed() or plog.high_watermark > last, 30.0).addCallback(settled)
 
 
 def _fetched(ctx, group_id: str, topics, require_stable: bool = False) -> list[dict]:

@@ -35,15 +35,19 @@ def _short_of_replicas(ctx, topic: str, index: int, plog) -> bool:
     return ctx.cluster is not None and ctx.cluster.in_sync(topic, index) < plog.config.min_insync_replicas
 
 
-def _append(ctx, topic: str, index: int, data: bytes, acks: int) -> tuple[ErrorCode, int, int, str | None]:
-    """(error, base offset, last offset, message) for one partition's records."""
+def _append(ctx, topic: str, index: int, data: bytes, acks: int) -> tuple[ErrorCode, int, int, str | None, int]:
+    """(error, base offset, last offset, message, leader epoch) for one partition's records."""
     plog, epoch, error = ctx.leader_log(topic, index)
     if error:
-        return error, -1, -1, None
+        return error, -1, -1, None, epoch
     if acks == -1 and _short_of_replicas(ctx, topic, index, plog):
         return (ErrorCode.not_enough_replicas, -1, -1,
                 f"{ctx.cluster.in_sync(topic, index)} in-sync replica(s), min.insync.replicas is "
-                f"{plog.config.min_insync_replicas}")
+                f"{plog.config.min_insync_replicas}", epoch)
+    return (*_append_to(ctx, topic, index, plog, epoch, data), epoch)
+
+
+def _append_to(ctx, topic: str, index: int, plog, epoch: int, data: bytes) -> tuple[ErrorCode, int, int, str | None]:
     try:
         header = read_batch_header(data)
         if header.is_control:
@@ -75,23 +79,27 @@ def _append(ctx, topic: str, index: int, data: bytes, acks: int) -> tuple[ErrorC
 def produce(ctx, conn, h, req):
     acks = req.acks
     results: list[tuple[str, list[dict]]] = []
-    durable: list[tuple[object, int]] = []  # (log, last offset) that must be under the HW
+    # (log, last offset, topic, partition, leader epoch at append): what must get under the HW, and
+    # where (in a cluster) a change of leader ends the wait: the append may be truncated away then
+    durable: list[tuple] = []
     for td in req.topic_data:
         topic = ctx.topic_or_create(td.name)
         parts = []
         for pd in td.partition_data:
+            epoch = -1
             if acks not in (0, 1, -1):
                 error, base, last, message = ErrorCode.invalid_required_acks, -1, -1, None
             elif topic is None:
                 error, base, last, message = ErrorCode.unknown_topic_or_partition, -1, -1, None
             else:
-                error, base, last, message = _append(ctx, td.name, pd.index, bytes(pd.records or b""), acks)
+                error, base, last, message, epoch = _append(ctx, td.name, pd.index, bytes(pd.records or b""), acks)
             plog = ctx.partition(td.name, pd.index)
-            if error == ErrorCode.none:
-                durable.append((plog, last))
+            pending = (plog, last, td.name, pd.index, epoch) if error == ErrorCode.none else None
+            if pending:
+                durable.append(pending)
             parts.append({"index": pd.index, "error_code": error, "base_offset": base, "log_append_time": None,
                           "log_start_offset": plog.log_start_offset if plog else -1, "record_errors": [],
-                          "error_message": message, "_durable": (plog, last) if error == ErrorCode.none else None})
+                          "error_message": message, "_durable": pending})
         results.append((td.name, parts))
     if durable:
         ctx.request_flush()
@@ -99,18 +107,24 @@ def produce(ctx, conn, h, req):
     if acks == 0:
         return None
 
-    def done(plog, last) -> bool:
+    def deposed(pending) -> bool:
+        return ctx.cluster is not None and ctx.cluster.leader_epoch(pending[2], pending[3]) != pending[4]
+
+    def stored(pending) -> bool:
+        plog, last = pending[0], pending[1]
         return (plog.high_watermark if acks == -1 else plog.local_end_offset) > last
 
     def all_durable() -> bool:
-        return all(done(plog, last) for plog, last in durable)
+        return all(deposed(p) or stored(p) for p in durable)
 
     def answer(in_time: bool) -> bytes:
         responses = []
         for name, parts in results:
             for part in parts:
                 pending = part.pop("_durable")
-                if not in_time and pending and not done(*pending):
+                if pending and deposed(pending):  # no longer the leader: the batch may not survive, retry
+                    part["error_code"] = ErrorCode.not_leader_or_follower
+                elif not in_time and pending and not stored(pending):
                     part["error_code"] = ErrorCode.request_timed_out
                 elif pending and acks == -1 and _short_of_replicas(ctx, name, part["index"], pending[0]):
                     part["error_code"] = ErrorCode.not_enough_replicas_after_append
