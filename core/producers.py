@@ -164,6 +164,11 @@ class PartitionProducers:
             return SequenceCheck(ErrorCode.out_of_order_sequence_number)
         return APPEND
 
+    def last_sequence(self, producer_id: int) -> int:
+        """The last sequence stored for a producer here (-1: none known): for error messages."""
+        state = self.producers.get(producer_id)
+        return state.batches[-1].last_seq if state is not None and state.batches else -1
+
     def record(self, header: BatchHeader, first_offset: int) -> None:
         """Remember a batch that was appended at ``first_offset``."""
         if header.producer_id < 0:

@@ -94,12 +94,21 @@ class AckedProducer(threading.Thread):
             except KafkaException as exc:  # the producer went fatal before error_cb told us
                 if not (exc.args[0].fatal() or exc.args[0].code() == KafkaError._FATAL):
                     raise
-                producer.poll(0)  # runs error_cb, which records why
                 self._fatal.set()
+                try:
+                    producer.poll(0)  # runs error_cb, which records why
+                except KafkaException as fatal:  # or raises the fatal error itself
+                    with self.lock:
+                        self.fatal_reasons[fatal.args[0].str()] += 1
                 continue
             seq += 1
             self.sent += 1
-            producer.poll(0)
+            try:
+                producer.poll(0)
+            except KafkaException as fatal:
+                with self.lock:
+                    self.fatal_reasons[fatal.args[0].str()] += 1
+                self._fatal.set()
             next_at += interval
             pause = next_at - time.monotonic()
             if pause > 0:

@@ -59,6 +59,9 @@ def _append_to(ctx, topic: str, index: int, plog, epoch: int, data: bytes) -> tu
         state = ctx.producers.partition(topic, index, plog)
         verdict = state.check(header)
         if verdict.error:
+            log.warning("produce refused: %s", verdict.error.name, extra=fields(
+                topic=topic, partition=index, producer_id=header.producer_id, producer_epoch=header.producer_epoch,
+                base_sequence=header.base_sequence, last_sequence=state.last_sequence(header.producer_id)))
             return verdict.error, -1, -1, None
         if verdict.duplicate_of:
             return ErrorCode.none, verdict.duplicate_of[0], verdict.duplicate_of[1], None
