@@ -141,6 +141,9 @@ class ZkAgent:
         self._wake.set()
 
     def _watch(self, event) -> None:
+        if not event.path:  # a session event, not a node's: after it every watch must be set again
+            self._mark_all()
+            return
         with self._lock:
             self._dirty.add(event.path)
         self._wake.set()
@@ -224,6 +227,18 @@ class ZkAgent:
             dirty, self._dirty = self._dirty, set()
         if not dirty:
             return
+        try:
+            self._read_dirty(dirty)
+        except BaseException:
+            with self._lock:  # read them again next time: their watches may be spent
+                self._dirty |= dirty
+            raise
+        view = self._build()
+        if view != self.view:
+            self.view = view
+            self.publish(view)
+
+    def _read_dirty(self, dirty: set[str]) -> None:
         for path in sorted(dirty, key=len):  # parents (children lists) before their nodes
             if path in (IDS, TOPICS):
                 children = self._read_children(path)
@@ -245,10 +260,6 @@ class ZkAgent:
                     sp = state_path(name, p)
                     if sp not in self._nodes:
                         self._nodes[sp] = self._read(sp)
-        view = self._build()
-        if view != self.view:
-            self.view = view
-            self.publish(view)
 
     def _build(self) -> ClusterView:
         brokers = {}
