@@ -401,23 +401,24 @@ class ZkAgent:
                               leader_epoch=state.leader_epoch + 1)
                 if not self._write_state(r.topic, r.partition, state, new, why="reassignment"):
                     return
-            if current != r.target:
-                self._set_replicas(topic, r.partition, tuple(r.target))
+            if current != r.target and not self._set_replicas(topic, r.partition, tuple(r.target)):
+                return  # the topic changed meanwhile: the next step tries again
             done.append(key)
             log.info("reassignment complete", extra={"fields": {"topic": r.topic, "partition": r.partition,
                                                                 "replicas": list(r.target)}})
         if done:
             self._remove_reassignments(done)
 
-    def _set_replicas(self, topic: TopicAssignment, partition: int, replicas: tuple[int, ...]) -> None:
+    def _set_replicas(self, topic: TopicAssignment, partition: int, replicas: tuple[int, ...]) -> bool:
         new = list(topic.replicas)
         new[partition] = replicas
+        self.wake(f"{TOPICS}/{topic.name}")
         try:
             self.zk.set(f"{TOPICS}/{topic.name}", _dump(replace(topic, replicas=tuple(new)).to_json()),
                         version=topic.version)
+            return True
         except BadVersionError:
-            pass
-        self.wake(f"{TOPICS}/{topic.name}")
+            return False
 
     def _remove_reassignments(self, keys: Iterable[tuple[str, int]]) -> None:
         try:
