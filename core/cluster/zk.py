@@ -122,8 +122,12 @@ class ZkAgent:
 
     @property
     def registered(self) -> bool:
-        """Whether this broker's node in /brokers/ids belongs to the current session."""
-        return self._registered_session is not None and self._registered_session == self.session_id
+        """Whether this broker's node in /brokers/ids belongs to the current session.
+
+        While the connection is down (no session id to compare) the last answer stands: a
+        suspended session may come back, and an expired one is noticed at reconnection."""
+        session = self.session_id
+        return self._registered_session is not None and session in (None, self._registered_session)
 
     @property
     def session_id(self) -> int | None:

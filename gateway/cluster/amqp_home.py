@@ -66,13 +66,12 @@ class AmqpHome:
 
     def sync(self) -> None:
         """After every view: become home, stay home, or stop being home."""
-        leads_state = self.node.replicas.leader_of(STATE_TOPIC, 0) is not None
-        if not leads_state:
-            self.waiting = False
-            if self.is_home:
+        if self.is_home:
+            if self.home_id() != self.node_id:  # the cluster elected another home
                 self._resign()
             return
-        if self.is_home:
+        if self.node.replicas.leader_of(STATE_TOPIC, 0) is None:
+            self.waiting = False
             return
         pending = self._queues_not_led()
         if pending:
