@@ -180,6 +180,8 @@ def main(spec: dict) -> dict:
         if spec.get("consume"):
             c = (kp_consume if kp else consume)(spec["bootstrap"], topic, n, partitions)
             out.update(consume_s=c, consume_msgs_s=n / c)
+    if spec.get("keep"):
+        return out
     try:
         for f in admin.delete_topics([topic], operation_timeout=30).values():
             f.result(60)

@@ -316,16 +316,20 @@ def write_results(name: str, rows: list[dict], meta: dict, json_path: Path | Non
         return out
     # Rows mix units (msg/s, ms, KB), so the chart shows the one comparable quantity: the ratio.
     png = json_path.with_suffix(".png")
-    fig, ax = plt.subplots(figsize=(9, 0.32 * len(compared) + 1.5))
+    fig, ax = plt.subplots(figsize=(11, 0.32 * len(compared) + 1.5))
     ys = range(len(compared))
-    ratios = [r["ratio"] for r in compared]
-    ax.barh(list(ys), ratios, color=["tab:green" if x >= 1 else "tab:red" for x in ratios])
+    # log scale centred on 1, clipped: ratios run from 1/1000 (latency) to 1000 (memory)
+    ratios = [min(max(r["ratio"], 0.01), 100) for r in compared]
+    ax.barh(list(ys), [abs(x - 1) for x in ratios], left=[min(x, 1) for x in ratios],
+            color=["tab:green" if x >= 1 else "tab:red" for x in ratios])
+    ax.set_xscale("log")
+    ax.set_xlim(0.01, 100)
     ax.axvline(1.0, color="black", linewidth=0.8)
     ax.set_yticks(list(ys))
     ax.set_yticklabels([f"{r['suite']}: {r['case']} ({_fmt(r['broker'])} vs {_fmt(r['peer'])} {r['unit']})"
                         for r in compared], fontsize=7)
     ax.invert_yaxis()
-    ax.set_xlabel("ratio, >1: gateway ahead of the peer (RabbitMQ for amqp, Tansu for kafka)")
+    ax.set_xlabel("ratio (log scale, clipped to 0.01-100); >1: gateway ahead of the peer")
     ax.set_title(f"{name}: gateway vs peers, medians, one run")
     fig.tight_layout()
     fig.savefig(png, dpi=100)
