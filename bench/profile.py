@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from bench import peers
 
@@ -58,10 +59,12 @@ def main(argv=None) -> int:
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--rate", type=float, default=20_000, help="latency mode: offered msgs/s")
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--no-spy", action="store_true",
+                        help="only the broker's CPU per message (an A/B check on a busy machine)")
     args = parser.parse_args(argv)
-    if shutil.which("py-spy") is None and not (peers.ROOT / ".venv/bin/py-spy").exists():
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    if not args.no_spy and not Path(spy).exists():
         raise SystemExit("py-spy is not installed (pip install py-spy)")
-    spy = shutil.which("py-spy") or str(peers.ROOT / ".venv/bin/py-spy")
     OUT.mkdir(parents=True, exist_ok=True)
     ours = peers.OurBroker("profile")
     try:
@@ -70,10 +73,11 @@ def main(argv=None) -> int:
             peers.run_load("bench.amqp_load", {"address": address, "queue": "prof", "mode": "confirm",
                                                "messages": args.messages, "size": args.size})
         raw = OUT / f"{args.mode}.txt"
-        spy_proc = subprocess.Popen([spy, "record", "--pid", str(ours.pid), "--nonblocking", "--rate", "200",
+        spy_proc = None if args.no_spy else subprocess.Popen([spy, "record", "--pid", str(ours.pid), "--nonblocking", "--rate", "200",
                                      "--format", "raw", "--output", str(raw)],
                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        time.sleep(1.0)
+        time.sleep(0.2 if args.no_spy else 1.0)
+        cpu0 = peers.cpu_seconds(ours.pid)
         if args.mode.startswith("kafka"):
             r = peers.run_load("bench.kafka_load", {"bootstrap": address, "topic": "prof", "messages": args.messages,
                                                     "size": 1024, "acks": "1",
@@ -82,13 +86,18 @@ def main(argv=None) -> int:
             spec = {"address": address, "queue": "prof", "mode": args.mode, "messages": args.messages,
                     "size": args.size, "rate": args.rate, "seconds": args.messages / args.rate}
             r = peers.run_load("bench.amqp_load", spec)
-        spy_proc.send_signal(signal.SIGINT)
-        spy_proc.wait(60)
+        time.sleep(0.3)  # deliveries and confirms still on their way count too
+        cpu = peers.cpu_seconds(ours.pid) - cpu0
+        if spy_proc is not None:
+            spy_proc.send_signal(signal.SIGINT)
+            spy_proc.wait(60)
     finally:
         ours.close()
     print({k: v for k, v in r.items() if isinstance(v, (int, float))})
-    print(summarize(raw.read_text(), args.top))
-    print(f"collapsed stacks in {raw}")
+    print(f"broker CPU: {cpu:.2f} s, {cpu / args.messages * 1e6:.1f} us/msg")
+    if spy_proc is not None:
+        print(summarize(raw.read_text(), args.top))
+        print(f"collapsed stacks in {raw}")
     return 0
 
 
