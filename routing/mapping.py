@@ -127,7 +127,7 @@ import struct
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from wire.records import Header, Record
+from wire.records import Header, Record, encode_headers
 
 __all__ = [
     "record_from_amqp", "amqp_from_record",
@@ -228,6 +228,33 @@ _set_key = Header.key.__set__  # type: ignore[attr-defined]
 _set_value = Header.value.__set__  # type: ignore[attr-defined]
 _NAMES = tuple(name for _, name, _ in _PROPERTIES)
 _KINDS = tuple(kind for _, _, kind in _PROPERTIES)
+
+
+# The record headers of a publish depend on its exchange and property section only (not on its
+# routing key or body), except in the Kafka-record form; publishers mostly repeat one section, so
+# the publish path keeps each (exchange, section)'s headers, already encoded, in a bounded cache.
+_FORMS: dict[tuple[str, bytes], tuple[tuple[Header, ...], bytes]] = {}
+_FORMS_MAX = 1024
+
+
+def stored_form(exchange: str, routing_key: str, properties_raw: bytes, body: bytes,
+                now_ms: int) -> tuple[bytes | None, bytes | None, tuple[Header, ...], int, bytes]:
+    """:func:`record_from_amqp` plus the headers' encoding (:func:`wire.records.encode_headers`)."""
+    if type(properties_raw) is not bytes:
+        properties_raw = bytes(properties_raw)
+    cache_key = (exchange, properties_raw)
+    form = _FORMS.get(cache_key)
+    if form is not None:
+        return (routing_key.encode() if routing_key else None), body, form[0], now_ms, form[1]
+    key, value, headers, timestamp = record_from_amqp(exchange, routing_key, properties_raw, body, now_ms)
+    encoded = encode_headers(headers)
+    flags = properties_raw[0] << 8 | properties_raw[1]
+    if (exchange or flags not in (0x2000, 0x2040)) and value is body and timestamp == now_ms \
+            and key == (routing_key.encode() if routing_key else None):
+        if len(_FORMS) >= _FORMS_MAX:
+            _FORMS.clear()
+        _FORMS[cache_key] = (headers, encoded)
+    return key, value, headers, timestamp, encoded
 
 
 def record_from_amqp(exchange: str, routing_key: str, properties_raw: bytes, body: bytes,

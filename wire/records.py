@@ -330,7 +330,18 @@ def _parse_headers(data: bytes, p: int, end: int, count: int, index: int) -> tup
 def _record_bytes(offset_delta: int, ts_delta: int, key, value, headers, attributes: int = 0) -> bytes:
     """One record, its length prefix included."""
     ev = encode_varint
-    parts = [bytes((attributes,)), ev(ts_delta), ev(offset_delta)]
+    body = b"".join((bytes((attributes,)), ev(ts_delta), ev(offset_delta), record_tail(key, value, headers)))
+    return ev(len(body)) + body
+
+
+def record_tail(key: bytes | None, value: bytes | None, headers=(), encoded_headers: bytes | None = None) -> bytes:
+    """The end of a record's encoding that does not depend on its place in a batch: key, value, headers.
+
+    Encoded once, it can go into many batches (:func:`batch_of_tails`): an AMQP message routed
+    to ten queues is encoded once, not ten times. ``encoded_headers`` is
+    :func:`encode_headers` of ``headers``, when the caller has it already."""
+    ev = encode_varint
+    parts = []
     add = parts.append
     if key is None:
         add(_NULL)
@@ -342,7 +353,15 @@ def _record_bytes(offset_delta: int, ts_delta: int, key, value, headers, attribu
     else:
         add(ev(len(value)))
         add(value)
-    add(ev(len(headers)))
+    add(encode_headers(headers) if encoded_headers is None else encoded_headers)
+    return b"".join(parts)
+
+
+def encode_headers(headers) -> bytes:
+    """A record's header count and headers, as they end its encoding."""
+    ev = encode_varint
+    parts = [ev(len(headers))]
+    add = parts.append
     for header in headers:
         hkey, hvalue = (header.key, header.value) if isinstance(header, Header) else header
         raw = hkey.encode("utf-8")
@@ -353,8 +372,28 @@ def _record_bytes(offset_delta: int, ts_delta: int, key, value, headers, attribu
         else:
             add(ev(len(hvalue)))
             add(hvalue)
-    body = b"".join(parts)
-    return ev(len(body)) + body
+    return b"".join(parts)
+
+
+def batch_of_tails(timestamps: Sequence[int], tails: Sequence[bytes]) -> bytes:
+    """A batch at offsets 0..n-1 (CreateTime, no producer id) of records given by their
+    timestamps and :func:`record_tail` encodings; the same bytes :func:`encode_batch` makes."""
+    if not tails or len(timestamps) != len(tails):
+        raise ValueError(f"{len(timestamps)} timestamps for {len(tails)} records")
+    ev = encode_varint
+    base_ts = timestamps[0]
+    parts = []
+    add = parts.append
+    for i, tail in enumerate(tails):
+        head = b"\x00" + ev(timestamps[i] - base_ts) + ev(i)
+        add(ev(len(head) + len(tail)))
+        add(head)
+        add(tail)
+    return _assemble(
+        b"".join(parts), len(tails), base_offset=0, attributes=0, last_offset_delta=len(tails) - 1,
+        base_timestamp=base_ts, max_timestamp=max(timestamps), producer_id=-1, producer_epoch=-1,
+        base_sequence=-1, partition_leader_epoch=-1,
+    )
 
 
 def _assemble(records: bytes, count: int, *, base_offset: int, attributes: int, last_offset_delta: int,

@@ -350,8 +350,13 @@ class ServerCodec:
         if class_id != _BASIC or weight or body_size > self.max_body_size:
             return None
         raw = bytes(buf[hpos + 19:hend])
-        if raw[1] & 1 or not _simple_properties_ok(raw):  # several flag words, or headers/timestamp/bad
-            return None
+        known = _SECTIONS.get(raw)
+        if known is None:
+            if not _section_ok(raw):
+                return None
+            _remember(_SECTIONS, raw, raw)
+        else:
+            raw = known  # one bytes object per distinct section: its hash is computed once
         if body_size:
             bpos = hend + 1
             if have < bpos + 7:
@@ -365,10 +370,14 @@ class ServerCodec:
             hend = bend
         else:
             body = b""
-        try:
-            publish = _decode_publish(bytes(buf[pos + 11:end]))
-        except (ValueError, IndexError):
-            return None
+        fields = bytes(buf[pos + 11:end])
+        publish = _PUBLISHES.get(fields)
+        if publish is None:
+            try:
+                publish = _decode_publish(fields)
+            except (ValueError, IndexError):
+                return None
+            _remember(_PUBLISHES, fields, publish)
         self._pos = hend + 1
         return Message(channel, publish, None, body, raw)
 
@@ -502,6 +511,33 @@ _PROPERTIES_CLASS = Basic.Properties
 
 
 _SHORTSTR_SET = frozenset(bit for bit, name, kind in _PROPERTY_BITS if kind == "shortstr")
+
+
+# Publishers repeat themselves: the same exchange and routing key, the same property section.
+# The whole-publish path keeps what it decoded or checked in these bounded caches, shared by all
+# connections (the Basic.Publish objects are read, never changed, by their users).
+_SECTIONS: dict[bytes, bytes] = {}  # property sections known to decode
+_PUBLISHES: dict[bytes, Basic.Publish] = {}  # Basic.Publish fields -> the decoded method
+_CACHE_MAX = 1024
+
+
+def _remember(cache: dict, key, value) -> None:
+    if len(cache) >= _CACHE_MAX:
+        cache.clear()
+    cache[key] = value
+
+
+def _section_ok(raw: bytes) -> bool:
+    """Whether a one-flag-word property section decodes (as :func:`_decode_properties` would)."""
+    if raw[1] & 1:  # more flag words follow: rare, left to the frame-by-frame path
+        return False
+    if (raw[0] << 8 | raw[1]) & _SLOW_FLAGS:
+        try:
+            _decode_properties(raw)
+        except Exception:  # what the frame-by-frame path turns into a 501
+            return False
+        return True
+    return _simple_properties_ok(raw)
 
 
 def _simple_properties_ok(raw: bytes) -> bool:
