@@ -453,12 +453,27 @@ def _decimal_text(scale: int, value: int) -> bytes:
 
 # --- record -> AMQP ---------------------------------------------------------------------
 
+# Delivering: records read from one log mostly share one headers tuple (wire.records hands out the
+# same tuple for the same header bytes), and in the AMQP form the exchange and property section
+# depend on the headers alone: keep them per tuple, by identity (the entry holds the tuple, so its
+# id cannot be reused while it is cached). Bounded.
+_DELIVERY_FORMS: dict[int, tuple[tuple[Header, ...], str, bytes]] = {}
+
+
 def amqp_from_record(record: Record) -> tuple[str, str, bytes]:
     """(exchange, routing_key, properties_raw) to deliver this record with; never raises."""
     headers = record.headers
+    form = _DELIVERY_FORMS.get(id(headers))
+    if form is not None and form[0] is headers:
+        return form[1], _routing_key(record.key), form[2]
     for h in headers:
         if h.key[:5] == "amqp.":
-            return _amqp_form(headers, record.key)
+            exchange, routing_key, raw = _amqp_form(headers, record.key)
+            if type(headers) is tuple:
+                if len(_DELIVERY_FORMS) >= _FORMS_MAX:
+                    _DELIVERY_FORMS.clear()
+                _DELIVERY_FORMS[id(headers)] = (headers, exchange, raw)
+            return exchange, routing_key, raw
     routing_key, raw = _kafka_properties(record.key, record.value is None, headers, record.timestamp)
     return "", routing_key, raw
 
@@ -543,13 +558,7 @@ def _amqp_form(headers: Sequence[Header], key: bytes | None) -> tuple[str, str, 
                 table += (len1[n], nb, b"V")
             else:
                 table += (len1[n], nb, b"S", u32(len(v)), v)
-    if key is None:
-        routing_key = ""
-    else:
-        try:
-            routing_key = key.decode() if len(key) < 256 else _routing_key_lossy(key)
-        except UnicodeDecodeError:
-            routing_key = _routing_key_lossy(key)
+    routing_key = _routing_key(key)
     if verbatim is not None:
         return exchange or "", routing_key, verbatim
     if table or flags & _HEADERS_BIT:
@@ -557,6 +566,15 @@ def _amqp_form(headers: Sequence[Header], key: bytes | None) -> tuple[str, str, 
         slots[_HEADERS_INDEX] = u32(len(body)) + body
         flags |= _HEADERS_BIT
     return exchange or "", routing_key, _U16.pack(flags) + b"".join(filter(None, slots))
+
+
+def _routing_key(key: bytes | None) -> str:
+    if key is None:
+        return ""
+    try:
+        return key.decode() if len(key) < 256 else _routing_key_lossy(key)
+    except UnicodeDecodeError:
+        return _routing_key_lossy(key)
 
 
 def _property_wire(kind: int, v: bytes) -> bytes | None:

@@ -578,3 +578,18 @@ def test_whole_publish_shortcut_decodes_what_pamqp_encodes(content_type, deliver
     [event] = feed_all(data)
     assert (dict(event.publish), event.properties, event.body) == (dict(PUBLISH), props, body)
     assert event.properties_raw == encode_properties(props)
+
+
+@FAST
+@given(tag=st.text(max_size=30), delivery_tag=st.integers(1, 2**64 - 1), redelivered=st.booleans(),
+       exchange=st.text(max_size=20), routing_key=st.text(max_size=40), body=st.binary(max_size=9000),
+       frame_max=st.sampled_from([4096, 131072]))
+def test_encode_delivery_is_encode_message_of_a_deliver(tag, delivery_tag, redelivered, exchange, routing_key, body,
+                                                       frame_max):
+    from wire.amqp import encode_delivery
+    raw = encode_properties(PROPS)
+    deliver = Basic.Deliver.__new__(Basic.Deliver)  # without validate(), as deliveries are sent
+    deliver.consumer_tag, deliver.delivery_tag, deliver.redelivered = tag, delivery_tag, redelivered
+    deliver.exchange, deliver.routing_key = exchange, routing_key
+    assert encode_delivery(3, tag, delivery_tag, redelivered, exchange, routing_key, raw, body, frame_max) == \
+        encode_message(3, deliver, raw, body, frame_max)

@@ -256,6 +256,8 @@ def decode_batch(buf: Buffer, pos: int = 0, *, verify_crc: bool = True) -> Recor
 
 def _parse_records(data: bytes, header: BatchHeader, log_append_time: int | None) -> tuple[Record, ...]:
     """Parse exactly ``header.records_count`` records filling ``data`` (decompressed) exactly."""
+    if type(data) is not bytes:  # slices of it key a cache
+        data = bytes(data)
     varint = decode_varint
     count, n = header.records_count, len(data)
     base_offset, base_ts, last_delta = header.base_offset, header.base_timestamp, header.last_offset_delta
@@ -287,13 +289,22 @@ def _parse_records(data: bytes, header: BatchHeader, log_append_time: int | None
             value, p = data[p:p + size], p + size
         else:
             raise CorruptBatchError(f"record {i} has value length {size}, {end - p} bytes remain in it")
-        hcount, p = varint(data, p)
-        if hcount == 0:
-            headers = ()
-        elif 0 < hcount <= (end - p) // 2:  # a header takes at least 2 bytes
-            headers, p = _parse_headers(data, p, end, hcount, i)
+        section = data[p:end]  # the headers, count included, if the record is well formed
+        headers = _HEADER_SECTIONS.get(section)
+        if headers is not None:
+            p = end
         else:
-            raise CorruptBatchError(f"record {i} has headersCount {hcount}, {end - p} bytes remain in it")
+            hcount, p = varint(data, p)
+            if hcount == 0:
+                headers = ()
+            elif 0 < hcount <= (end - p) // 2:  # a header takes at least 2 bytes
+                headers, p = _parse_headers(data, p, end, hcount, i)
+                if p == end:
+                    if len(_HEADER_SECTIONS) >= _HEADER_SECTIONS_MAX:
+                        _HEADER_SECTIONS.clear()
+                    _HEADER_SECTIONS[section] = headers
+            else:
+                raise CorruptBatchError(f"record {i} has headersCount {hcount}, {end - p} bytes remain in it")
         if p != end:
             raise CorruptBatchError(f"record {i} has length {length} but its fields take {p - end + length}")
         timestamp = base_ts + ts_delta if log_append_time is None else log_append_time
@@ -301,6 +312,13 @@ def _parse_records(data: bytes, header: BatchHeader, log_append_time: int | None
     if p != n:
         raise CorruptBatchError(f"{n - p} trailing bytes after the {count} records")
     return tuple(out)
+
+
+# Records of one producer (an AMQP publisher above all) repeat the same headers: a section seen
+# before is parsed once, and its records then share one headers tuple (which lets
+# routing.mapping cache what it derives from it). Bounded; the tuples are immutable.
+_HEADER_SECTIONS: dict[bytes, tuple[Header, ...]] = {}
+_HEADER_SECTIONS_MAX = 1024
 
 
 def _parse_headers(data: bytes, p: int, end: int, count: int, index: int) -> tuple[tuple[Header, ...], int]:

@@ -21,6 +21,7 @@ from routing.errors import (
     ACCESS_REFUSED, NOT_ALLOWED, NOT_FOUND, NOT_IMPLEMENTED, PRECONDITION_FAILED, ChannelError, ConnectionError,
 )
 from routing.queue import Queue
+from wire.amqp import encode_delivery
 
 if TYPE_CHECKING:
     from gateway.amqp.connection import AmqpConnection
@@ -287,9 +288,9 @@ class Channel:
         exchange, routing_key, properties_raw = mapping.amqp_from_record(record)
         if queue.is_stream:  # as RabbitMQ: stream deliveries say where they are in the stream
             properties_raw = mapping.with_entry(properties_raw, "x-stream-offset", "l", offset)
-        self.connection.send_message(self.number, spec.Basic.Deliver(consumer.tag, tag, redelivered, exchange,
-                                                                     routing_key),
-                                     properties_raw, record.value or b"")
+        connection = self.connection
+        connection.send(encode_delivery(self.number, consumer.tag, tag, redelivered, exchange, routing_key,
+                                        properties_raw, record.value or b"", connection.frame_max))
 
     def basic_get(self, m: spec.Basic.Get) -> None:
         queue = self.vhost.queue(self._queue_name(m.queue), self.connection)
