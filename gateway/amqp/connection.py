@@ -135,7 +135,8 @@ class AmqpConnection(protocol.Protocol):
             channel.release()
         self.channels.clear()
         if self.vhost is not None:
-            self.vhost.owner_gone(self)
+            with self.router.definitions_batch():
+                self.vhost.owner_gone(self)
         self.confirms_waiting.clear()
         if self.state not in ("closed", "header"):
             log.info("AMQP connection closed", extra=fields(peer=self.peer, conn=self.conn_id, user=self.username,
@@ -184,13 +185,14 @@ class AmqpConnection(protocol.Protocol):
         self.codec.receive_data(data)
         self._publish_n, self._publish_s = 0, 0.0
         try:
-            while True:
-                event = self.codec.next_event()
-                if event is NEED_DATA:
-                    break
-                self._event(event)
-                if self.state == "closed" or self.transport.disconnecting:
-                    break
+            with self.router.definitions_batch():
+                while True:
+                    event = self.codec.next_event()
+                    if event is NEED_DATA:
+                        break
+                    self._event(event)
+                    if self.state == "closed" or self.transport.disconnecting:
+                        break
         except AmqpFrameError as exc:
             self.close_connection(exc.reply_code, exc.reply_text, exc.class_id, exc.method_id, prefixed=True)
         except ConnectionError as exc:
