@@ -934,9 +934,26 @@ def priority(source: Source) -> int | None:
     return _property(source, _PRIORITY_INDEX)
 
 
+_EXPIRATIONS: dict[int, tuple[tuple[Header, ...], int | None]] = {}
+
+
 def expiration(source: Source) -> int | None:
     """The per-message TTL in milliseconds (the expiration property), or None if absent or not a
     non-negative decimal integer (RabbitMQ refuses such publishes; this accessor does not judge)."""
+    if type(source) is Record and type(source.headers) is tuple:  # asked once per delivery: by headers
+        headers = source.headers
+        known = _EXPIRATIONS.get(id(headers))
+        if known is not None and known[0] is headers:
+            return known[1]
+        value = _expiration(source)
+        if len(_EXPIRATIONS) >= _FORMS_MAX:
+            _EXPIRATIONS.clear()
+        _EXPIRATIONS[id(headers)] = (headers, value)
+        return value
+    return _expiration(source)
+
+
+def _expiration(source: Source) -> int | None:
     v = _property(source, _EXPIRATION_INDEX)
     if not v or not v.isdigit():
         return None

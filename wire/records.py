@@ -266,23 +266,42 @@ def _parse_records(data: bytes, header: BatchHeader, log_append_time: int | None
     for i in range(count):
         if p >= n:
             raise CorruptBatchError(f"recordsCount is {count} but the records section holds only {i}")
-        length, p = varint(data, p)
+        if p < n and (b := data[p]) < 0x80:  # one byte: most lengths and deltas, decoded inline
+            length, p = (b >> 1) ^ -(b & 1), p + 1
+        elif p + 1 < n and data[p + 1] < 0x80:  # two bytes: a record of 64 B to 8 KiB
+            u = (b & 0x7F) | (data[p + 1] << 7)
+            length, p = (u >> 1) ^ -(u & 1), p + 2
+        else:
+            length, p = varint(data, p)
         if length < _MIN_RECORD_BODY or length > n - p:
             raise CorruptBatchError(f"record {i} has length {length}, {n - p} bytes remain")
         end = p + length
         attributes = data[p]
-        ts_delta, p = varint(data, p + 1)
-        offset_delta, p = varint(data, p)
+        p += 1
+        if p < n and (b := data[p]) < 0x80:
+            ts_delta, p = (b >> 1) ^ -(b & 1), p + 1
+        else:
+            ts_delta, p = varint(data, p)
+        if p < n and (b := data[p]) < 0x80:
+            offset_delta, p = (b >> 1) ^ -(b & 1), p + 1
+        else:
+            offset_delta, p = varint(data, p)
         if not 0 <= offset_delta <= last_delta:
             raise CorruptBatchError(f"record {i} has offsetDelta {offset_delta} outside 0..{last_delta}")
-        size, p = varint(data, p)
+        if p < n and (b := data[p]) < 0x80:
+            size, p = (b >> 1) ^ -(b & 1), p + 1
+        else:
+            size, p = varint(data, p)
         if size == -1:
             key = None
         elif 0 <= size <= end - p:
             key, p = data[p:p + size], p + size
         else:
             raise CorruptBatchError(f"record {i} has key length {size}, {end - p} bytes remain in it")
-        size, p = varint(data, p)
+        if p < n and (b := data[p]) < 0x80:
+            size, p = (b >> 1) ^ -(b & 1), p + 1
+        else:
+            size, p = varint(data, p)
         if size == -1:
             value = None
         elif 0 <= size <= end - p:
