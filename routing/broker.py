@@ -301,11 +301,15 @@ class Router:
 
     # --- the log moved ----------------------------------------------------------------
     def log_moved(self) -> None:
-        """High watermarks may have moved: let every queue with consumers deliver."""
+        """High watermarks may have moved: let the queues with consumers and something new deliver.
+
+        Runs after every group-commit fsync; with thousands of queues, most of which did not move,
+        a queue is dispatched only if its log grew behind its back (a Kafka producer appended)
+        or it still holds ready messages."""
         self._forward_exchange_logs()
         for vhost in self.vhosts.values():
             for queue in list(vhost.queues.values()):
-                if queue.consumers:
+                if queue.consumers and queue.may_deliver():
                     queue.dispatch()
         self.settle_appends()  # dead-lettered messages
 

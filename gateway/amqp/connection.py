@@ -15,6 +15,7 @@ traceback; other connections are unaffected.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 
@@ -135,13 +136,17 @@ class AmqpConnection(protocol.Protocol):
             channel.release()
         self.channels.clear()
         if self.vhost is not None:
-            with self.router.definitions_batch():
+            with self._definitions_batch():
                 self.vhost.owner_gone(self)
         self.confirms_waiting.clear()
         if self.state not in ("closed", "header"):
             log.info("AMQP connection closed", extra=fields(peer=self.peer, conn=self.conn_id, user=self.username,
                                                               reason=reason.getErrorMessage()))
         self.state = "closed"
+
+    def _definitions_batch(self):
+        """One write of the definition files for all this read's declarations (see Router)."""
+        return self.router.definitions_batch() if self.router is not None else contextlib.nullcontext()
 
     def _cancel_timers(self) -> None:
         for timer in (self._close_timer, self._flush_call):
@@ -185,7 +190,7 @@ class AmqpConnection(protocol.Protocol):
         self.codec.receive_data(data)
         self._publish_n, self._publish_s = 0, 0.0
         try:
-            with self.router.definitions_batch():
+            with self._definitions_batch():
                 while True:
                     event = self.codec.next_event()
                     if event is NEED_DATA:
