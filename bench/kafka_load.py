@@ -165,7 +165,8 @@ def main(spec: dict) -> dict:
     admin = AdminClient({"bootstrap.servers": spec["bootstrap"]})
     topic, n = spec["topic"], spec.get("messages", 0)
     partitions = spec.get("partitions", 1)
-    _create_topic(admin, topic, partitions)
+    if spec.get("produce", True):
+        _create_topic(admin, topic, partitions)
     out = {"topic": topic, "messages": n, "size": spec["size"], "acks": spec.get("acks"), "partitions": partitions}
     if spec.get("mode") == "latency":
         out.update(latency(spec["bootstrap"], topic, spec["rate"], spec["seconds"], spec["size"]))
@@ -173,10 +174,11 @@ def main(spec: dict) -> dict:
         kp = spec.get("client") == "kafka-python"
         pid = spec.get("pid") or 0
         cpu = cpu_seconds(pid) if pid else 0.0
-        p = (kp_produce if kp else produce)(spec["bootstrap"], topic, n, spec["size"], spec["acks"])
-        out.update(produce_s=p, produce_msgs_s=n / p)
-        if pid:
-            out["cpu_us_per_msg"] = (cpu_seconds(pid) - cpu) / n * 1e6
+        if spec.get("produce", True):  # False: read a topic an earlier run filled (and kept)
+            p = (kp_produce if kp else produce)(spec["bootstrap"], topic, n, spec["size"], spec["acks"])
+            out.update(produce_s=p, produce_msgs_s=n / p)
+            if pid:
+                out["cpu_us_per_msg"] = (cpu_seconds(pid) - cpu) / n * 1e6
         if spec.get("consume"):
             c = (kp_consume if kp else consume)(spec["bootstrap"], topic, n, partitions)
             out.update(consume_s=c, consume_msgs_s=n / c)

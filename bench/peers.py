@@ -62,8 +62,8 @@ class OurBroker:
         host, port = self.proc.address(proto)
         return f"{host}:{port}"
 
-    def close(self) -> None:
-        code = self.proc.stop()
+    def close(self, timeout: float = 120) -> None:
+        code = self.proc.stop(timeout=timeout)
         shutil.rmtree(self.data_dir, ignore_errors=True)
         if code == 0:  # keep the log of a broker that did not exit cleanly
             self.proc.log_path.unlink(missing_ok=True)

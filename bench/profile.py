@@ -5,8 +5,9 @@ Starts ``gateway serve`` (as the peer benchmarks do), attaches ``py-spy record``
 the functions with the most samples, self and inclusive. The collapsed stacks stay in
 ``.cache/bench/profile/MODE.txt`` (flamegraph.pl and speedscope read them).
 
-MODE: an ``bench.amqp_load`` mode (``transient``, ``confirm``, ``consume`` (after a confirm run
-fills the queue), ``fanout``, ``latency``) or ``kafka-produce`` / ``kafka-consume`` (1 KB, acks=1).
+MODE: a ``bench.amqp_load`` mode (``transient``, ``confirm``, ``consume`` (after an unprofiled
+confirm run fills the queue), ``fanout``, ``latency``) or ``kafka-produce`` / ``kafka-consume``
+(1 KB, acks=1; the consume run reads a topic an unprofiled run filled).
 """
 from __future__ import annotations
 
@@ -72,6 +73,9 @@ def main(argv=None) -> int:
         if args.mode == "consume":  # fill the queue first, unprofiled
             peers.run_load("bench.amqp_load", {"address": address, "queue": "prof", "mode": "confirm",
                                                "messages": args.messages, "size": args.size})
+        if args.mode == "kafka-consume":  # likewise the topic
+            peers.run_load("bench.kafka_load", {"bootstrap": address, "topic": "prof", "messages": args.messages,
+                                                "size": 1024, "acks": "1", "keep": True})
         raw = OUT / f"{args.mode}.txt"
         spy_proc = None if args.no_spy else subprocess.Popen([spy, "record", "--pid", str(ours.pid), "--nonblocking", "--rate", "200",
                                      "--format", "raw", "--output", str(raw)],
@@ -79,9 +83,10 @@ def main(argv=None) -> int:
         time.sleep(0.2 if args.no_spy else 1.0)
         cpu0 = peers.cpu_seconds(ours.pid)
         if args.mode.startswith("kafka"):
+            reading = args.mode == "kafka-consume"
             r = peers.run_load("bench.kafka_load", {"bootstrap": address, "topic": "prof", "messages": args.messages,
-                                                    "size": 1024, "acks": "1",
-                                                    "consume": args.mode == "kafka-consume"})
+                                                    "size": 1024, "acks": "1", "consume": reading,
+                                                    "produce": not reading})
         else:
             spec = {"address": address, "queue": "prof", "mode": args.mode, "messages": args.messages,
                     "size": args.size, "rate": args.rate, "seconds": args.messages / args.rate}
