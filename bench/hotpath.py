@@ -8,7 +8,8 @@ It prints the process CPU microseconds per message of each mode. On a shared mac
 moves much less than a socket benchmark does, so it is the A/B check for hot-path changes
 (``--profile`` prints cProfile's top functions too). Not a substitute for ``python -m bench amqp``.
 
-MODE: transient, confirm, consume (of a queue filled first), fanout (10 queues).
+MODE: transient, confirm, consume (of a queue filled first), fanout (10 queues), spreadN (confirmed
+publishes round robin over N exclusive queues, e.g. spread1 and spread1000: the scale row's shape).
 """
 from __future__ import annotations
 
@@ -107,6 +108,20 @@ def run_mode(rig: Rig, mode: str, n: int, size: int, tag: str) -> float:
             rig.method(commands.Queue.Declare(queue=f"{queue}-{i}", durable=True))
             rig.method(commands.Queue.Bind(queue=f"{queue}-{i}", exchange=f"fx-{tag}"))
         one = publish_frames(f"fx-{tag}", "", size, persistent=False)
+    elif mode.startswith("spread"):  # spreadN: confirmed transient publishes round robin over N queues
+        count = int(mode[6:] or 1000)
+        names = [f"{queue}-{i}" for i in range(count)]
+        rig.feed(b"".join(frame.marshal(commands.Queue.Declare(queue=q, exclusive=True), 1) for q in names))
+        rig.method(commands.Confirm.Select())
+        frames = [publish_frames("", q, size, persistent=False) for q in names]
+        start = time.process_time()
+        per = max(CHUNK // len(frames[0]), 1)
+        for i in range(0, n, per):
+            rig.feed(b"".join(frames[j % count] for j in range(i, min(i + per, n))))
+        rig.commit()
+        took = time.process_time() - start
+        rig.feed(b"".join(frame.marshal(commands.Queue.Delete(queue=q), 1) for q in names))
+        return took
     else:
         if mode == "confirm":
             rig.method(commands.Confirm.Select())
