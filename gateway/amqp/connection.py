@@ -26,6 +26,7 @@ from twisted.internet import protocol, task
 from gateway.amqp.channel import Channel
 from gateway.logs import connection_ids, fields
 from gateway.management import metrics
+from gateway.netutil import no_delay
 from gateway.security.tls import peer_common_name
 from gateway.security.users import is_loopback
 from routing.errors import (
@@ -113,6 +114,7 @@ class AmqpConnection(protocol.Protocol):
             return
         self._close_timer = self.reactor.callLater(HANDSHAKE_TIMEOUT_S, self._handshake_timeout)
         self.transport.registerProducer(self, True)
+        no_delay(self.transport)
 
     # Twisted producer interface: the socket buffer filled up / drained.
     def pauseProducing(self) -> None:

@@ -22,6 +22,7 @@ from twisted.internet import defer, protocol
 from gateway.kafka import authz
 from gateway.kafka.apis import dispatch
 from gateway.logs import connection_ids, fields
+from gateway.netutil import no_delay
 from gateway.management import metrics
 from gateway.security.tls import is_tls, peer_common_name
 from wire.errors import FrameError
@@ -86,6 +87,7 @@ class KafkaConnection(protocol.Protocol):
         # Twisted hands the socket at most SEND_LIMIT (128 KiB) per writable event; a 1 MiB fetch
         # response then takes eight trips through the reactor. Offer the kernel more per send().
         self.transport.SEND_LIMIT = SEND_LIMIT
+        no_delay(self.transport)
 
     def connectionLost(self, reason=None) -> None:
         self.ctx.connections.discard(self)
