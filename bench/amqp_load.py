@@ -377,10 +377,11 @@ def run_spread(conn: Conn, name: str, n: int, size: int, queues: int, pid: int) 
     conn.expect(commands.Confirm.SelectOk)
     frames = [publish_frames("", q, size, persistent=False) for q in names]
     cpu0, start = broker_cpu(pid), time.perf_counter()
-    published = confirmed = 0
+    published = upto = 0  # every tag <= upto is confirmed
+    singles: set[int] = set()  # confirmed tags above upto: RabbitMQ mixes single and multiple acks
     unpack = struct.unpack_from
-    while confirmed < n:
-        while published < n and published - confirmed + CHUNK <= WINDOW:
+    while upto < n:
+        while published < n and published - upto - len(singles) + CHUNK <= WINDOW:
             k = min(CHUNK, n - published)
             conn.sock.sendall(b"".join(frames[(published + j) % queues] for j in range(k)))
             published += k
@@ -393,7 +394,15 @@ def run_spread(conn: Conn, name: str, n: int, size: int, queues: int, pid: int) 
                 tag = unpack(">Q", conn.buf, s + 4)[0]
                 if meth == 120:
                     raise RuntimeError("Basic.Nack")
-                confirmed = max(confirmed, tag) if conn.buf[s + 12] & 1 else confirmed + 1
+                if conn.buf[s + 12] & 1:
+                    if tag > upto:
+                        upto = tag
+                        singles = {t for t in singles if t > upto}
+                else:
+                    singles.add(tag)
+                while upto + 1 in singles:
+                    upto += 1
+                    singles.discard(upto)
             else:
                 conn._check_close(s)
     elapsed, cpu = time.perf_counter() - start, broker_cpu(pid) - cpu0
