@@ -13,6 +13,16 @@ SPEC: ``{"address": "host:port", "queue": str, "messages": int, "size": int, "mo
   most 1,000 unconfirmed (sent in chunks of 100); the clock stops at the last confirm.
 * ``consume``: Basic.Qos prefetch 1,000, Basic.Consume (manual ack), a multiple Basic.Ack
   every 500 deliveries; the clock stops at the last delivery. The queue is deleted.
+* ``fanout``: a fanout exchange bound to ``fanout`` (10) durable queues; transient publishes to
+  it until a passive Queue.Declare of every queue counts all messages (msgs/s counts publishes).
+* ``latency``: a second connection consumes (prefetch 1,000, multiple ack every 100) while this
+  one publishes ``rate`` transient messages a second for ``seconds``, each body starting with
+  the send time; reports p50/p99/max of receive time minus send time, after a 0.5 s warm-up.
+* ``spread`` (bench.scale): ``queues`` exclusive queues, then ``messages`` confirmed publishes
+  round robin over them; reports the broker's CPU seconds per message over the publish phase
+  (``pid``: the broker process, read from /proc).
+* ``idle`` (bench.scale): ``connections`` connections opened (handshake + one channel) and left
+  idle; reports the broker's RSS growth per connection (``pid`` as above).
 
 Prints one JSON line with seconds and msgs/s.
 """
@@ -39,7 +49,7 @@ class ServerClosed(RuntimeError):
 class Conn:
     def __init__(self, address: str):
         host, _, port = address.rpartition(":")
-        self.sock = socket.create_connection((host, int(port)), timeout=120)
+        self.sock = socket.create_connection((host, int(port)), timeout=600)  # 1,000-queue runs on a busy machine
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.buf = bytearray()
         self.pos = 0
@@ -111,10 +121,7 @@ class Conn:
 
 
 def publish_bytes(queue: str, size: int, persistent: bool) -> bytes:
-    props = commands.Basic.Properties(delivery_mode=2 if persistent else 1)
-    return (frame.marshal(commands.Basic.Publish(exchange="", routing_key=queue), 1)
-            + frame.marshal(header.ContentHeader(0, size, props), 1)
-            + frame.marshal(body.ContentBody(b"x" * size), 1))
+    return publish_frames("", queue, size, persistent)
 
 
 def declare(conn: Conn, queue: str, passive: bool = False) -> int:
@@ -228,15 +235,216 @@ def run_consume(conn: Conn, queue: str, n: int) -> float:
     return elapsed, None
 
 
+def publish_frames(exchange: str, routing_key: str, size: int, persistent: bool) -> bytes:
+    props = commands.Basic.Properties(delivery_mode=2 if persistent else 1)
+    return (frame.marshal(commands.Basic.Publish(exchange=exchange, routing_key=routing_key), 1)
+            + frame.marshal(header.ContentHeader(0, size, props), 1)
+            + frame.marshal(body.ContentBody(b"x" * size), 1))
+
+
+def expect_many(conn: Conn, class_id: int, method_id: int, count: int) -> None:
+    """Read until ``count`` method frames (class_id, method_id) arrived (pipelined replies)."""
+    unpack = struct.unpack_from
+    seen = 0
+    while seen < count:
+        conn._recv()
+        for ftype, ch, s, e in conn.frames():
+            if ftype == 1:
+                if unpack(">HH", conn.buf, s) == (class_id, method_id):
+                    seen += 1
+                else:
+                    conn._check_close(s)
+
+
+def wait_counts(conn: Conn, queues: list[str], n: int, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    for q in queues:
+        while declare(conn, q, passive=True) < n:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{q} did not reach {n} messages in {timeout} s")
+            time.sleep(0.002)
+
+
+def run_fanout(conn: Conn, name: str, n: int, size: int, fanout: int) -> tuple[float, None]:
+    exchange = f"{name}-fx"
+    conn.send(1, commands.Exchange.Declare(exchange=exchange, exchange_type="fanout"))
+    conn.expect(commands.Exchange.DeclareOk)
+    queues = [f"{name}-f{i}" for i in range(fanout)]
+    for q in queues:
+        declare(conn, q)
+        conn.send(1, commands.Queue.Bind(queue=q, exchange=exchange, routing_key=""))
+        conn.expect(commands.Queue.BindOk)
+    one = publish_frames(exchange, "", size, persistent=False)
+    chunk = one * 1000
+    start = time.perf_counter()
+    for _ in range(n // 1000):
+        conn.sock.sendall(chunk)
+    conn.sock.sendall(one * (n % 1000))
+    wait_counts(conn, queues, n)
+    elapsed = time.perf_counter() - start
+    for q in queues:
+        delete(conn, q)
+    conn.send(1, commands.Exchange.Delete(exchange=exchange))
+    conn.expect(commands.Exchange.DeleteOk)
+    return elapsed, None
+
+
+def run_latency(address: str, queue: str, rate: float, seconds: float, size: int) -> dict:
+    """Publish at a fixed rate on one connection, consume on another, in one thread (select)."""
+    import select
+    pub, con = Conn(address), Conn(address)
+    declare(pub, queue)
+    con.send(1, commands.Basic.Qos(prefetch_count=PREFETCH))
+    con.expect(commands.Basic.QosOk)
+    con.send(1, commands.Basic.Consume(queue=queue, consumer_tag="lat", no_ack=False))
+    con.expect(commands.Basic.ConsumeOk)
+    size = max(size, 8)
+    head = (frame.marshal(commands.Basic.Publish(exchange="", routing_key=queue), 1)
+            + frame.marshal(header.ContentHeader(0, size, commands.Basic.Properties(delivery_mode=1)), 1)
+            + struct.pack(">BHI", 3, 1, size))
+    tail = b"x" * (size - 8) + b"\xce"
+    stamp = struct.Struct(">d").pack
+    unpack = struct.unpack_from
+    total = int(rate * seconds)
+    latencies, sent, got, acked, tag = [], 0, 0, 0, 0
+    warm = 0.5
+    clock = time.perf_counter
+    t0 = clock()
+    deadline = t0 + seconds + 60
+    while got < total:
+        now = clock()
+        if sent < total:
+            due = min(int((now - t0) * rate), total) - sent
+            if due > 0:
+                one = head + stamp(now) + tail
+                pub.sock.sendall(one * due)
+                sent += due
+        wait = 0.001 if sent < total else 0.05
+        if select.select([con.sock], [], [], wait)[0]:
+            con._recv()
+            buf = con.buf
+            arrived = clock()
+            for ftype, ch, s, e in con.frames():
+                if ftype == 3:
+                    sent_at = unpack(">d", buf, s)[0]
+                    if sent_at - t0 >= warm:
+                        latencies.append(arrived - sent_at)
+                    got += 1
+                elif ftype == 1:
+                    cls, meth = unpack(">HH", buf, s)
+                    if (cls, meth) == (60, 60):
+                        tag = unpack(">Q", buf, s + 5 + buf[s + 4])[0]
+                    else:
+                        con._check_close(s)
+            if got - acked >= 100:
+                con.send(1, commands.Basic.Ack(delivery_tag=tag, multiple=True))
+                acked = got
+        if clock() > deadline:
+            raise RuntimeError(f"latency run: {got}/{total} delivered 60 s after the last publish")
+    offered = sent / max(clock() - t0, 1e-9)
+    con.send(1, commands.Basic.Ack(delivery_tag=tag, multiple=True))
+    con.close()
+    delete(pub, queue)
+    pub.close()
+    return _latency_summary(latencies, rate, offered, total)
+
+
+def _latency_summary(latencies: list[float], rate: float, offered: float, total: int) -> dict:
+    latencies.sort()
+    n = len(latencies)
+
+    def pct(p):
+        return latencies[min(n - 1, int(p * n))] * 1000 if n else None
+    return {"rate": rate, "achieved_rate": offered, "messages": total, "measured": n,
+            "p50_ms": pct(0.50), "p99_ms": pct(0.99), "max_ms": latencies[-1] * 1000 if n else None}
+
+
+def broker_cpu(pid: int) -> float:
+    from bench.peers import cpu_seconds
+    return cpu_seconds(pid)
+
+
+def run_spread(conn: Conn, name: str, n: int, size: int, queues: int, pid: int) -> dict:
+    """Exclusive queues (they go with the connection), then confirmed publishes round robin."""
+    names = [f"{name}-{i}" for i in range(queues)]
+    declared = time.perf_counter()
+    for i in range(0, queues, 500):
+        conn.sock.sendall(b"".join(frame.marshal(commands.Queue.Declare(queue=q, exclusive=True), 1)
+                                   for q in names[i:i + 500]))
+        expect_many(conn, 50, 11, len(names[i:i + 500]))
+    declared = time.perf_counter() - declared
+    conn.send(1, commands.Confirm.Select())
+    conn.expect(commands.Confirm.SelectOk)
+    frames = [publish_frames("", q, size, persistent=False) for q in names]
+    cpu0, start = broker_cpu(pid), time.perf_counter()
+    published = upto = 0  # every tag <= upto is confirmed
+    singles: set[int] = set()  # confirmed tags above upto: RabbitMQ mixes single and multiple acks
+    unpack = struct.unpack_from
+    while upto < n:
+        while published < n and published - upto - len(singles) + CHUNK <= WINDOW:
+            k = min(CHUNK, n - published)
+            conn.sock.sendall(b"".join(frames[(published + j) % queues] for j in range(k)))
+            published += k
+        conn._recv()
+        for ftype, ch, s, e in conn.frames():
+            if ftype != 1:
+                continue
+            cls, meth = unpack(">HH", conn.buf, s)
+            if cls == 60 and meth in (80, 120):
+                tag = unpack(">Q", conn.buf, s + 4)[0]
+                if meth == 120:
+                    raise RuntimeError("Basic.Nack")
+                if conn.buf[s + 12] & 1:
+                    if tag > upto:
+                        upto = tag
+                        singles = {t for t in singles if t > upto}
+                else:
+                    singles.add(tag)
+                while upto + 1 in singles:
+                    upto += 1
+                    singles.discard(upto)
+            else:
+                conn._check_close(s)
+    elapsed, cpu = time.perf_counter() - start, broker_cpu(pid) - cpu0
+    return {"declare_seconds": declared, "seconds": elapsed, "msgs_s": n / elapsed,
+            "cpu_us_per_msg": cpu / n * 1e6}
+
+
+def run_idle(address: str, count: int, pid: int) -> dict:
+    from bench.peers import rss_bytes
+    first = Conn(address)
+    time.sleep(1.0)
+    before = rss_bytes(pid)
+    conns = [first]
+    for _ in range(count - 1):
+        conns.append(Conn(address))
+    time.sleep(2.0)  # let the broker settle (allocators, lazily made buffers)
+    after = rss_bytes(pid)
+    for c in conns:
+        c.sock.close()
+    return {"connections": count, "rss_before": before, "rss_after": after,
+            "kb_per_connection": (after - before) / max(count - 1, 1) / 1024}
+
+
 def main(spec: dict) -> dict:
+    n, q, mode = spec.get("messages", 0), spec["queue"], spec["mode"]
+    if mode == "latency":
+        return {"mode": mode, **run_latency(spec["address"], q, spec["rate"], spec["seconds"], spec["size"])}
+    if mode == "idle":
+        return {"mode": mode, **run_idle(spec["address"], spec["connections"], spec["pid"])}
     conn = Conn(spec["address"])
-    n, q, mode = spec["messages"], spec["queue"], spec["mode"]
+    if mode == "spread":
+        out = run_spread(conn, q, n, spec["size"], spec["queues"], spec["pid"])
+        conn.close()
+        return {"mode": mode, "messages": n, **out}
     if mode == "transient":
         elapsed, send_s = run_transient(conn, q, n, spec["size"])
     elif mode == "confirm":
         elapsed, send_s = run_confirm(conn, q, n, spec["size"])
     elif mode == "consume":
         elapsed, send_s = run_consume(conn, q, n)
+    elif mode == "fanout":
+        elapsed, send_s = run_fanout(conn, q, n, spec["size"], spec.get("fanout", 10))
     else:
         raise SystemExit(f"unknown mode {mode}")
     conn.close()

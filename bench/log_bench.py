@@ -10,12 +10,10 @@ Beside them it runs ``dd if=/dev/zero bs=1M conv=fdatasync`` on the same file sy
 physical limit for sequential writes made durable. Ratios are ours / dd, both measured in
 this run (the machine is shared, so absolute numbers drift; ratios drift less).
 
-    python -m bench log [--mb 256] [--dir DIR] [--json bench/results/log.json]
+    python -m bench log [--mb 256] [--dir DIR] [--json .cache/bench/results/log.json]
 """
 from __future__ import annotations
 
-import argparse
-import json
 import re
 import statistics
 import subprocess
@@ -84,32 +82,36 @@ def _next_offset(data: bytes) -> int:
     return last
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench log", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_arguments(parser) -> None:
     parser.add_argument("--mb", type=int, default=256, help="MiB written per measurement (default 256)")
-    parser.add_argument("--dir", type=Path, default=None, help="where to write (default: a temp dir under the cwd)")
-    parser.add_argument("--json", type=Path, default=Path("bench/results/log.json"))
-    args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="logbench-", dir=args.dir or Path.cwd()) as tmp:
+    parser.add_argument("--dir", type=Path, default=None, help="where to write (default: a temp dir under .cache/bench)")
+
+
+def run(args):
+    from bench import peers
+    samples = peers.Samples("log", "dd")
+    base = args.dir or peers.CACHE
+    base.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="logbench-", dir=base) as tmp:
         directory = Path(tmp)
         print(f"measuring dd conv=fdatasync ({args.mb} MiB x3) ...", flush=True)
         limit = dd_limit(directory, args.mb)
-        rows = []
         for size in BATCH_SIZES:
             for fsync_each in (False, True):
                 mb = args.mb if not fsync_each else min(args.mb, 64 if size < 256 * 1024 else args.mb)
-                print(f"  batch {size // 1024} KiB, fsync {'per batch' if fsync_each else 'at end'} ({mb} MiB) ...", flush=True)
+                how = "fsync per batch" if fsync_each else "fsync at end"
+                print(f"  batch {size // 1024} KiB, {how} ({mb} MiB) ...", flush=True)
                 append, read = one_run(directory, size, mb, fsync_each)
-                rows.append({"batch_kib": size // 1024, "fsync": "per batch" if fsync_each else "at end",
-                             "append_mb_s": round(append, 1), "read_mb_s": round(read, 1),
-                             "append_vs_dd": round(append / limit, 2)})
-    print()
-    print(f"dd if=/dev/zero bs=1M conv=fdatasync: {limit:.1f} MB/s (the physical limit)")
-    print(f"{'batch':>8} {'fsync':>10} {'append MB/s':>12} {'/ dd':>6} {'read MB/s':>10}")
-    for r in rows:
-        print(f"{r['batch_kib']:>6}Ki {r['fsync']:>10} {r['append_mb_s']:>12.1f} {r['append_vs_dd']:>6.2f} {r['read_mb_s']:>10.1f}")
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({"dd_mb_s": round(limit, 1), "rows": rows}, indent=1))
-    print(f"\nwrote {args.json}")
-    return 0
+                samples.add(f"append {size // 1024} KiB batches, {how}", "broker", append, unit="MB/s")
+                samples.add(f"append {size // 1024} KiB batches, {how}", "peer", limit, unit="MB/s")
+                if not fsync_each:
+                    samples.add(f"read {size // 1024} KiB batches", "broker", read, unit="MB/s")
+    notes = [f"peer: dd if=/dev/zero bs=1M conv=fdatasync on the same file system, {limit:.1f} MB/s (the "
+             "physical limit for durable sequential writes); log rows are one run each"]
+    return peers.SuiteResult("log", samples.rows(), notes, {"dd": "dd bs=1M conv=fdatasync, same disk"},
+                             {"dd_mb_s": round(limit, 1), "mb": args.mb})
+
+
+def main(argv=None) -> int:
+    from bench import peers
+    return peers.suite_main("log", __doc__, add_arguments, run, argv)

@@ -62,8 +62,8 @@ class OurBroker:
         host, port = self.proc.address(proto)
         return f"{host}:{port}"
 
-    def close(self) -> None:
-        code = self.proc.stop()
+    def close(self, timeout: float = 120) -> None:
+        code = self.proc.stop(timeout=timeout)
         shutil.rmtree(self.data_dir, ignore_errors=True)
         if code == 0:  # keep the log of a broker that did not exit cleanly
             self.proc.log_path.unlink(missing_ok=True)
@@ -198,51 +198,111 @@ def cpu_seconds(pid: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def rss_bytes(pid: int) -> int:
+    """Resident set size of a process, from /proc (0 if it is gone)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def alternate(targets: list[tuple[str, object]], repeat: int):
+    """Yield (rep, who, target) so that broker and peer alternate and who goes first flips each rep.
+
+    The machine is shared: alternating spreads the drift of a neighbour's load over both sides."""
+    for rep in range(repeat):
+        order = list(targets) if rep % 2 == 0 else list(reversed(targets))
+        for who, target in order:
+            yield rep, who, target
+
+
 # ---------------------------------------------------------------------------- reporting
 
-def summarize(samples: dict, peer_name: str, notes: dict | None = None) -> list[dict]:
-    """``samples[case] = {"broker": [msgs/s...], "peer": [...], "bytes": msg size}`` -> rows."""
-    rows = []
-    for case, s in samples.items():
-        b = statistics.median(s["broker"]) if s["broker"] else None
-        p = statistics.median(s["peer"]) if s["peer"] else None
-        size = s.get("bytes", 0)
-        rows.append({
-            "case": case,
-            "broker_msgs_s": round(b) if b else None,
-            "peer_msgs_s": round(p) if p else None,
-            "broker_mb_s": round(b * size / 1e6, 1) if b and size else None,
-            "peer_mb_s": round(p * size / 1e6, 1) if p and size else None,
-            "ratio_broker_peer": round(b / p, 2) if b and p else None,
-            "broker_samples": [round(x) for x in s["broker"]],
-            "peer_samples": [round(x) for x in s["peer"]],
-            "peer": peer_name,
-        })
-    return rows
+class Samples:
+    """Measurements by case, kept in run order: ``add(case, "broker"|"peer", value)``.
+
+    ``unit`` says what a value is ("msg/s", "ms", "KB", "s", "us/msg", "x"); ``better`` whether
+    higher or lower is better, so that every row's ratio reads the same way (>1: ours ahead)."""
+
+    def __init__(self, suite: str, peer: str | None):
+        self.suite = suite
+        self.peer = peer
+        self.cases: dict[str, dict] = {}
+
+    def case(self, case: str, unit: str = "msg/s", better: str = "higher", size: int = 0, note: str = "") -> dict:
+        entry = self.cases.get(case)
+        if entry is None:
+            entry = self.cases[case] = {"unit": unit, "better": better, "bytes": size, "note": note,
+                                        "broker": [], "peer": []}
+        return entry
+
+    def add(self, case: str, who: str, value: float, **kind) -> None:
+        self.case(case, **kind)[who].append(value)
+
+    def rows(self) -> list[dict]:
+        out = []
+        for case, s in self.cases.items():
+            b = statistics.median(s["broker"]) if s["broker"] else None
+            p = statistics.median(s["peer"]) if s["peer"] else None
+            ratio = None
+            if b and p:
+                ratio = b / p if s["better"] == "higher" else p / b
+            row = {"suite": self.suite, "case": case, "unit": s["unit"], "better": s["better"],
+                   "broker": _round(b), "peer": _round(p), "ratio": (round(ratio, 2) if ratio >= 0.1 else round(ratio, 4)) if ratio else None,
+                   "broker_samples": [_round(x) for x in s["broker"]],
+                   "peer_samples": [_round(x) for x in s["peer"]], "peer_name": self.peer if p else None}
+            if s["unit"] == "msg/s" and s["bytes"]:
+                row["broker_mb_s"] = round(b * s["bytes"] / 1e6, 1) if b else None
+                row["peer_mb_s"] = round(p * s["bytes"] / 1e6, 1) if p else None
+            if s["note"]:
+                row["note"] = s["note"]
+            out.append(row)
+        return out
 
 
-def print_table(suite: str, rows: list[dict], peer_label: str, footnotes: list[str]) -> None:
+def _round(v):
+    if v is None:
+        return None
+    return round(v) if abs(v) >= 100 else round(v, 3)
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, int) or abs(v) >= 100:
+        return f"{round(v):,d}"
+    return f"{v:.3g}"
+
+
+def print_table(rows: list[dict], peers_seen: dict[str, str], notes: list[str]) -> None:
+    """One table for rows of any suite; ``peers_seen`` maps a peer name to its description."""
     print()
-    head = (f"{'suite':<6} {'case':<34} {'broker msg/s':>12} {'peer msg/s':>12} {'broker/peer':>11}"
-            f" {'broker MB/s':>11} {'peer MB/s':>10}")
-    print(f"peer: {peer_label}")
+    for name, label in peers_seen.items():
+        print(f"peer {name}: {label}")
+    head = (f"{'suite':<7} {'case':<46} {'unit':<7} {'gateway':>11} {'peer':>11} {'ratio':>6}"
+            f" {'MB/s ours':>9} {'MB/s peer':>9}")
     print(head)
     print("-" * len(head))
     for r in rows:
-        def f(v, fmt):
-            return format(v, fmt) if v is not None else "-"
-        print(f"{suite:<6} {r['case']:<34} {f(r['broker_msgs_s'], ',d'):>12} {f(r['peer_msgs_s'], ',d'):>12}"
-              f" {f(r['ratio_broker_peer'], '.2f'):>11} {f(r['broker_mb_s'], '.1f'):>11} {f(r['peer_mb_s'], '.1f'):>10}")
-    for note in footnotes:
+        mark = "" if r["better"] == "higher" else " (lower is better)"
+        print(f"{r['suite']:<7} {r['case'][:46]:<46} {r['unit']:<7} {_fmt(r['broker']):>11} {_fmt(r['peer']):>11}"
+              f" {_fmt(r['ratio']):>6} {_fmt(r.get('broker_mb_s')):>9} {_fmt(r.get('peer_mb_s')):>9}"
+              f"{' ' + r['peer_name'] if r.get('peer_name') else ''}{mark}")
+    print("ratio: how many times better ours is than the peer measured in the same run "
+          "(ours/peer for rates, peer/ours for times, latencies and sizes); >1: ours is ahead")
+    for note in notes:
         print(f"  * {note}")
 
 
-def write_results(suite: str, rows: list[dict], meta: dict, json_path: Path | None = None) -> list[str]:
-    """Write JSON (and a PNG if matplotlib is importable); return lines to print."""
+def write_results(name: str, rows: list[dict], meta: dict, json_path: Path | None = None) -> list[str]:
+    """Write JSON (and a PNG of the ratios if matplotlib is importable); return lines to print."""
     RESULTS.mkdir(parents=True, exist_ok=True)
-    json_path = json_path or RESULTS / f"{suite}.json"
+    json_path = Path(json_path) if json_path else RESULTS / f"{name}.json"
     json_path.parent.mkdir(parents=True, exist_ok=True)
-    json_path.write_text(json.dumps({"suite": suite, **meta, "rows": rows}, indent=1))
+    json_path.write_text(json.dumps({"suite": name, **meta, "rows": rows}, indent=1))
     out = [f"wrote {json_path}"]
     try:
         import matplotlib
@@ -251,18 +311,72 @@ def write_results(suite: str, rows: list[dict], meta: dict, json_path: Path | No
     except ImportError:
         out.append("matplotlib is not importable: no PNG chart (the JSON has every number)")
         return out
+    compared = [r for r in rows if r["ratio"]]
+    if not compared:
+        return out
+    # Rows mix units (msg/s, ms, KB), so the chart shows the one comparable quantity: the ratio.
     png = json_path.with_suffix(".png")
-    cases = [r["case"] for r in rows]
-    fig, ax = plt.subplots(figsize=(max(6, 1.4 * len(cases)), 4))
-    xs = range(len(cases))
-    ax.bar([x - 0.2 for x in xs], [r["broker_msgs_s"] or 0 for r in rows], 0.4, label="gateway")
-    ax.bar([x + 0.2 for x in xs], [r["peer_msgs_s"] or 0 for r in rows], 0.4, label=meta.get("peer", "peer"))
-    ax.set_xticks(list(xs))
-    ax.set_xticklabels(cases, rotation=20, ha="right", fontsize=8)
-    ax.set_ylabel("msgs/s (median)")
-    ax.set_title(f"{suite}: gateway vs {meta.get('peer', 'peer')}")
-    ax.legend()
+    fig, ax = plt.subplots(figsize=(11, 0.32 * len(compared) + 1.5))
+    ys = range(len(compared))
+    # log scale centred on 1, clipped: ratios run from 1/1000 (latency) to 1000 (memory)
+    ratios = [min(max(r["ratio"], 0.01), 100) for r in compared]
+    ax.barh(list(ys), [abs(x - 1) for x in ratios], left=[min(x, 1) for x in ratios],
+            color=["tab:green" if x >= 1 else "tab:red" for x in ratios])
+    ax.set_xscale("log")
+    ax.set_xlim(0.01, 100)
+    ax.axvline(1.0, color="black", linewidth=0.8)
+    ax.set_yticks(list(ys))
+    ax.set_yticklabels([f"{r['suite']}: {r['case']} ({_fmt(r['broker'])} vs {_fmt(r['peer'])} {r['unit']})"
+                        for r in compared], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("ratio (log scale, clipped to 0.01-100); >1: gateway ahead of the peer")
+    ax.set_title(f"{name}: gateway vs peers, medians, one run")
     fig.tight_layout()
     fig.savefig(png, dpi=100)
+    plt.close(fig)
     out.append(f"wrote {png}")
     return out
+
+
+class SuiteResult:
+    """What a suite's ``run(args)`` returns, for its own ``main`` or for ``python -m bench all``."""
+
+    def __init__(self, name: str, rows: list[dict], notes: list[str], peers_seen: dict[str, str], meta: dict):
+        self.name, self.rows, self.notes, self.peers_seen, self.meta = name, rows, notes, peers_seen, meta
+
+
+def suite_main(name: str, doc: str, add_arguments, run, argv=None) -> int:
+    """The ``main`` of one suite: parse, run, print the table, write JSON and PNG."""
+    import argparse
+    parser = argparse.ArgumentParser(prog=f"python -m bench {name}", description=doc,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    parser.add_argument("--json", type=Path, default=None, help=f"default .cache/bench/results/{name}.json")
+    args = parser.parse_args(argv)
+    began = time.monotonic()
+    result = run(args)
+    report([result], name, args.json, time.monotonic() - began)
+    return 0
+
+
+def report(results: list[SuiteResult], name: str, json_path: Path | None, seconds: float) -> None:
+    rows = [r for res in results for r in res.rows]
+    peers_seen = {k: v for res in results for k, v in res.peers_seen.items()}
+    notes = [f"[{res.name}] {n}" if len(results) > 1 else n for res in results for n in res.notes]
+    print_table(rows, peers_seen, notes)
+    meta = {"peers": peers_seen, "notes": notes, "seconds": round(seconds, 1),
+            "suites": {res.name: res.meta for res in results}, "host": _host()}
+    for line in write_results(name, rows, meta, json_path):
+        print(line)
+    print(f"took {seconds:.0f} s")
+
+
+def _host() -> dict:
+    return {"cpus": os.cpu_count(), "python": sys.version.split()[0], "load_avg": os.getloadavg()}
+
+
+def measured(fn, pid: int) -> tuple[object, float]:
+    """Run ``fn()`` and return (its result, the CPU seconds process ``pid`` spent meanwhile)."""
+    before = cpu_seconds(pid)
+    result = fn()
+    return result, cpu_seconds(pid) - before

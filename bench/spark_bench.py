@@ -21,7 +21,6 @@ Results go to ``.cache/bench/results/spark.json``.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import tempfile
@@ -89,16 +88,14 @@ def spark_read(spark, fmt: str, options: dict) -> None:
     spark.read.format(fmt).options(**options).load().write.format("noop").mode("overwrite").save()
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench spark", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_arguments(parser) -> None:
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--archive", action="store_true", help="also time the archive pipeline (--once)")
-    parser.add_argument("--json", type=Path, default=None, help="default .cache/bench/results/spark.json")
-    args = parser.parse_args(argv)
 
+
+def run(args) -> peers.SuiteResult:
     from spark.archive import ArchiveSource, run_archive
     from spark.options import gatewaylog_options, kafka_options
     from spark.session import kafka_jars, spark_session
@@ -118,7 +115,7 @@ def main(argv=None) -> int:
         if kafka_jars():
             cases["kafka source batch read"] = lambda: spark_read(spark, "kafka", kafka_options(bootstrap, topics=[topic]))
         spark_read(spark, "gatewaylog", direct)  # warm-up: Python workers started, classes loaded
-        samples = {case: {"broker": [], "peer": [], "bytes": 0} for case in cases}
+        samples = peers.Samples("spark", "kafka-python")
         for rep in range(args.repeat):
             order = [*cases.items(), ("kafka-python read", None)]
             if rep % 2:
@@ -132,29 +129,28 @@ def main(argv=None) -> int:
                     run()
                 rate = args.messages / (time.monotonic() - t0)
                 if run is None:
-                    samples["gatewaylog batch read"]["peer"].append(rate)
+                    samples.add("gatewaylog batch read", "peer", rate, unit="rows/s")
                 else:
-                    samples[case]["broker"].append(rate)
+                    samples.add(case, "broker", rate, unit="rows/s")
                 print(f"  rep {rep + 1} {case:<26} {rate:>12,.0f} rows/s", flush=True)
         if args.archive:
             source = ArchiveSource(topics=[topic], data_dir=str(ours.data_dir))
             rows, seconds = run_archive(spark, source, str(scratch / "table"), str(scratch / "checkpoint"),
                                         once=True, report=lambda line: print(f"  {line}", flush=True))
-            samples["archive --once (gatewaylog -> parquet)"] = {"broker": [rows / seconds], "peer": [], "bytes": 0}
+            samples.add("archive --once (gatewaylog -> parquet)", "broker", rows / seconds, unit="rows/s")
             print(f"  archive --once: {rows:,} rows in {seconds:.1f} s", flush=True)
         spark.stop()
     finally:
         ours.close()
         shutil.rmtree(scratch, ignore_errors=True)
-    rows = peers.summarize(samples, "kafka-python")  # (its *_msgs_s fields are rows/s here)
-    print()
-    print(f"{'case':<40} {'rows/s':>12} {'kafka-python rows/s':>20} {'ratio':>7}")
-    for r in rows:
-        peer = f"{r['peer_msgs_s']:,}" if r["peer_msgs_s"] else "-"
-        ratio = f"{r['ratio_broker_peer']:.2f}" if r["ratio_broker_peer"] else "-"
-        print(f"{r['case']:<40} {r['broker_msgs_s']:>12,} {peer:>20} {ratio:>7}")
     meta = {"peer": "kafka-python", "unit": "rows/s", "messages": args.messages, "partitions": args.partitions,
             "repeat": args.repeat}
-    for line in peers.write_results("spark", rows, meta, args.json):
-        print(line)
-    return 0
+    notes = [f"{args.messages:,} records on {args.partitions} partitions; the peer is one kafka-python consumer "
+             "reading the same records from the same broker"]
+    return peers.SuiteResult("spark", samples.rows(), notes,
+                             {"kafka-python": "one kafka-python consumer on the same broker"}, meta)
+
+
+def main(argv=None) -> int:
+    return peers.suite_main("spark", __doc__, add_arguments, run, argv)
+

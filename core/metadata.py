@@ -124,7 +124,8 @@ class LocalMetadataStore(MetadataStore):
                 for t in topics.values()
             },
         }
-        write_atomic(self.path, json.dumps(doc, indent=1, sort_keys=True).encode())
+        # compact: with indent, json falls back to its pure-Python encoder (most of a queue declare at 1,000 topics)
+        write_atomic(self.path, json.dumps(doc, sort_keys=True, separators=(",", ":")).encode())
         self._topics = topics
 
     def _existing(self, name: str) -> TopicMetadata:

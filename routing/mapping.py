@@ -127,7 +127,7 @@ import struct
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from wire.records import Header, Record
+from wire.records import Header, Record, encode_headers
 
 __all__ = [
     "record_from_amqp", "amqp_from_record",
@@ -228,6 +228,33 @@ _set_key = Header.key.__set__  # type: ignore[attr-defined]
 _set_value = Header.value.__set__  # type: ignore[attr-defined]
 _NAMES = tuple(name for _, name, _ in _PROPERTIES)
 _KINDS = tuple(kind for _, _, kind in _PROPERTIES)
+
+
+# The record headers of a publish depend on its exchange and property section only (not on its
+# routing key or body), except in the Kafka-record form; publishers mostly repeat one section, so
+# the publish path keeps each (exchange, section)'s headers, already encoded, in a bounded cache.
+_FORMS: dict[tuple[str, bytes], tuple[tuple[Header, ...], bytes]] = {}
+_FORMS_MAX = 1024
+
+
+def stored_form(exchange: str, routing_key: str, properties_raw: bytes, body: bytes,
+                now_ms: int) -> tuple[bytes | None, bytes | None, tuple[Header, ...], int, bytes]:
+    """:func:`record_from_amqp` plus the headers' encoding (:func:`wire.records.encode_headers`)."""
+    if type(properties_raw) is not bytes:
+        properties_raw = bytes(properties_raw)
+    cache_key = (exchange, properties_raw)
+    form = _FORMS.get(cache_key)
+    if form is not None:
+        return (routing_key.encode() if routing_key else None), body, form[0], now_ms, form[1]
+    key, value, headers, timestamp = record_from_amqp(exchange, routing_key, properties_raw, body, now_ms)
+    encoded = encode_headers(headers)
+    flags = properties_raw[0] << 8 | properties_raw[1]
+    if (exchange or flags not in (0x2000, 0x2040)) and value is body and timestamp == now_ms \
+            and key == (routing_key.encode() if routing_key else None):
+        if len(_FORMS) >= _FORMS_MAX:
+            _FORMS.clear()
+        _FORMS[cache_key] = (headers, encoded)
+    return key, value, headers, timestamp, encoded
 
 
 def record_from_amqp(exchange: str, routing_key: str, properties_raw: bytes, body: bytes,
@@ -426,12 +453,27 @@ def _decimal_text(scale: int, value: int) -> bytes:
 
 # --- record -> AMQP ---------------------------------------------------------------------
 
+# Delivering: records read from one log mostly share one headers tuple (wire.records hands out the
+# same tuple for the same header bytes), and in the AMQP form the exchange and property section
+# depend on the headers alone: keep them per tuple, by identity (the entry holds the tuple, so its
+# id cannot be reused while it is cached). Bounded.
+_DELIVERY_FORMS: dict[int, tuple[tuple[Header, ...], str, bytes]] = {}
+
+
 def amqp_from_record(record: Record) -> tuple[str, str, bytes]:
     """(exchange, routing_key, properties_raw) to deliver this record with; never raises."""
     headers = record.headers
+    form = _DELIVERY_FORMS.get(id(headers))
+    if form is not None and form[0] is headers:
+        return form[1], _routing_key(record.key), form[2]
     for h in headers:
         if h.key[:5] == "amqp.":
-            return _amqp_form(headers, record.key)
+            exchange, routing_key, raw = _amqp_form(headers, record.key)
+            if type(headers) is tuple:
+                if len(_DELIVERY_FORMS) >= _FORMS_MAX:
+                    _DELIVERY_FORMS.clear()
+                _DELIVERY_FORMS[id(headers)] = (headers, exchange, raw)
+            return exchange, routing_key, raw
     routing_key, raw = _kafka_properties(record.key, record.value is None, headers, record.timestamp)
     return "", routing_key, raw
 
@@ -516,13 +558,7 @@ def _amqp_form(headers: Sequence[Header], key: bytes | None) -> tuple[str, str, 
                 table += (len1[n], nb, b"V")
             else:
                 table += (len1[n], nb, b"S", u32(len(v)), v)
-    if key is None:
-        routing_key = ""
-    else:
-        try:
-            routing_key = key.decode() if len(key) < 256 else _routing_key_lossy(key)
-        except UnicodeDecodeError:
-            routing_key = _routing_key_lossy(key)
+    routing_key = _routing_key(key)
     if verbatim is not None:
         return exchange or "", routing_key, verbatim
     if table or flags & _HEADERS_BIT:
@@ -530,6 +566,15 @@ def _amqp_form(headers: Sequence[Header], key: bytes | None) -> tuple[str, str, 
         slots[_HEADERS_INDEX] = u32(len(body)) + body
         flags |= _HEADERS_BIT
     return exchange or "", routing_key, _U16.pack(flags) + b"".join(filter(None, slots))
+
+
+def _routing_key(key: bytes | None) -> str:
+    if key is None:
+        return ""
+    try:
+        return key.decode() if len(key) < 256 else _routing_key_lossy(key)
+    except UnicodeDecodeError:
+        return _routing_key_lossy(key)
 
 
 def _property_wire(kind: int, v: bytes) -> bytes | None:
@@ -889,9 +934,26 @@ def priority(source: Source) -> int | None:
     return _property(source, _PRIORITY_INDEX)
 
 
+_EXPIRATIONS: dict[int, tuple[tuple[Header, ...], int | None]] = {}
+
+
 def expiration(source: Source) -> int | None:
     """The per-message TTL in milliseconds (the expiration property), or None if absent or not a
     non-negative decimal integer (RabbitMQ refuses such publishes; this accessor does not judge)."""
+    if type(source) is Record and type(source.headers) is tuple:  # asked once per delivery: by headers
+        headers = source.headers
+        known = _EXPIRATIONS.get(id(headers))
+        if known is not None and known[0] is headers:
+            return known[1]
+        value = _expiration(source)
+        if len(_EXPIRATIONS) >= _FORMS_MAX:
+            _EXPIRATIONS.clear()
+        _EXPIRATIONS[id(headers)] = (headers, value)
+        return value
+    return _expiration(source)
+
+
+def _expiration(source: Source) -> int | None:
     v = _property(source, _EXPIRATION_INDEX)
     if not v or not v.isdigit():
         return None

@@ -237,6 +237,11 @@ class Queue:
         return None
 
     # --- delivering --------------------------------------------------------------------
+    def may_deliver(self) -> bool:
+        """False only when :meth:`dispatch` would certainly find nothing new to deliver."""
+        return (self.is_stream or self.plog.next_offset != self.cursor.end_offset
+                or self.plog.log_start_offset > self.cursor.ack_floor or self.cursor.has_ready or bool(self._staged))
+
     def dispatch(self) -> int:
         """Hand ready messages to consumers with credit; returns how many were delivered."""
         if self.deleted:

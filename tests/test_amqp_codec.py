@@ -541,3 +541,55 @@ def test_simple_property_fast_path_equals_pamqp(**values):
     if flags:
         reference.unmarshal(flags, raw[2:])
     assert _decode_properties(raw) == reference
+
+
+# ------------------------------------------------- the whole-publish shortcut vs frame by frame
+
+def _outcome(data, chunks=None, frame_max=4096):
+    """Events, or the error's code/text/ids, of feeding ``data`` whole or in ``chunks``."""
+    try:
+        events = feed_all(data, frame_max=frame_max, chunks=chunks)
+    except AmqpFrameError as error:
+        return ("error", error.reply_code, error.reply_text, error.channel, error.class_id, error.method_id)
+    return [(type(e), e.channel, dict(e.publish), e.properties, e.properties_raw, e.body) if isinstance(e, Message) else e
+            for e in events]
+
+
+@FUZZ
+@given(props=st.binary(max_size=40), body=st.binary(max_size=60), declared=st.integers(0, 70),
+       header_channel=st.sampled_from([1, 1, 1, 2]), body_type=st.sampled_from([3, 3, 3, 1, 2]),
+       class_id=st.sampled_from([60, 60, 60, 50]), weight=st.sampled_from([0, 0, 0, 1]),
+       frame_max=st.sampled_from([4096, 4096, 40]))
+def test_whole_publish_shortcut_matches_frame_by_frame(props, body, declared, header_channel, body_type, class_id,
+                                                        weight, frame_max):
+    """Three frames in one buffer take a shortcut; byte by byte they go frame by frame: same result."""
+    data = (encode_method(1, PUBLISH) + raw_frame(2, header_channel, header_payload(declared, props, class_id, weight))
+            + raw_frame(body_type, 1, body) + encode_method(1, Basic.Ack(delivery_tag=1)))
+    assert _outcome(data, frame_max=frame_max) == _outcome(data, chunks=[1], frame_max=frame_max)
+
+
+@FAST
+@given(content_type=st.none() | st.text(min_size=1, max_size=10), delivery_mode=st.none() | st.integers(1, 2),
+       user_id=st.none() | st.text(min_size=1, max_size=10), body=st.binary(max_size=100))  # pamqp drops ""
+def test_whole_publish_shortcut_decodes_what_pamqp_encodes(content_type, delivery_mode, user_id, body):
+    props = Basic.Properties(content_type=content_type, delivery_mode=delivery_mode, user_id=user_id)
+    data = encode_message(1, PUBLISH, props, body) if body else encode_method(1, PUBLISH) + raw_frame(
+        2, 1, header_payload(0, encode_properties(props)))
+    [event] = feed_all(data)
+    assert (dict(event.publish), event.properties, event.body) == (dict(PUBLISH), props, body)
+    assert event.properties_raw == encode_properties(props)
+
+
+@FAST
+@given(tag=st.text(max_size=30), delivery_tag=st.integers(1, 2**64 - 1), redelivered=st.booleans(),
+       exchange=st.text(max_size=20), routing_key=st.text(max_size=40), body=st.binary(max_size=9000),
+       frame_max=st.sampled_from([4096, 131072]))
+def test_encode_delivery_is_encode_message_of_a_deliver(tag, delivery_tag, redelivered, exchange, routing_key, body,
+                                                       frame_max):
+    from wire.amqp import encode_delivery
+    raw = encode_properties(PROPS)
+    deliver = Basic.Deliver.__new__(Basic.Deliver)  # without validate(), as deliveries are sent
+    deliver.consumer_tag, deliver.delivery_tag, deliver.redelivered = tag, delivery_tag, redelivered
+    deliver.exchange, deliver.routing_key = exchange, routing_key
+    assert encode_delivery(3, tag, delivery_tag, redelivered, exchange, routing_key, raw, body, frame_max) == \
+        encode_message(3, deliver, raw, body, frame_max)

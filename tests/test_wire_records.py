@@ -4,13 +4,15 @@ import struct
 
 import crc32c
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from wire.compression import CODEC_NAMES, GZIP, LZ4, NONE, SNAPPY, ZSTD
 from wire.errors import CorruptBatchError
 from wire.records import (
     BATCH_HEADER_SIZE, LOG_OVERHEAD, MAGIC, BatchHeader, Header, Record, RecordBatch,
-    control_record, decode_batch, encode_batch, iter_batches, parse_control_record,
-    read_batch_header, set_offsets_in_place, simple_batch, validate_batch,
+    batch_of_tails, control_record, decode_batch, encode_batch, iter_batches, parse_control_record,
+    read_batch_header, record_tail, set_offsets_in_place, simple_batch, validate_batch,
 )
 from wire import records as records_module
 from wire.varint import decode_uvarint, decode_varint, encode_uvarint, encode_varint
@@ -371,3 +373,15 @@ def test_types():
     with pytest.raises(AttributeError):
         batch.records = ()  # frozen
     assert type(batch.records[0].key) is bytes and type(batch.records[0].value) is bytes
+
+
+@given(st.lists(st.tuples(st.integers(0, 2**41), st.none() | st.binary(max_size=20), st.none() | st.binary(max_size=300),
+                          st.lists(st.tuples(st.text(max_size=8), st.none() | st.binary(max_size=8)), max_size=3)),
+                min_size=1, max_size=20))
+def test_batch_of_tails_is_encode_batch(items):
+    """The AMQP publish path encodes each record's tail once and assembles batches from tails."""
+    records = [Record(i, ts, key, value, tuple(Header(k, v) for k, v in headers))
+               for i, (ts, key, value, headers) in enumerate(items)]
+    expected = encode_batch(records)
+    tails = [record_tail(r.key, r.value, r.headers) for r in records]
+    assert batch_of_tails([r.timestamp for r in records], tails) == expected

@@ -256,6 +256,8 @@ def decode_batch(buf: Buffer, pos: int = 0, *, verify_crc: bool = True) -> Recor
 
 def _parse_records(data: bytes, header: BatchHeader, log_append_time: int | None) -> tuple[Record, ...]:
     """Parse exactly ``header.records_count`` records filling ``data`` (decompressed) exactly."""
+    if type(data) is not bytes:  # slices of it key a cache
+        data = bytes(data)
     varint = decode_varint
     count, n = header.records_count, len(data)
     base_offset, base_ts, last_delta = header.base_offset, header.base_timestamp, header.last_offset_delta
@@ -264,36 +266,64 @@ def _parse_records(data: bytes, header: BatchHeader, log_append_time: int | None
     for i in range(count):
         if p >= n:
             raise CorruptBatchError(f"recordsCount is {count} but the records section holds only {i}")
-        length, p = varint(data, p)
+        if p < n and (b := data[p]) < 0x80:  # one byte: most lengths and deltas, decoded inline
+            length, p = (b >> 1) ^ -(b & 1), p + 1
+        elif p + 1 < n and data[p + 1] < 0x80:  # two bytes: a record of 64 B to 8 KiB
+            u = (b & 0x7F) | (data[p + 1] << 7)
+            length, p = (u >> 1) ^ -(u & 1), p + 2
+        else:
+            length, p = varint(data, p)
         if length < _MIN_RECORD_BODY or length > n - p:
             raise CorruptBatchError(f"record {i} has length {length}, {n - p} bytes remain")
         end = p + length
         attributes = data[p]
-        ts_delta, p = varint(data, p + 1)
-        offset_delta, p = varint(data, p)
+        p += 1
+        if p < n and (b := data[p]) < 0x80:
+            ts_delta, p = (b >> 1) ^ -(b & 1), p + 1
+        else:
+            ts_delta, p = varint(data, p)
+        if p < n and (b := data[p]) < 0x80:
+            offset_delta, p = (b >> 1) ^ -(b & 1), p + 1
+        else:
+            offset_delta, p = varint(data, p)
         if not 0 <= offset_delta <= last_delta:
             raise CorruptBatchError(f"record {i} has offsetDelta {offset_delta} outside 0..{last_delta}")
-        size, p = varint(data, p)
+        if p < n and (b := data[p]) < 0x80:
+            size, p = (b >> 1) ^ -(b & 1), p + 1
+        else:
+            size, p = varint(data, p)
         if size == -1:
             key = None
         elif 0 <= size <= end - p:
             key, p = data[p:p + size], p + size
         else:
             raise CorruptBatchError(f"record {i} has key length {size}, {end - p} bytes remain in it")
-        size, p = varint(data, p)
+        if p < n and (b := data[p]) < 0x80:
+            size, p = (b >> 1) ^ -(b & 1), p + 1
+        else:
+            size, p = varint(data, p)
         if size == -1:
             value = None
         elif 0 <= size <= end - p:
             value, p = data[p:p + size], p + size
         else:
             raise CorruptBatchError(f"record {i} has value length {size}, {end - p} bytes remain in it")
-        hcount, p = varint(data, p)
-        if hcount == 0:
-            headers = ()
-        elif 0 < hcount <= (end - p) // 2:  # a header takes at least 2 bytes
-            headers, p = _parse_headers(data, p, end, hcount, i)
+        section = data[p:end]  # the headers, count included, if the record is well formed
+        headers = _HEADER_SECTIONS.get(section)
+        if headers is not None:
+            p = end
         else:
-            raise CorruptBatchError(f"record {i} has headersCount {hcount}, {end - p} bytes remain in it")
+            hcount, p = varint(data, p)
+            if hcount == 0:
+                headers = ()
+            elif 0 < hcount <= (end - p) // 2:  # a header takes at least 2 bytes
+                headers, p = _parse_headers(data, p, end, hcount, i)
+                if p == end:
+                    if len(_HEADER_SECTIONS) >= _HEADER_SECTIONS_MAX:
+                        _HEADER_SECTIONS.clear()
+                    _HEADER_SECTIONS[section] = headers
+            else:
+                raise CorruptBatchError(f"record {i} has headersCount {hcount}, {end - p} bytes remain in it")
         if p != end:
             raise CorruptBatchError(f"record {i} has length {length} but its fields take {p - end + length}")
         timestamp = base_ts + ts_delta if log_append_time is None else log_append_time
@@ -301,6 +331,13 @@ def _parse_records(data: bytes, header: BatchHeader, log_append_time: int | None
     if p != n:
         raise CorruptBatchError(f"{n - p} trailing bytes after the {count} records")
     return tuple(out)
+
+
+# Records of one producer (an AMQP publisher above all) repeat the same headers: a section seen
+# before is parsed once, and its records then share one headers tuple (which lets
+# routing.mapping cache what it derives from it). Bounded; the tuples are immutable.
+_HEADER_SECTIONS: dict[bytes, tuple[Header, ...]] = {}
+_HEADER_SECTIONS_MAX = 1024
 
 
 def _parse_headers(data: bytes, p: int, end: int, count: int, index: int) -> tuple[tuple[Header, ...], int]:
@@ -330,7 +367,18 @@ def _parse_headers(data: bytes, p: int, end: int, count: int, index: int) -> tup
 def _record_bytes(offset_delta: int, ts_delta: int, key, value, headers, attributes: int = 0) -> bytes:
     """One record, its length prefix included."""
     ev = encode_varint
-    parts = [bytes((attributes,)), ev(ts_delta), ev(offset_delta)]
+    body = b"".join((bytes((attributes,)), ev(ts_delta), ev(offset_delta), record_tail(key, value, headers)))
+    return ev(len(body)) + body
+
+
+def record_tail(key: bytes | None, value: bytes | None, headers=(), encoded_headers: bytes | None = None) -> bytes:
+    """The end of a record's encoding that does not depend on its place in a batch: key, value, headers.
+
+    Encoded once, it can go into many batches (:func:`batch_of_tails`): an AMQP message routed
+    to ten queues is encoded once, not ten times. ``encoded_headers`` is
+    :func:`encode_headers` of ``headers``, when the caller has it already."""
+    ev = encode_varint
+    parts = []
     add = parts.append
     if key is None:
         add(_NULL)
@@ -342,7 +390,15 @@ def _record_bytes(offset_delta: int, ts_delta: int, key, value, headers, attribu
     else:
         add(ev(len(value)))
         add(value)
-    add(ev(len(headers)))
+    add(encode_headers(headers) if encoded_headers is None else encoded_headers)
+    return b"".join(parts)
+
+
+def encode_headers(headers) -> bytes:
+    """A record's header count and headers, as they end its encoding."""
+    ev = encode_varint
+    parts = [ev(len(headers))]
+    add = parts.append
     for header in headers:
         hkey, hvalue = (header.key, header.value) if isinstance(header, Header) else header
         raw = hkey.encode("utf-8")
@@ -353,8 +409,28 @@ def _record_bytes(offset_delta: int, ts_delta: int, key, value, headers, attribu
         else:
             add(ev(len(hvalue)))
             add(hvalue)
-    body = b"".join(parts)
-    return ev(len(body)) + body
+    return b"".join(parts)
+
+
+def batch_of_tails(timestamps: Sequence[int], tails: Sequence[bytes]) -> bytes:
+    """A batch at offsets 0..n-1 (CreateTime, no producer id) of records given by their
+    timestamps and :func:`record_tail` encodings; the same bytes :func:`encode_batch` makes."""
+    if not tails or len(timestamps) != len(tails):
+        raise ValueError(f"{len(timestamps)} timestamps for {len(tails)} records")
+    ev = encode_varint
+    base_ts = timestamps[0]
+    parts = []
+    add = parts.append
+    for i, tail in enumerate(tails):
+        head = b"\x00" + ev(timestamps[i] - base_ts) + ev(i)
+        add(ev(len(head) + len(tail)))
+        add(head)
+        add(tail)
+    return _assemble(
+        b"".join(parts), len(tails), base_offset=0, attributes=0, last_offset_delta=len(tails) - 1,
+        base_timestamp=base_ts, max_timestamp=max(timestamps), producer_id=-1, producer_epoch=-1,
+        base_sequence=-1, partition_leader_epoch=-1,
+    )
 
 
 def _assemble(records: bytes, count: int, *, base_offset: int, attributes: int, last_offset_delta: int,

@@ -21,11 +21,13 @@ from routing.errors import (
     ACCESS_REFUSED, NOT_ALLOWED, NOT_FOUND, NOT_IMPLEMENTED, PRECONDITION_FAILED, ChannelError, ConnectionError,
 )
 from routing.queue import Queue
+from wire.amqp import encode_delivery
 
 if TYPE_CHECKING:
     from gateway.amqp.connection import AmqpConnection
 
 NO_ROUTE = 312
+_USER_ID, _HEADERS = spec.Basic.Properties.flags["user_id"], spec.Basic.Properties.flags["headers"]
 
 
 class Consumer:
@@ -184,13 +186,15 @@ class Channel:
 
     def _publish(self, message) -> None:
         p = message.publish
-        properties = message.properties
-        user_id = properties.user_id
-        if user_id is not None and user_id != self.connection.username:
-            raise ChannelError(PRECONDITION_FAILED, f"user_id property set to '{user_id}' but authenticated user "
-                                                    f"was '{self.connection.username}'")
+        flags = message.flags  # which properties are present: most publishes need none decoded
+        if flags & _USER_ID:
+            user_id = message.properties.user_id
+            if user_id is not None and user_id != self.connection.username:
+                raise ChannelError(PRECONDITION_FAILED, f"user_id property set to '{user_id}' but authenticated "
+                                                        f"user was '{self.connection.username}'")
+        headers = message.properties.headers if flags & _HEADERS else None
         publish, routed = self.router.publish(self.vhost, p.exchange, p.routing_key, message.properties_raw,
-                                              message.body, properties.headers, self.confirm)
+                                              message.body, headers, self.confirm)
         if not routed and p.mandatory:
             self.connection.send_message(self.number, spec.Basic.Return(NO_ROUTE, "NO_ROUTE", p.exchange,
                                                                         p.routing_key),
@@ -284,9 +288,9 @@ class Channel:
         exchange, routing_key, properties_raw = mapping.amqp_from_record(record)
         if queue.is_stream:  # as RabbitMQ: stream deliveries say where they are in the stream
             properties_raw = mapping.with_entry(properties_raw, "x-stream-offset", "l", offset)
-        self.connection.send_message(self.number, spec.Basic.Deliver(consumer.tag, tag, redelivered, exchange,
-                                                                     routing_key),
-                                     properties_raw, record.value or b"")
+        connection = self.connection
+        connection.send(encode_delivery(self.number, consumer.tag, tag, redelivered, exchange, routing_key,
+                                        properties_raw, record.value or b"", connection.frame_max))
 
     def basic_get(self, m: spec.Basic.Get) -> None:
         queue = self.vhost.queue(self._queue_name(m.queue), self.connection)

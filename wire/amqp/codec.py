@@ -56,7 +56,7 @@ integer field-table values lose their wire width (``b``/``s``/``I``/``l`` all be
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Union
 
 from pamqp import commands
@@ -134,14 +134,45 @@ class MethodFrame:
     method: Any
 
 
-@dataclass(frozen=True, slots=True)
 class Message:
-    """A publish, assembled from its method, content header and body frames."""
-    channel: int
-    publish: Basic.Publish
-    properties: Basic.Properties
-    body: bytes
-    properties_raw: bytes = field(default=b"", repr=False)  # flags + property list, as received
+    """A publish, assembled from its method, content header and body frames.
+
+    Treat it as immutable, like the other events. It is a plain slotted class rather than a
+    frozen dataclass because one is made per published message: a frozen dataclass's
+    ``__init__`` (one ``object.__setattr__`` per field) cost more than the rest of the framing.
+    ``properties`` (pamqp ``Basic.Properties``) is decoded on first use; the codec has already
+    checked that the section decodes, and the publish path reads only ``flags`` (the first
+    property flag word: which properties are present) and ``properties_raw``.
+    """
+
+    __slots__ = ("channel", "publish", "body", "properties_raw", "flags", "_properties")
+
+    def __init__(self, channel: int, publish: Basic.Publish, properties: Basic.Properties | None, body: bytes,
+                 properties_raw: bytes = b"") -> None:
+        self.channel = channel
+        self.publish = publish
+        self.body = body
+        self.properties_raw = properties_raw  # flags + property list, as received
+        self.flags = (properties_raw[0] << 8 | properties_raw[1]) if len(properties_raw) >= 2 else 0
+        self._properties = properties
+
+    @property
+    def properties(self) -> Basic.Properties:
+        if self._properties is None:
+            self._properties = _decode_properties(self.properties_raw) if self.properties_raw else Basic.Properties()
+        return self._properties
+
+    def __eq__(self, other) -> bool:
+        if type(other) is not Message:
+            return NotImplemented
+        return (self.channel, self.publish, self.body, self.properties_raw, self.properties) == \
+            (other.channel, other.publish, other.body, other.properties_raw, other.properties)
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return (f"Message(channel={self.channel!r}, publish={self.publish!r}, properties={self.properties!r}, "
+                f"body={self.body!r})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,6 +306,11 @@ class ServerCodec:
             if buf[end] != _FRAME_END:
                 raise _frame_error(f"{{invalid_frame_end_marker,{buf[end]}}}", ftype, channel,
                                    bytes(buf[pos + 7:end]))
+            if ftype == _METHOD and channel and size >= 4 and _INDEX.unpack_from(buf, pos + 7)[0] == _PUBLISH_INDEX \
+                    and channel not in self._assemblies:
+                message = self._whole_publish(buf, pos, channel, end)
+                if message is not None:
+                    return message
             self._pos = end + 1
             with memoryview(buf) as view:
                 payload = view[pos + 7:end].tobytes()
@@ -292,6 +328,58 @@ class ServerCodec:
                 raise _frame_error("unknown_frame", ftype, channel, payload)
             if event is not None:
                 return event
+
+    def _whole_publish(self, buf: bytearray, pos: int, channel: int, end: int) -> Message | None:
+        """The publish hot path: method, content header and one body frame all buffered and valid.
+
+        Returns the Message (and moves past the three frames), or None to let the frame-by-frame
+        path handle them, which then also reports any error exactly as the table above says: the
+        shortcut is taken only when every frame is in and each check of that path would pass.
+        """
+        have = len(buf)
+        frame_max = self.frame_max
+        hpos = end + 1
+        if have < hpos + 21:  # header frame head (7) + class, weight, size (12) + flags (2)
+            return None
+        htype, hchannel, hsize = _FRAME_HEAD.unpack_from(buf, hpos)
+        hend = hpos + 7 + hsize
+        if htype != _HEADER or hchannel != channel or hsize < 14 or (hsize > frame_max > 0) or have <= hend \
+                or buf[hend] != _FRAME_END:
+            return None
+        class_id, weight, body_size = _CONTENT_HEAD.unpack_from(buf, hpos + 7)
+        if class_id != _BASIC or weight or body_size > self.max_body_size:
+            return None
+        raw = bytes(buf[hpos + 19:hend])
+        known = _SECTIONS.get(raw)
+        if known is None:
+            if not _section_ok(raw):
+                return None
+            _remember(_SECTIONS, raw, raw)
+        else:
+            raw = known  # one bytes object per distinct section: its hash is computed once
+        if body_size:
+            bpos = hend + 1
+            if have < bpos + 7:
+                return None
+            btype, bchannel, bsize = _FRAME_HEAD.unpack_from(buf, bpos)
+            bend = bpos + 7 + bsize
+            if btype != _BODY or bchannel != channel or bsize != body_size or (bsize > frame_max > 0) \
+                    or have <= bend or buf[bend] != _FRAME_END:
+                return None
+            body = bytes(buf[bpos + 7:bend])
+            hend = bend
+        else:
+            body = b""
+        fields = bytes(buf[pos + 11:end])
+        publish = _PUBLISHES.get(fields)
+        if publish is None:
+            try:
+                publish = _decode_publish(fields)
+            except (ValueError, IndexError):
+                return None
+            _remember(_PUBLISHES, fields, publish)
+        self._pos = hend + 1
+        return Message(channel, publish, None, body, raw)
 
     def _compact(self) -> _NeedData:
         if self._pos:
@@ -420,6 +508,67 @@ _PROPERTY_BITS = tuple((Basic.Properties.flags[name], name, getattr(Basic.Proper
                        for name in Basic.Properties.__slots__)
 _SLOW_FLAGS = Basic.Properties.flags["headers"] | Basic.Properties.flags["timestamp"]
 _PROPERTIES_CLASS = Basic.Properties
+
+
+_SHORTSTR_SET = frozenset(bit for bit, name, kind in _PROPERTY_BITS if kind == "shortstr")
+
+
+# Publishers repeat themselves: the same exchange and routing key, the same property section.
+# The whole-publish path keeps what it decoded or checked in these bounded caches, shared by all
+# connections (the Basic.Publish objects are read, never changed, by their users).
+_SECTIONS: dict[bytes, bytes] = {}  # property sections known to decode
+_PUBLISHES: dict[bytes, Basic.Publish] = {}  # Basic.Publish fields -> the decoded method
+_CACHE_MAX = 1024
+
+
+def _remember(cache: dict, key, value) -> None:
+    if len(cache) >= _CACHE_MAX:
+        cache.clear()
+    cache[key] = value
+
+
+def _section_ok(raw: bytes) -> bool:
+    """Whether a one-flag-word property section decodes (as :func:`_decode_properties` would)."""
+    if raw[1] & 1:  # more flag words follow: rare, left to the frame-by-frame path
+        return False
+    if (raw[0] << 8 | raw[1]) & _SLOW_FLAGS:
+        try:
+            _decode_properties(raw)
+        except Exception:  # what the frame-by-frame path turns into a 501
+            return False
+        return True
+    return _simple_properties_ok(raw)
+
+
+def _simple_properties_ok(raw: bytes) -> bool:
+    """Whether one flag word's property section (no headers, no timestamp) decodes.
+
+    The check :func:`_decode_simple_properties` makes, without building the properties: each
+    short string inside the section and valid UTF-8, each octet present."""
+    flags = (raw[0] << 8 | raw[1]) & 0xFFFE
+    if flags & _SLOW_FLAGS:
+        return False
+    pos, end = 2, len(raw)
+    bit = 0x8000
+    while flags:
+        if flags & bit:
+            flags ^= bit
+            if bit in _SHORTSTR_SET:
+                stop = pos + 1 + raw[pos] if pos < end else end + 1
+                if stop > end:
+                    return False
+                if not raw[pos + 1:stop].isascii():
+                    try:
+                        raw[pos + 1:stop].decode("utf-8")
+                    except UnicodeDecodeError:
+                        return False
+                pos = stop
+            else:  # octet
+                if pos >= end:
+                    return False
+                pos += 1
+        bit >>= 1
+    return True
 
 
 def _decode_simple_properties(flags: int, raw: bytes, pos: int) -> Basic.Properties:

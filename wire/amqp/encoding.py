@@ -18,7 +18,7 @@ from pamqp.commands import Basic
 
 from .codec import FRAME_MAX_DEFAULT
 
-__all__ = ["encode_method", "encode_message", "encode_properties", "encode_heartbeat"]
+__all__ = ["encode_method", "encode_message", "encode_delivery", "encode_properties", "encode_heartbeat"]
 
 _METHOD, _HEADER, _BODY = 1, 2, 3
 _BASIC = 60
@@ -145,8 +145,33 @@ def encode_message(channel: int, method, properties: Basic.Properties | bytes | 
     flags-and-list bytes (e.g. :attr:`Message.properties_raw`, or a cached encoding).
     A zero-length body is sent as no body frame at all, as RabbitMQ does.
     """
-    payload = _method_payload(method)
-    props = encode_properties(properties)
+    return _with_content(channel, _method_payload(method), encode_properties(properties), body, frame_max)
+
+
+def encode_delivery(channel: int, consumer_tag: str, delivery_tag: int, redelivered: bool, exchange: str,
+                    routing_key: str, properties_raw: bytes, body: bytes, frame_max: int = FRAME_MAX_DEFAULT) -> bytes:
+    """``encode_message(channel, Basic.Deliver(...), properties_raw, body, frame_max)``, byte for byte,
+    without making the pamqp method object (whose constructor validates every field): once per delivery."""
+    payload = b"".join((_DELIVER_PREFIX, _short(consumer_tag), _QB.pack(delivery_tag, 1 if redelivered else 0),
+                        _short(exchange), _short(routing_key)))
+    return _with_content(channel, payload, properties_raw, body, frame_max)
+
+
+_SHORTS: dict[str, bytes] = {}
+
+
+def _short(value: str) -> bytes:
+    """:func:`_shortstr` through a bounded cache: consumer tags, exchanges and routing keys repeat."""
+    data = _SHORTS.get(value)
+    if data is None:
+        data = _shortstr(value)
+        if len(_SHORTS) >= 1024:
+            _SHORTS.clear()
+        _SHORTS[value] = data
+    return data
+
+
+def _with_content(channel: int, payload: bytes, props: bytes, body: bytes, frame_max: int) -> bytes:
     size = len(body)
     head = _FRAME_HEAD.pack
     parts = [head(_METHOD, channel, len(payload)), payload, _FRAME_END_BYTE,

@@ -1,0 +1,103 @@
+"""AMQP runs through the client libraries our users run: ``python -m bench.client_load SPEC-JSON``.
+
+Unlike ``bench.amqp_load`` (raw pre-encoded frames, so that the broker is what is measured),
+these rows measure what a pika or aio-pika application gets; on this machine the client's own
+Python usually sets the pace, so their ratios say less about the broker than the raw rows do.
+
+SPEC: ``{"address": "host:port", "queue": str, "messages": int, "size": int, "client": "pika"|"aio-pika",
+"mode": "publish"|"consume"}``
+
+* pika ``publish``: BlockingConnection, transient basic_publish of every message, the clock stops
+  when a passive declare counts them all; ``consume``: prefetch 1,000, a multiple ack every 500.
+* aio-pika ``publish``: a channel with publisher confirms, persistent messages awaited in windows
+  of 1,000 (asyncio.gather); ``consume``: queue.iterator(), prefetch 1,000, multiple ack every 500.
+
+``consume`` reads (and then deletes) the queue its ``publish`` run filled. Prints one JSON line.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+
+PREFETCH, ACK_EVERY, WINDOW = 1000, 500, 1000
+
+
+def _url(address: str) -> str:
+    return f"amqp://guest:guest@{address}/%2F"
+
+
+def pika_run(spec: dict) -> float:
+    import pika
+    conn = pika.BlockingConnection(pika.URLParameters(_url(spec["address"])))
+    ch = conn.channel()
+    q, n = spec["queue"], spec["messages"]
+    ch.queue_declare(q, durable=True)
+    if spec["mode"] == "publish":
+        body, props = b"x" * spec["size"], pika.BasicProperties(delivery_mode=1)
+        start = time.perf_counter()
+        for _ in range(n):
+            ch.basic_publish("", q, body, props)
+        while ch.queue_declare(q, passive=True).method.message_count < n:
+            time.sleep(0.002)
+        elapsed = time.perf_counter() - start
+    else:
+        ch.basic_qos(prefetch_count=PREFETCH)
+        state = {"got": 0}
+
+        def on_message(channel, method, properties, body):
+            state["got"] += 1
+            if state["got"] % ACK_EVERY == 0 or state["got"] == n:
+                channel.basic_ack(method.delivery_tag, multiple=True)
+            if state["got"] >= n:
+                channel.stop_consuming()
+        start = time.perf_counter()
+        ch.basic_consume(q, on_message)
+        ch.start_consuming()
+        elapsed = time.perf_counter() - start
+        ch.queue_delete(q)
+    conn.close()
+    return elapsed
+
+
+async def aio_pika_run(spec: dict) -> float:
+    import aio_pika
+    conn = await aio_pika.connect(_url(spec["address"]))
+    ch = await conn.channel(publisher_confirms=True)
+    q, n = spec["queue"], spec["messages"]
+    queue = await ch.declare_queue(q, durable=True)
+    if spec["mode"] == "publish":
+        body, exchange = b"x" * spec["size"], ch.default_exchange
+        start = time.perf_counter()
+        for i in range(0, n, WINDOW):
+            await asyncio.gather(*(exchange.publish(aio_pika.Message(body, delivery_mode=aio_pika.DeliveryMode.PERSISTENT),
+                                                    routing_key=q) for _ in range(min(WINDOW, n - i))))
+        elapsed = time.perf_counter() - start
+    else:
+        await ch.set_qos(prefetch_count=PREFETCH)
+        got = 0
+        start = time.perf_counter()
+        async with queue.iterator() as messages:
+            async for message in messages:
+                got += 1
+                if got % ACK_EVERY == 0 or got == n:
+                    await message.ack(multiple=True)
+                if got >= n:
+                    break
+        elapsed = time.perf_counter() - start
+        await queue.delete(if_unused=False, if_empty=False)
+    await conn.close()
+    return elapsed
+
+
+def main(spec: dict) -> dict:
+    if spec["client"] == "pika":
+        elapsed = pika_run(spec)
+    else:
+        elapsed = asyncio.run(aio_pika_run(spec))
+    return {**spec, "seconds": elapsed, "msgs_s": spec["messages"] / elapsed}
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(json.loads(sys.argv[1]))), flush=True)

@@ -1,0 +1,189 @@
+"""Scale runs: does the cost per message stay flat, and what does an idle connection cost?
+
+* partitions: confluent-kafka produces ``--messages`` 100 B records (acks=1) to a topic of 1 and
+  of ``--partitions`` (1,000) partitions; the row is the broker's CPU microseconds per message
+  (from /proc, over the produce phase), our broker next to Tansu, and cost(N) / cost(1);
+* queues: the raw AMQP client declares 1 and ``--queues`` (10,000) exclusive queues, then
+  publishes ``--messages`` confirmed transient messages round robin over them: CPU us/msg and
+  cost(N) / cost(1), and the time the N declarations took, our broker next to RabbitMQ;
+* idle connections: ``--connections`` (1,000) AMQP connections (handshake and one channel each)
+  left idle: the broker's RSS growth / connections, next to RabbitMQ's beam.smp;
+* start-up on a large log (ours only: Tansu keeps nothing on disk): a 1-partition topic filled
+  with ``--startup-gb`` GB of 1 KB records (default 1 for CI and a quick manual run; 10 is the
+  issue's manual setting), then the time from process start to listening after a clean stop
+  and after a kill -9 (tail recovery).
+
+Targets (issue 8): cost per message within 1.5x from 1 to N; idle connection <= 50 KB.
+
+    python -m bench scale [--messages 100000] [--startup-gb 1] [--repeat 3] [--only partitions,queues,...]
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import signal
+import time
+
+from bench import peers
+
+PARTS = ("partitions", "queues", "connections", "startup")
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--messages", type=int, default=100_000)
+    parser.add_argument("--partitions", type=int, default=1000)
+    parser.add_argument("--queues", type=int, default=1000,
+                        help="10,000 is the issue's figure; declaring is quadratic in core/metadata.py (see README)")
+    parser.add_argument("--connections", type=int, default=1000)
+    parser.add_argument("--startup-gb", type=float, default=1.0, help="log size for the start-up rows (10: manual)")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--only", default=",".join(PARTS), help=f"comma-separated subset of {','.join(PARTS)}")
+
+
+_failures: list[str] = []
+
+
+def _scaling(samples, label, who, target, runs, per_run, unit_label):
+    """Run ``per_run(n)`` for n in ``runs`` (1, N) and add cost rows and the N/1 cost ratio."""
+    costs = {}
+    for n in runs:
+        try:
+            r = per_run(n)
+        except Exception as exc:  # one stuck run (a peer stalling on a loaded machine) must not lose the rest
+            print(f"  {target.name:<8} {label} {n:>6,} {unit_label}: failed: {str(exc)[-300:]}", flush=True)
+            _failures.append(f"{target.name} {label} {n:,} {unit_label}: {str(exc).strip().splitlines()[-1][:200]}")
+            return costs
+        costs[n] = r["cpu_us_per_msg"]
+        samples.add(f"{label}: CPU per message, {n:,} {unit_label}", who, costs[n], unit="us/msg", better="lower")
+        print(f"  {target.name:<8} {label} {n:>6,} {unit_label}: {costs[n]:8.1f} us/msg, "
+              f"{r.get('produce_msgs_s', r.get('msgs_s', 0)):>10,.0f} msg/s", flush=True)
+    low, high = runs
+    if low not in costs or high not in costs or costs[low] <= 0:  # under one clock tick of CPU: too few messages to tell
+        return costs
+    samples.add(f"{label}: cost {high:,} / cost {low:,} {unit_label} (target <= 1.5)", who, costs[high] / costs[low],
+                unit="x", better="lower")
+    return costs
+
+
+def run(args) -> peers.SuiteResult:
+    from bench import amqp_bench, kafka_bench
+    only = set(args.only.split(","))
+    samples = peers.Samples("scale", None)
+    seen, notes = {}, []
+    names = itertools.count()
+    if "partitions" in only:
+        ours = peers.OurBroker("scale-kafka")
+        peer = None
+        try:
+            peer, label, note = kafka_bench.start_peer()
+            if peer:
+                seen["tansu"] = label
+            elif note:
+                notes.append(note)
+            targets = [("broker", ours)] + ([("peer", peer)] if peer else [])
+            for rep, who, target in peers.alternate(targets, args.repeat):
+                _scaling(samples, "kafka produce 100B", who, target, (1, args.partitions), lambda n: peers.run_load(
+                    "bench.kafka_load", {"bootstrap": target.address("kafka"), "topic": f"scale-{next(names)}",
+                                         "messages": args.messages, "size": 100, "acks": "1", "partitions": n,
+                                         "pid": target.pid}), "partitions")
+        finally:
+            ours.close()
+            if peer is not None:
+                peer.close()
+    if "queues" in only or "connections" in only:
+        # Our broker: a fresh process per measurement. Closing a connection with thousands of
+        # exclusive queues keeps it busy deleting topics for a while (and its freed memory would
+        # hide the growth the connection rows measure); closing the process waits for that, so
+        # none of it overlaps the peer's turn.
+        peer = None
+        try:
+            peer, label, note = amqp_bench.start_peer()
+            if peer:
+                seen["rabbitmq"] = label
+            elif note:
+                notes.append(note)
+            targets = [("broker", None)] + ([("peer", peer)] if peer else [])
+            for rep, who, fixed in peers.alternate(targets, args.repeat):
+                if "queues" in only:
+                    declared = {}
+
+                    def spread(n):
+                        target = fixed or peers.OurBroker("scale-queues")
+                        try:
+                            r = peers.run_load("bench.amqp_load", {
+                                "address": target.address("amqp"), "queue": f"scale-{next(names)}", "mode": "spread",
+                                "messages": args.messages, "size": 100, "queues": n, "pid": target.pid}, timeout=3600)
+                        finally:
+                            if fixed is None:
+                                target.close(timeout=1800)
+                        declared[n] = r["declare_seconds"]
+                        return r
+                    _scaling(samples, "amqp publish+confirm 100B", who, fixed or peers.OurBroker, (1, args.queues),
+                             spread, "queues")
+                    if args.queues in declared:
+                        samples.add(f"amqp: declare {args.queues:,} queues (pipelined)", who, declared[args.queues],
+                                    unit="s", better="lower")
+                if "connections" in only:
+                    target = fixed or peers.OurBroker("scale-conn")
+                    try:
+                        r = peers.run_load("bench.amqp_load", {"address": target.address("amqp"), "queue": "-",
+                                                               "mode": "idle", "connections": args.connections,
+                                                               "pid": target.pid})
+                    finally:
+                        if fixed is None:
+                            target.close()
+                    samples.add(f"amqp: RSS per idle connection, {args.connections:,} (target <= 50 KB)", who,
+                                r["kb_per_connection"], unit="KB", better="lower")
+                    print(f"  {target.name:<8} {args.connections:,} idle connections: "
+                          f"{r['kb_per_connection']:.1f} KB each", flush=True)
+        finally:
+            if peer is not None:
+                peer.close()
+    if "startup" in only:
+        for label, seconds in startup_times(args.startup_gb, args.repeat):
+            samples.add(label, "broker", seconds, unit="s", better="lower")
+        notes.append(f"start-up rows: {args.startup_gb:g} GB log (--startup-gb; 10 is the manual setting), ours only")
+    notes += [f"failed run (left out of the medians): {failure}" for failure in _failures]
+    notes.append(f"{args.messages:,} messages per scale run; CPU from /proc of the broker process (beam.smp for "
+                 f"RabbitMQ); medians of {args.repeat}")
+    meta = {"messages": args.messages, "partitions": args.partitions, "queues": args.queues,
+            "connections": args.connections, "startup_gb": args.startup_gb, "repeat": args.repeat}
+    rows = samples.rows()
+    for row in rows:  # the peer differs by part
+        if row["peer"] is not None:
+            row["peer_name"] = "tansu" if row["case"].startswith("kafka") else "rabbitmq"
+    return peers.SuiteResult("scale", rows, notes, seen, meta)
+
+
+def startup_times(gb: float, repeat: int):
+    """Fill a log with ``gb`` GB, then time start-ups after a clean stop and after a kill -9."""
+    from tests.brokerproc import start_broker
+    data = peers.CACHE / "data" / f"startup-{os.getpid()}"
+    shutil.rmtree(data, ignore_errors=True)
+    data.mkdir(parents=True)
+    broker = start_broker(data, "--log-level", "warning")
+    try:
+        host, port = broker.address("kafka")
+        n = int(gb * 1e9 / 1024)
+        print(f"  filling a {gb:g} GB log ({n:,} records of 1 KB) ...", flush=True)
+        peers.run_load("bench.kafka_load", {"bootstrap": f"{host}:{port}", "topic": "startup-keep", "messages": n,
+                                            "size": 1024, "acks": "1", "keep": True}, timeout=3600)
+    finally:
+        broker.stop()
+    out = []
+    for rep in range(repeat):
+        # each start-up follows the stop named in its label: clean (SIGTERM) or kill -9
+        for how, stop in (("clean stop", signal.SIGKILL), ("kill -9", signal.SIGTERM)):
+            began = time.monotonic()
+            broker = start_broker(data, "--log-level", "warning", timeout=600)
+            took = time.monotonic() - began
+            out.append((f"start-up after {how}, {gb:g} GB log", took))
+            print(f"  start-up after {how} ({gb:g} GB): {took:.2f} s", flush=True)
+            broker.stop(stop, timeout=120)
+    shutil.rmtree(data, ignore_errors=True)
+    return out
+
+
+def main(argv=None) -> int:
+    return peers.suite_main("scale", __doc__, add_arguments, run, argv)
