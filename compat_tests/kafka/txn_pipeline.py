@@ -14,7 +14,7 @@ import sys
 import time
 
 BATCH = 20
-PAUSE_S = 0.05  # between transactions, so that a run lasts long enough to be killed many times
+PAUSE_S = 0.1  # between transactions, so that a run lasts long enough to be killed many times
 
 
 def transform(value: bytes) -> bytes:
