@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 
 from gateway.config import OPTIONS, ConfigError, load_settings
@@ -86,6 +87,9 @@ def serve(settings) -> int:
 
     reactor.callWhenRunning(lambda: broker.start().addErrback(failed))
     reactor.addSystemEventTrigger("before", "shutdown", broker.stop)
+    # A broker started in the background by a non-interactive shell inherits SIGINT ignored, and
+    # Twisted then leaves it ignored: take it back, so that SIGINT stops the broker as SIGTERM does.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     reactor.run()
     return outcome["code"]
 
