@@ -63,6 +63,17 @@ class TopicMetadata:
         return not self.replicas or (partition < len(self.replicas) and node_id in self.replicas[partition])
 
 
+def altered_configs(configs: Mapping[str, str], changes: Mapping[str, str | None]) -> dict[str, str]:
+    """``configs`` with ``changes`` applied (None removes a key) and validated."""
+    out = dict(configs)
+    for key, value in changes.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = value
+    return validate_configs(out)
+
+
 class MetadataStore(abc.ABC):
     """Topics and their settings. Implementations are safe to call from one thread."""
 
@@ -164,13 +175,7 @@ class LocalMetadataStore(MetadataStore):
     def alter_topic_configs(self, name, changes):
         with self._lock:
             topic = self._existing(name)
-            configs = dict(topic.configs)
-            for key, value in changes.items():
-                if value is None:
-                    configs.pop(key, None)
-                else:
-                    configs[key] = value
-            topic = replace(topic, configs=validate_configs(configs))
+            topic = replace(topic, configs=altered_configs(topic.configs, changes))
             self._write({**self._topics, name: topic})
         return topic
 

@@ -19,7 +19,7 @@ from core.cluster.zk import ZkAgent
 from core.config import validate_configs
 from core.errors import (InvalidPartitionsError, InvalidReplicationFactorError, TopicExistsError,
                          UnknownTopicError)
-from core.metadata import MetadataStore, TopicMetadata, check_topic_name
+from core.metadata import MetadataStore, TopicMetadata, altered_configs, check_topic_name
 
 
 def as_metadata(t: TopicAssignment) -> TopicMetadata:
@@ -122,13 +122,7 @@ class ZkMetadataStore(MetadataStore):
 
     def alter_topic_configs(self, name, changes):
         topic = self._existing(name)
-        configs = dict(topic.configs)
-        for key, value in changes.items():
-            if value is None:
-                configs.pop(key, None)
-            else:
-                configs[key] = value
-        return self._rewrite(replace(topic, configs=validate_configs(configs)))
+        return self._rewrite(replace(topic, configs=altered_configs(topic.configs, changes)))
 
     def set_partitions(self, name, partitions):
         topic = self._existing(name)
