@@ -199,7 +199,14 @@ def test_classic_queues_are_mirrored_by_an_ha_policy_and_placed_on_the_home_othe
     ch.queue_declare("ha.orders", durable=True)
     ch.queue_declare("plain", durable=True)
     conn.close()
-    md = metadata(cluster.bootstrap())
-    mirrored, plain = partition_view(md, "ha.orders")[0], partition_view(md, "plain")[0]
+    # Metadata is eventually consistent across brokers (as in Kafka): the broker answering may not have seen the
+    # controller's leader election for a just-created topic yet, so wait until both partitions have a leader.
+    def led():
+        md = metadata(cluster.bootstrap())
+        if not {"ha.orders", "plain"} <= set(md.topics):
+            return None
+        views = partition_view(md, "ha.orders").get(0), partition_view(md, "plain").get(0)
+        return views if all(v and v[0] >= 0 for v in views) else None
+    mirrored, plain = wait_until(led, timeout=15, what="leaders for ha.orders and plain")
     assert len(mirrored[1]) == 2 and mirrored[0] == home.node_id
     assert plain[1] == [home.node_id] and plain[0] == home.node_id
