@@ -6,7 +6,7 @@ the functions with the most samples, self and inclusive. The collapsed stacks st
 ``.cache/bench/profile/MODE.txt`` (flamegraph.pl and speedscope read them).
 
 MODE: a ``bench.amqp_load`` mode (``transient``, ``confirm``, ``consume`` (after an unprofiled
-confirm run fills the queue), ``fanout``, ``latency``) or ``kafka-produce`` / ``kafka-consume``
+confirm run fills the queue), ``fanout``, ``latency``, ``spread`` over ``--queues``) or ``kafka-produce`` / ``kafka-consume``
 (1 KB, acks=1; the consume run reads a topic an unprofiled run filled).
 """
 from __future__ import annotations
@@ -59,6 +59,7 @@ def main(argv=None) -> int:
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--rate", type=float, default=20_000, help="latency mode: offered msgs/s")
+    parser.add_argument("--queues", type=int, default=1000, help="spread mode: queues the messages go round robin to")
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--no-spy", action="store_true",
                         help="only the broker's CPU per message (an A/B check on a busy machine)")
@@ -89,7 +90,7 @@ def main(argv=None) -> int:
                                                     "produce": not reading})
         else:
             spec = {"address": address, "queue": "prof", "mode": args.mode, "messages": args.messages,
-                    "size": args.size, "rate": args.rate, "seconds": args.messages / args.rate}
+                    "size": args.size, "rate": args.rate, "seconds": args.messages / args.rate, "queues": args.queues, "pid": ours.pid}
             r = peers.run_load("bench.amqp_load", spec)
         time.sleep(0.3)  # deliveries and confirms still on their way count too
         cpu = peers.cpu_seconds(ours.pid) - cpu0

@@ -10,13 +10,19 @@ ZooKeeper. Callers go through the interface only.
      "topics": {"orders": {"partitions": 3, "configs": {"retention.ms": "3600000"},
                            "topic_id": "<32 hex digits>", "created_ms": 1700000000000}}}
 
-Every change writes a complete new file and renames it over the old one (see
-core.checkpoint), so a crash leaves either the old metadata or the new, never a mix.
+A change is one JSON line appended to ``<data-dir>/metadata.journal`` and fsync'd (the topic's
+whole new state, or its deletion), so creating the 10,000th topic costs what the first did; a
+whole-file rewrite per change made declaring N queues quadratic. Start-up replays the journal
+over the snapshot and ignores a torn last line (a crash mid-append: that change was never
+acknowledged). When the journal outgrows the snapshot, and at start-up, the snapshot is
+rewritten atomically (core.checkpoint) and the journal emptied; replaying a journal that a crash
+left behind a newer snapshot is harmless, because each line is a whole state, not a delta.
 """
 from __future__ import annotations
 
 import abc
 import json
+import os
 import re
 import threading
 import time
@@ -25,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Mapping
 
-from core.checkpoint import write_atomic
+from core.checkpoint import fsync_dir, write_atomic
 from core.config import validate_configs
 from core.errors import (
     InvalidPartitionsError,
@@ -104,13 +110,29 @@ class MetadataStore(abc.ABC):
 
 class LocalMetadataStore(MetadataStore):
     FILE = "metadata.json"
+    JOURNAL = "metadata.journal"
     VERSION = 1
+    MIN_COMPACT_BYTES = 1 << 16  # below this a journal is never worth a snapshot rewrite
 
     def __init__(self, data_dir: Path, *, clock=time.time):
         self.path = Path(data_dir) / self.FILE
+        self.journal_path = Path(data_dir) / self.JOURNAL
         self.clock = clock
         self._lock = threading.Lock()
         self._topics = self._read()
+        self._replay_journal()
+        self._journal_fd: int | None = None
+        self._snapshot_bytes = self._compact() if self.journal_path.exists() else self._snapshot_size()
+
+    @staticmethod
+    def _topic_doc(t: TopicMetadata) -> dict:
+        return {"partitions": t.partitions, "configs": dict(t.configs), "topic_id": t.topic_id,
+                "created_ms": t.created_ms}
+
+    @staticmethod
+    def _topic_of(name: str, t: dict) -> TopicMetadata:
+        return TopicMetadata(name, t["partitions"], dict(t.get("configs", {})), t.get("topic_id", ""),
+                             t.get("created_ms", 0))
 
     def _read(self) -> dict[str, TopicMetadata]:
         try:
@@ -121,23 +143,66 @@ class LocalMetadataStore(MetadataStore):
             raise ValueError(f"{self.path} is not valid JSON ({exc}); restore it from a backup") from None
         if doc.get("version") != self.VERSION:
             raise ValueError(f"{self.path} has version {doc.get('version')!r}; this broker reads version {self.VERSION}")
-        return {
-            name: TopicMetadata(name, t["partitions"], dict(t.get("configs", {})), t.get("topic_id", ""), t.get("created_ms", 0))
-            for name, t in doc.get("topics", {}).items()
-        }
+        return {name: self._topic_of(name, t) for name, t in doc.get("topics", {}).items()}
 
-    def _write(self, topics: dict[str, TopicMetadata]) -> None:
-        doc = {
-            "version": self.VERSION,
-            "topics": {
-                t.name: {"partitions": t.partitions, "configs": dict(t.configs),
-                         "topic_id": t.topic_id, "created_ms": t.created_ms}
-                for t in topics.values()
-            },
-        }
-        # compact: with indent, json falls back to its pure-Python encoder (most of a queue declare at 1,000 topics)
-        write_atomic(self.path, json.dumps(doc, sort_keys=True, separators=(",", ":")).encode())
-        self._topics = topics
+    def _replay_journal(self) -> None:
+        try:
+            lines = self.journal_path.read_bytes().split(b"\n")
+        except FileNotFoundError:
+            return
+        # Only the last line may be torn (no newline yet: its append never returned); a bad line
+        # before it is damage this store did not make.
+        for number, line in enumerate(lines[:-1], 1):
+            try:
+                change = json.loads(line)
+                if "delete" in change:
+                    self._topics.pop(change["delete"], None)
+                else:
+                    self._topics[change["name"]] = self._topic_of(change["name"], change["topic"])
+            except (ValueError, KeyError, TypeError) as exc:
+                raise ValueError(f"{self.journal_path} line {number} is damaged ({exc!r}); restore the data "
+                                 "directory from a backup") from None
+
+    def _snapshot_size(self) -> int:
+        try:
+            return self.path.stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def _compact(self) -> int:
+        """Write the whole state as the snapshot, then empty the journal; the snapshot's size."""
+        doc = {"version": self.VERSION, "topics": {t.name: self._topic_doc(t) for t in self._topics.values()}}
+        # compact separators: with indent, json falls back to its pure-Python encoder
+        data = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+        write_atomic(self.path, data)
+        if self._journal_fd is not None:
+            os.close(self._journal_fd)
+            self._journal_fd = None
+        try:
+            self.journal_path.unlink()
+        except FileNotFoundError:
+            pass
+        return len(data)
+
+    def _record(self, change: dict) -> None:
+        """Make one change durable (a journal line, fsync'd) before the caller applies it in memory."""
+        if self._journal_fd is None:
+            self._journal_fd = os.open(self.journal_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            fsync_dir(self.journal_path.parent)
+        line = json.dumps(change, sort_keys=True, separators=(",", ":")).encode() + b"\n"
+        view = memoryview(line)
+        while view:
+            view = view[os.write(self._journal_fd, view):]
+        os.fsync(self._journal_fd)
+
+    def _maybe_compact(self) -> None:
+        if os.fstat(self._journal_fd).st_size > max(self.MIN_COMPACT_BYTES, self._snapshot_bytes):
+            self._snapshot_bytes = self._compact()
+
+    def _put(self, topic: TopicMetadata) -> None:
+        self._record({"name": topic.name, "topic": self._topic_doc(topic)})
+        self._topics[topic.name] = topic
+        self._maybe_compact()
 
     def _existing(self, name: str) -> TopicMetadata:
         topic = self._topics.get(name)
@@ -161,22 +226,22 @@ class LocalMetadataStore(MetadataStore):
             if name in self._topics:
                 raise TopicExistsError(f"topic {name!r} already exists")
             topic = TopicMetadata(name, partitions, clean, uuid.uuid4().hex, int(self.clock() * 1000))
-            self._write({**self._topics, name: topic})
+            self._put(topic)
         return topic
 
     def delete_topic(self, name):
         with self._lock:
             topic = self._existing(name)
-            rest = dict(self._topics)
-            del rest[name]
-            self._write(rest)
+            self._record({"delete": name})
+            del self._topics[name]
+            self._maybe_compact()
         return topic
 
     def alter_topic_configs(self, name, changes):
         with self._lock:
             topic = self._existing(name)
             topic = replace(topic, configs=altered_configs(topic.configs, changes))
-            self._write({**self._topics, name: topic})
+            self._put(topic)
         return topic
 
     def set_partitions(self, name, partitions):
@@ -187,5 +252,5 @@ class LocalMetadataStore(MetadataStore):
                     f"topic {name!r} has {topic.partitions} partitions; it can only grow, not go to {partitions}"
                 )
             topic = replace(topic, partitions=partitions)
-            self._write({**self._topics, name: topic})
+            self._put(topic)
         return topic

@@ -91,3 +91,52 @@ def test_log_manager_life_cycle(tmp_path):
     info = manager.startup()
     assert not info.clean_shutdown and info.recovered_segments == 1
     assert manager.get_log("more", 0).next_offset == 2
+
+
+def test_changes_are_journaled_and_replayed_and_a_torn_last_line_is_ignored(tmp_path):
+    store = LocalMetadataStore(tmp_path)
+    store.create_topic("a", 1)
+    store.create_topic("b", 2)
+    store.delete_topic("a")
+    store.set_partitions("b", 4)
+    journal = tmp_path / "metadata.journal"
+    assert len(journal.read_bytes().splitlines()) == 4
+    with open(journal, "ab") as f:  # a crash in the middle of the next append
+        f.write(b'{"name":"c","topic":{"partiti')
+    again = LocalMetadataStore(tmp_path)
+    assert {n: t.partitions for n, t in again.topics().items()} == {"b": 4}
+    assert not journal.exists()  # start-up folded it into the snapshot
+    assert set(json.loads((tmp_path / "metadata.json").read_text())["topics"]) == {"b"}
+
+
+def test_a_damaged_journal_line_before_the_last_is_reported(tmp_path):
+    LocalMetadataStore(tmp_path).create_topic("a", 1)
+    (tmp_path / "metadata.journal").write_bytes(b'garbage\n{"delete":"a"}\n')
+    with pytest.raises(ValueError, match="metadata.journal line 1"):
+        LocalMetadataStore(tmp_path)
+
+
+def test_the_journal_is_compacted_once_it_outgrows_the_snapshot(tmp_path):
+    store = LocalMetadataStore(tmp_path)
+    store.MIN_COMPACT_BYTES = 2048
+    for i in range(200):
+        store.create_topic(f"t{i}", 1)
+    journal = tmp_path / "metadata.journal"
+    snapshot = json.loads((tmp_path / "metadata.json").read_text())["topics"]
+    assert 0 < len(snapshot) < 200  # compacted along the way, not only at start-up
+    assert journal.stat().st_size <= max(2048, (tmp_path / "metadata.json").stat().st_size) + 200
+    assert len(LocalMetadataStore(tmp_path).topics()) == 200
+
+
+def test_a_journal_left_behind_the_snapshot_it_was_folded_into_replays_to_the_same_state(tmp_path):
+    store = LocalMetadataStore(tmp_path)
+    store.create_topic("a", 1)
+    store.alter_topic_configs("a", {"retention.ms": "5"})
+    store.delete_topic("a")
+    store.create_topic("a", 3)
+    store.create_topic("b", 1)
+    kept = (tmp_path / "metadata.journal").read_bytes()
+    before = LocalMetadataStore(tmp_path).topics()  # compacts into the snapshot
+    (tmp_path / "metadata.journal").write_bytes(kept)  # a crash before the journal was emptied
+    assert LocalMetadataStore(tmp_path).topics() == before
+    assert before["a"].partitions == 3 and dict(before["a"].configs) == {}
