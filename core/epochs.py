@@ -10,14 +10,21 @@
 Replication uses it to find where a follower's log diverges from the leader's
 (OffsetForLeaderEpoch): the end offset of an epoch is the start offset of the next one.
 Every change is written whole with core.checkpoint.write_atomic, so a reader sees the old
-list or the new one. The log keeps it in line with its own contents (see PartitionLog):
+list or the new one. Appends only mark a new epoch dirty (``persist=False``) and the log's flush
+writes it, as Kafka has done since KAFKA-15046: three syncs on a partition's first append made
+spreading messages over thousands of new queues slow. A kill -9 between an append and that
+flush leaves a file that lacks the newest epoch; PartitionLog checks its last batch at start-up
+and rebuilds the cache from the log then. The log keeps it in line with its own contents (see PartitionLog):
 truncating the log truncates the cache from the end, moving the log start truncates it
 from the start.
 
-Not thread-safe: the owning log's thread calls everything.
+The owning log's thread calls everything except :meth:`persist_if_dirty` (the flush thread);
+files are written under a lock from a snapshot taken under it, so an older list never lands
+after a newer one.
 """
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Iterable
 
@@ -32,6 +39,8 @@ class LeaderEpochCache:
     def __init__(self, directory: Path):
         self.path = Path(directory) / FILE
         self._entries: list[tuple[int, int]] = []
+        self._write_lock = threading.Lock()
+        self.dirty = False  # changed since the file was last written (persist=False assigns)
         # False when the file was missing or unreadable: the owner may rebuild it from the log.
         self.loaded = self._load()
 
@@ -54,9 +63,16 @@ class LeaderEpochCache:
         return True
 
     def _persist(self) -> None:
-        body = "".join(f"{epoch} {start}\n" for epoch, start in self._entries)
-        write_atomic(self.path, f"{VERSION}\n{len(self._entries)}\n{body}".encode())
-        self.loaded = True
+        with self._write_lock:
+            self.dirty = False
+            entries = list(self._entries)
+            body = "".join(f"{epoch} {start}\n" for epoch, start in entries)
+            write_atomic(self.path, f"{VERSION}\n{len(entries)}\n{body}".encode())
+            self.loaded = True
+
+    def persist_if_dirty(self) -> None:
+        if self.dirty:
+            self._persist()
 
     # --- state --------------------------------------------------------------------
     @property
@@ -71,14 +87,15 @@ class LeaderEpochCache:
         return len(self._entries)
 
     # --- changing -----------------------------------------------------------------
-    def assign(self, epoch: int, start_offset: int) -> bool:
+    def assign(self, epoch: int, start_offset: int, *, persist: bool = True) -> bool:
         """Record that ``epoch`` starts at ``start_offset``; return whether anything changed.
 
         An epoch at or below the latest one is ignored (epochs only grow along a log).
+        ``persist=False`` leaves the file to the next :meth:`persist_if_dirty`.
         """
-        return self.assign_many(((epoch, start_offset),))
+        return self.assign_many(((epoch, start_offset),), persist=persist)
 
-    def assign_many(self, pairs: Iterable[tuple[int, int]]) -> bool:
+    def assign_many(self, pairs: Iterable[tuple[int, int]], *, persist: bool = True) -> bool:
         """:meth:`assign` each (epoch, start_offset) in order, writing the file once."""
         changed = False
         for epoch, start in pairs:
@@ -91,7 +108,10 @@ class LeaderEpochCache:
             self._entries.append((epoch, start))
             changed = True
         if changed:
-            self._persist()
+            if persist:
+                self._persist()
+            else:
+                self.dirty = True
         return changed
 
     def truncate_from_end(self, offset: int) -> bool:

@@ -68,7 +68,8 @@ class SparseIndex:
             return None
         return index
 
-    def _open(self) -> int:
+    def open_file(self) -> int:
+        """The file's append descriptor, opened (and the file created) on first use."""
         if self._fd is None:
             self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         return self._fd
@@ -86,7 +87,7 @@ class SparseIndex:
     def _append(self, key: int, value: int) -> None:
         self.keys.append(key)
         self.values.append(value)
-        os.write(self._open(), self._pack(key, value))
+        os.write(self.open_file(), self._pack(key, value))
 
     def truncate_entries(self, count: int) -> None:
         """Keep the first ``count`` entries."""

@@ -98,8 +98,8 @@ class PartitionLog:
         self.flushed_offset = self.next_offset  # everything on disk now has been fsync'd by _load
         self._hw = self.next_offset
         self.epochs = LeaderEpochCache(self.directory)
-        if not self.epochs.loaded:
-            self._rebuild_epochs()
+        if not self.epochs.loaded or self._last_batch_epoch() > self.epochs.latest_epoch:
+            self._rebuild_epochs()  # missing, or an append's epoch was never flushed (kill -9)
         # A crash may have cut a tail whose epochs were recorded, or stopped between moving the
         # log start and trimming the cache: the log is the authority. An epoch beginning right
         # at the LEO describes no lost record (e.g. DeleteRecords up to the end): it stays.
@@ -147,6 +147,7 @@ class PartitionLog:
             break
         if not self.segments:
             self._add(self._new_segment(read_int(self.directory / LOG_START_FILE, 0)))
+            self.active.create_indexes()
         if recover:
             for segment in self.segments[-max(recovered, 1):]:
                 segment.sync()
@@ -156,6 +157,16 @@ class PartitionLog:
     def _add(self, segment: LogSegment) -> None:
         self.segments.append(segment)
         self._bases.append(segment.base_offset)
+
+    def _last_batch_epoch(self) -> int:
+        """The leader epoch of the last batch (-1 for an empty log): a scan from the last index entry."""
+        active = self.active
+        if active.empty:
+            return -1
+        last = None
+        for last in active.iter_positions(active.offset_index.lookup(active.next_offset)):
+            pass
+        return last.leader_epoch if last is not None else -1
 
     def _rebuild_epochs(self) -> None:
         """A missing or unreadable epoch checkpoint (e.g. a log written before there was one)
@@ -234,7 +245,7 @@ class PartitionLog:
         self.active.append(buf, batches, first)
         self._unflushed_records += count
         if leader_epoch > self.epochs.latest_epoch:
-            self.epochs.assign(leader_epoch, first)
+            self.epochs.assign(leader_epoch, first, persist=False)  # written by the next flush
         return LogAppendInfo(first, offset - 1, max_ts, len(batches), count, len(buf))
 
     def append_replica(self, records: bytes | bytearray | memoryview) -> LogAppendInfo:
@@ -281,7 +292,7 @@ class PartitionLog:
         start = run[0][0]
         end = run[-1][0] + run[-1][1].size
         self.active.append(buf[start:end], [(pos - start, header) for pos, header in run], None)
-        self.epochs.assign_many((h.partition_leader_epoch, h.base_offset) for _pos, h in run)
+        self.epochs.assign_many(((h.partition_leader_epoch, h.base_offset) for _pos, h in run), persist=False)
 
     def _check_batches(self, batches) -> tuple[int, int]:
         """(records, max timestamp) of validated batches, refusing none or one over max.message.bytes."""
@@ -328,6 +339,7 @@ class PartitionLog:
             return old
         old.sync()  # rolled segments are durable, so recovery only ever scans the last one
         segment = self._new_segment(old.next_offset)
+        segment.create_indexes()
         self._add(segment)
         write_int(self.directory / RECOVERY_POINT_FILE, segment.base_offset)
         return segment
@@ -353,6 +365,12 @@ class PartitionLog:
             os.fsync(fd)
         finally:
             os.close(fd)
+        return self.flushed(end)
+
+    def flushed(self, end: int) -> int:
+        """Everything below ``end`` (a :attr:`next_offset` read before the sync) is now on disk:
+        by :meth:`flush`, or by a file-system-wide sync that covered this log (LogManager)."""
+        self.epochs.persist_if_dirty()
         with self._flush_lock:
             end = min(end, self.next_offset)  # truncate_to may have cut the log meanwhile
             if end > self.flushed_offset:

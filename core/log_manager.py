@@ -15,6 +15,8 @@ meant for a worker thread and touches only what PartitionLog.flush allows.
 """
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import logging
 import os
 import shutil
@@ -35,6 +37,29 @@ from core.metadata import MetadataStore, TopicMetadata
 log = logging.getLogger(__name__)
 
 CLEAN_SHUTDOWN = ".clean-shutdown"
+SYNCFS_FROM = 16  # logs due in one group commit from which one syncfs beats an fsync each
+
+
+def _load_syncfs():
+    """syncfs(2) through libc (Linux; the os module has no binding), or None where there is none."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        call = libc.syncfs
+    except (OSError, AttributeError):
+        return None
+
+    def syncfs(directory: Path) -> None:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            if call(fd) != 0:  # ctypes drops the GIL around the call, as os.fsync does
+                err = ctypes.get_errno()
+                raise OSError(err, f"syncfs of {directory}: {os.strerror(err)}")
+        finally:
+            os.close(fd)
+    return syncfs
+
+
+_syncfs = _load_syncfs()
 
 
 @dataclass(frozen=True)
@@ -165,15 +190,23 @@ class LogManager:
 
     # --- background duties ----------------------------------------------------------
     def flush_dirty(self) -> int:
-        """fsync every log that its flush policy says is due (group commit); return how many."""
+        """fsync every log that its flush policy says is due (group commit); return how many.
+
+        With many logs due at once (messages spread over thousands of queues) one syncfs(2) of
+        the data directory's file system replaces an fsync per log: it costs about what one
+        fsync does, where a thousand fsyncs cost a thousand journal commits."""
         now = self.clock()
-        flushed = 0
-        for plog in list(self.logs.values()):
-            if plog.needs_flush(now):
+        due = [plog for plog in list(self.logs.values()) if plog.needs_flush(now)]
+        if len(due) >= SYNCFS_FROM and _syncfs is not None:
+            ends = [(plog, plog.next_offset) for plog in due]  # read before the sync, as PartitionLog.flush does
+            _syncfs(self.data_dir)
+            for plog, end in ends:
+                plog.flushed(end)
+        else:
+            for plog in due:
                 plog.flush()
-                flushed += 1
         self.hw_checkpoint.maybe_write(self.logs)  # throttled: at most once a second, when changed
-        return flushed
+        return len(due)
 
     def maintenance(self) -> None:
         """Roll by age, apply retention, compact: the periodic housekeeping of every log."""

@@ -140,3 +140,23 @@ def test_a_journal_left_behind_the_snapshot_it_was_folded_into_replays_to_the_sa
     (tmp_path / "metadata.journal").write_bytes(kept)  # a crash before the journal was emptied
     assert LocalMetadataStore(tmp_path).topics() == before
     assert before["a"].partitions == 3 and dict(before["a"].configs) == {}
+
+
+def test_a_group_commit_of_many_logs_syncs_the_file_system_once(tmp_path, monkeypatch):
+    import core.log_manager as log_manager
+    calls = []
+    real = log_manager._syncfs
+    assert real is not None  # Linux: libc has syncfs
+    monkeypatch.setattr(log_manager, "_syncfs", lambda d: (calls.append(d), real(d)))
+    manager = LogManager(tmp_path, LocalMetadataStore(tmp_path))
+    manager.startup()
+    manager.create_topic("wide", log_manager.SYNCFS_FROM)
+    for p in range(log_manager.SYNCFS_FROM):
+        manager.get_log("wide", p).append(batch(2))
+    manager.get_log("wide", 0).append(batch(1))
+    assert manager.flush_dirty() == log_manager.SYNCFS_FROM and calls == [tmp_path]
+    assert [manager.get_log("wide", p).flushed_offset for p in range(3)] == [3, 2, 2]
+    manager.get_log("wide", 1).append(batch(1))
+    assert manager.flush_dirty() == 1 and len(calls) == 1  # a few logs: an fsync each
+    assert manager.get_log("wide", 1).flushed_offset == 3
+    manager.shutdown()

@@ -160,6 +160,23 @@ def test_single_node_append_records_epoch_zero_once(tmp_path):
     assert open_log(tmp_path / "t-0").epochs.entries == [(0, 0), (4, 6)]
 
 
+def test_appends_leave_the_checkpoint_to_the_flush_and_a_kill_before_it_is_recovered(tmp_path):
+    log = small(tmp_path / "t-0")
+    fill_leader(log, 20, first_epoch=1)
+    log.flush()
+    on_disk = (log.directory / EPOCH_FILE).read_text()
+    assert on_disk.split("\n")[2:4] == [f"{e} {o}" for e, o in log.epochs.entries] and len(log.epochs) == 2
+    log.append(batch(1), leader_epoch=7)
+    assert (log.directory / EPOCH_FILE).read_text() == on_disk  # not written on the append path
+    expected = log.epochs.entries
+    # kill -9 now: the batch is in the file (page cache), its epoch is not in the checkpoint
+    for recover in (True, False):
+        reopened = small(tmp_path / "t-0", recover=recover)
+        assert reopened.epochs.entries == expected and expected[-1] == (7, log.next_offset - 1)
+    log.flush()
+    assert (log.directory / EPOCH_FILE).read_text().split("\n")[4] == f"7 {log.next_offset - 1}"
+
+
 def test_a_missing_checkpoint_is_rebuilt_from_the_batches(tmp_path):
     log = small(tmp_path / "t-0")
     fill_leader(log, 50, first_epoch=2)
