@@ -193,20 +193,36 @@ class LogSegment:
         for pos, header in batches:
             if first_offset is None:
                 offset = header.base_offset
-            if header.max_timestamp > self.max_timestamp:
-                self.max_timestamp = header.max_timestamp
-            if self.first_timestamp is None:
-                self.first_timestamp = header.max_timestamp
-            if self._bytes_since_index >= self.index_interval_bytes:
-                # Both indexes grow at the same sparse points; the time entry carries the
-                # running maximum, so every batch up to ``offset`` is at or below it.
-                self.offset_index.append(offset, start + pos)
-                self.time_index.append(self.max_timestamp, offset)
-                self._bytes_since_index = 0
-            self._bytes_since_index += header.size
+            self._track(start + pos, offset, header.size, header.max_timestamp)
             offset += header.last_offset_delta + 1
         self.size = start + len(data)
         self.next_offset = offset
+
+    def append_batch(self, prefix: bytes, rest, first_offset: int, last_offset_delta: int, max_timestamp: int) -> None:
+        """Append one batch given as its stamped first bytes and the rest, in one writev."""
+        start = self.size
+        size = len(prefix) + len(rest)
+        written = os.writev(self.fd, (prefix, rest))
+        if written != size:
+            os.ftruncate(self.fd, start)
+            raise OSError(f"short write to {self.log_path}: {written} of {size} bytes")
+        self._track(start, first_offset, size, max_timestamp)
+        self.size = start + size
+        self.next_offset = first_offset + last_offset_delta + 1
+
+    def _track(self, position: int, offset: int, size: int, max_timestamp: int) -> None:
+        """Timestamps and the sparse indexes for a batch just written at ``position``."""
+        if max_timestamp > self.max_timestamp:
+            self.max_timestamp = max_timestamp
+        if self.first_timestamp is None:
+            self.first_timestamp = max_timestamp
+        if self._bytes_since_index >= self.index_interval_bytes:
+            # Both indexes grow at the same sparse points; the time entry carries the
+            # running maximum, so every batch up to ``offset`` is at or below it.
+            self.offset_index.append(offset, position)
+            self.time_index.append(self.max_timestamp, offset)
+            self._bytes_since_index = 0
+        self._bytes_since_index += size
 
     # --- reading ------------------------------------------------------------------
     def iter_positions(self, position: int = 0, end: int | None = None):

@@ -274,7 +274,7 @@ class Router:
                 continue
             count = len(staged.tails)
             try:
-                info = queue.plog.append(batch_of_tails(staged.timestamps, staged.tails))
+                info = queue.plog.append_built(batch_of_tails(staged.timestamps, staged.tails), count, max(staged.timestamps))
             except Exception as exc:  # e.g. a Kafka-made topic with a smaller max.message.bytes
                 log.error("cannot append %d message(s) to queue %s in vhost %s: %s", count, queue.name,
                           queue.vhost, exc)
