@@ -46,6 +46,7 @@ LOG_START_FILE = "log-start-offset"
 RECOVERY_POINT_FILE = "recovery-point"
 _LEFTOVER_SUFFIXES = (".cleaned", ".swap", ".tmp", ".deleted")
 _BATCH_PREFIX = struct.Struct(">qii")  # baseOffset, batchLength, partitionLeaderEpoch: outside the CRC
+_WRITEV_BATCHES = 256  # two iovecs a batch, under Linux's IOV_MAX of 1024
 
 
 class LogAppendInfo(NamedTuple):  # a tuple: made once per append, a frozen dataclass cost a microsecond more
@@ -233,21 +234,33 @@ class PartitionLog:
         """
         if leader_epoch is None:
             leader_epoch = self.leader_epoch
-        buf = records if isinstance(records, bytearray) else bytearray(records)
-        batches = list(iter_batches(buf))
+        batches = list(iter_batches(records))
         count, max_ts = self._check_batches(batches)
         if self.config.compact:
-            self._check_keys(buf, batches)
-        self.maybe_roll(len(buf))
+            self._check_keys(records, batches)
+        size = len(records)
+        self.maybe_roll(size)
         first = offset = self.next_offset
-        for pos, header in batches:
-            set_offsets_in_place(buf, pos, offset, leader_epoch)
-            offset += header.last_offset_delta + 1
-        self.active.append(buf, batches, first)
+        if len(batches) <= _WRITEV_BATCHES:
+            # No copy of the request to stamp offsets: each batch's 16-byte prefix goes out patched
+            # beside the untouched rest of it, all in one writev (a 1 MB produce was copied whole).
+            view = memoryview(records)
+            parts = []
+            for pos, header in batches:
+                parts.append(_BATCH_PREFIX.pack(offset, header.batch_length, leader_epoch))
+                parts.append(view[pos + 16:pos + header.size])
+                offset += header.last_offset_delta + 1
+            self.active.append(parts, batches, first, size)
+        else:
+            buf = records if isinstance(records, bytearray) else bytearray(records)
+            for pos, header in batches:
+                set_offsets_in_place(buf, pos, offset, leader_epoch)
+                offset += header.last_offset_delta + 1
+            self.active.append(buf, batches, first)
         self._unflushed_records += count
         if leader_epoch > self.epochs.latest_epoch:
             self.epochs.assign(leader_epoch, first, persist=False)  # written by the next flush
-        return LogAppendInfo(first, offset - 1, max_ts, len(batches), count, len(buf))
+        return LogAppendInfo(first, offset - 1, max_ts, len(batches), count, size)
 
     def append_built(self, batch: bytes, records: int, max_timestamp: int) -> LogAppendInfo:
         """Append one batch this process has just encoded (the AMQP router's
@@ -335,7 +348,7 @@ class PartitionLog:
         return count, max_ts
 
     @staticmethod
-    def _check_keys(buf: bytearray, batches) -> None:
+    def _check_keys(buf, batches) -> None:
         for pos, header in batches:
             if header.is_control:
                 continue

@@ -176,8 +176,10 @@ class LogSegment:
             self.first_timestamp = read_batch_header(os.pread(self.fd, 61, 0)).max_timestamp
 
     # --- appending ----------------------------------------------------------------
-    def append(self, data, batches: list[tuple[int, BatchHeader]], first_offset: int | None) -> None:
-        """Append ``data`` (whole batches whose offsets are already assigned).
+    def append(self, data, batches: list[tuple[int, BatchHeader]], first_offset: int | None,
+               size: int | None = None) -> None:
+        """Append ``data`` (whole batches whose offsets are already assigned), or with ``size``
+        given, the list of buffers whose concatenation they are (one writev).
 
         ``batches`` lists (position within ``data``, header as parsed before offsets were
         assigned); ``first_offset`` is the base offset given to the first batch, the
@@ -185,17 +187,21 @@ class LogSegment:
         the stored ones (a replica's batches, which may have compaction gaps between them).
         """
         start = self.size
-        written = os.write(self.fd, data)
-        if written != len(data):  # a short write on a regular file means the disk is full
+        if size is None:
+            size = len(data)
+            written = os.write(self.fd, data)
+        else:
+            written = os.writev(self.fd, data)
+        if written != size:  # a short write on a regular file means the disk is full
             os.ftruncate(self.fd, start)
-            raise OSError(f"short write to {self.log_path}: {written} of {len(data)} bytes")
+            raise OSError(f"short write to {self.log_path}: {written} of {size} bytes")
         offset = first_offset
         for pos, header in batches:
             if first_offset is None:
                 offset = header.base_offset
             self._track(start + pos, offset, header.size, header.max_timestamp)
             offset += header.last_offset_delta + 1
-        self.size = start + len(data)
+        self.size = start + size
         self.next_offset = offset
 
     def append_batch(self, prefix: bytes, rest, first_offset: int, last_offset_delta: int, max_timestamp: int) -> None:
