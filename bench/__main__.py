@@ -33,6 +33,7 @@ def run_all(argv) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="small counts, one repetition: a smoke run")
     parser.add_argument("--startup-gb", type=float, default=1.0, help="scale suite's log size (10: manual)")
+    parser.add_argument("--queues", type=int, default=1000, help="scale suite's queue count (10000: manual)")
     parser.add_argument("--json", type=Path, default=None, help="default .cache/bench/results/all.json")
     args = parser.parse_args(argv)
     skip = set(filter(None, args.skip.split(",")))
@@ -48,7 +49,7 @@ def run_all(argv) -> int:
         if name not in ("log",):
             suite_argv += ["--repeat", "1" if args.quick else str(args.repeat)]
         if name == "scale" and not args.quick:
-            suite_argv += ["--startup-gb", str(args.startup_gb)]
+            suite_argv += ["--startup-gb", str(args.startup_gb), "--queues", str(args.queues)]
         print(f"=== {name} {' '.join(suite_argv)}", flush=True)
         try:
             results.append(module.run(suite_parser.parse_args(suite_argv)))

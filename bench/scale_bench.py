@@ -34,7 +34,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--partitions", type=int, default=1000)
     parser.add_argument("--queues", type=int, default=1000,
-                        help="10,000 is the issue's figure; declaring is quadratic in core/metadata.py (see README)")
+                        help="10,000 is the issue's figure (the manual setting)")
     parser.add_argument("--connections", type=int, default=1000)
     parser.add_argument("--startup-gb", type=float, default=1.0, help="log size for the start-up rows (10: manual)")
     parser.add_argument("--repeat", type=int, default=3)
