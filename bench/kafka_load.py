@@ -53,11 +53,12 @@ def produce(bootstrap: str, topic: str, messages: int, size: int, acks: str) -> 
     producer.list_topics(topic, timeout=10)  # connect before the clock starts
     start = time.perf_counter()
     for _ in range(messages):
-        try:
-            produce_(topic, value, on_delivery=on_delivery)
-        except BufferError:
-            producer.poll(0.01)
-            produce_(topic, value, on_delivery=on_delivery)
+        while True:
+            try:
+                produce_(topic, value, on_delivery=on_delivery)
+                break
+            except BufferError:  # librdkafka's queue is full (1 GB of 1 KB records): wait for deliveries
+                producer.poll(0.05)
     left = producer.flush(300)
     elapsed = time.perf_counter() - start
     if left or failures:

@@ -64,10 +64,14 @@ class LeaderEpochCache:
 
     def _persist(self) -> None:
         with self._write_lock:
-            self.dirty = False
+            self.dirty = False  # before the snapshot: an assign racing this write marks it again
             entries = list(self._entries)
             body = "".join(f"{epoch} {start}\n" for epoch, start in entries)
-            write_atomic(self.path, f"{VERSION}\n{len(entries)}\n{body}".encode())
+            try:
+                write_atomic(self.path, f"{VERSION}\n{len(entries)}\n{body}".encode())
+            except BaseException:
+                self.dirty = True
+                raise
             self.loaded = True
 
     def persist_if_dirty(self) -> None:

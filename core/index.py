@@ -11,10 +11,14 @@ grows (one entry per ``index.interval.bytes`` of log, not per batch):
   carried it. Timestamps are non-decreasing along the file.
 
 Indexes are a cache of what the ``.log`` says: they are rebuilt from it whenever they
-are missing, torn, or disagree with it (see :meth:`SparseIndex.load`). They are written
-with ``os.write`` on a raw descriptor, never through a Python buffer, so a flush thread
-never races a half-filled buffer. In memory an index is two ``array`` columns searched
-with ``bisect``. Not thread-safe: the owning log serialises writers.
+are missing, torn, or disagree with it (see :meth:`SparseIndex.load`). New entries are
+gathered in memory and written (open, append, close) every ``WRITE_EVERY`` entries and when
+the segment is synced (a roll) or closed: no descriptor stays open per index, so ten
+thousand queues do not need thirty thousand descriptors, and an entry costs no system call.
+After a crash the active segment is scanned and its indexes rebuilt anyway; a reader in
+another process (spark.logfiles) that finds the newest entries missing scans a little more.
+In memory an index is two ``array`` columns searched with ``bisect``. Not thread-safe: the
+owning log's thread does everything.
 """
 from __future__ import annotations
 
@@ -23,6 +27,9 @@ import struct
 from array import array
 from bisect import bisect_left, bisect_right
 from pathlib import Path
+
+
+WRITE_EVERY = 64  # entries gathered in memory before they are appended to the file
 
 
 class SparseIndex:
@@ -35,7 +42,7 @@ class SparseIndex:
         self.base_offset = base_offset
         self.keys = array("q")
         self.values = array("q")
-        self._fd: int | None = None
+        self._pending = bytearray()  # packed entries not yet in the file
 
     # --- encoding, per index type -------------------------------------------------
     def _pack(self, key: int, value: int) -> bytes:
@@ -68,15 +75,22 @@ class SparseIndex:
             return None
         return index
 
-    def open_file(self) -> int:
-        """The file's append descriptor, opened (and the file created) on first use."""
-        if self._fd is None:
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        return self._fd
+    def write_pending(self) -> None:
+        """Append the entries gathered since the last write to the file (created if need be)."""
+        if not self._pending:
+            return
+        data, self._pending = bytes(self._pending), bytearray()
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            written = 0
+            while written < len(data):
+                written += os.write(fd, data[written:])
+        finally:
+            os.close(fd)
 
     def rewrite(self, keys, values) -> None:
         """Replace the whole file (used by rebuilds and truncation)."""
-        self.close()
+        self._pending.clear()
         self.keys = array("q", keys)
         self.values = array("q", values)
         data = b"".join(self._pack(k, v) for k, v in zip(self.keys, self.values))
@@ -87,7 +101,9 @@ class SparseIndex:
     def _append(self, key: int, value: int) -> None:
         self.keys.append(key)
         self.values.append(value)
-        os.write(self.open_file(), self._pack(key, value))
+        self._pending += self._pack(key, value)
+        if len(self._pending) >= WRITE_EVERY * self.entry.size:
+            self.write_pending()
 
     def truncate_entries(self, count: int) -> None:
         """Keep the first ``count`` entries."""
@@ -95,19 +111,18 @@ class SparseIndex:
             self.rewrite(self.keys[:count], self.values[:count])
 
     def sync(self) -> None:
-        if self._fd is not None:
-            os.fsync(self._fd)
-        elif self.path.exists():
+        self.write_pending()
+        try:
             fd = os.open(self.path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+        except FileNotFoundError:  # no entry yet
+            return
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        self.write_pending()
 
     def __len__(self) -> int:
         return len(self.keys)

@@ -149,7 +149,6 @@ class PartitionLog:
             break
         if not self.segments:
             self._add(self._new_segment(read_int(self.directory / LOG_START_FILE, 0)))
-            self.active.create_indexes()
         if recover:
             for segment in self.segments[-max(recovered, 1):]:
                 segment.sync()
@@ -226,7 +225,7 @@ class PartitionLog:
 
     # --- appending ----------------------------------------------------------------
     def append(self, records: bytes | bytearray | memoryview, *, leader_epoch: int | None = None) -> LogAppendInfo:
-        """Validate whole batches, give them the next offsets in place, write them in one go.
+        """Validate whole batches, give them the next offsets, write them in one go.
 
         Raises CorruptBatchError (wire) for malformed bytes, RecordTooLargeError for a batch
         over ``max.message.bytes`` and InvalidRecordError for a keyless record on a
@@ -376,7 +375,6 @@ class PartitionLog:
             return old
         old.sync()  # rolled segments are durable, so recovery only ever scans the last one
         segment = self._new_segment(old.next_offset)
-        segment.create_indexes()
         self._add(segment)
         write_int(self.directory / RECOVERY_POINT_FILE, segment.base_offset)
         return segment
@@ -407,7 +405,12 @@ class PartitionLog:
     def flushed(self, end: int) -> int:
         """Everything below ``end`` (a :attr:`next_offset` read before the sync) is now on disk:
         by :meth:`flush`, or by a file-system-wide sync that covered this log (LogManager)."""
-        self.epochs.persist_if_dirty()
+        try:
+            self.epochs.persist_if_dirty()
+        except FileNotFoundError:
+            if self.directory.exists():
+                raise
+            return self.flushed_offset  # the partition was deleted meanwhile: nothing left to keep
         with self._flush_lock:
             end = min(end, self.next_offset)  # truncate_to may have cut the log meanwhile
             if end > self.flushed_offset:

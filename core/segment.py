@@ -68,12 +68,6 @@ class LogSegment:
         self.time_index = TimeIndex(self.timeindex_path, base_offset)
 
     # --- opening ------------------------------------------------------------------
-    def create_indexes(self) -> None:
-        """Create both index files of a new segment now rather than on its first append (the
-        declare of a queue pays for them, not the first message of thousands spread over queues)."""
-        self.offset_index.open_file()
-        self.time_index.open_file()
-
     def load(self, *, recover: bool) -> RecoverInfo | None:
         """Bring in-memory state in line with the files.
 

@@ -29,6 +29,9 @@ def offsets_of(data: bytes) -> list[int]:
 
 
 def stored_files(log: PartitionLog) -> dict[str, bytes]:
+    for segment in log.segments:  # index entries gathered in memory go to the files first
+        segment.offset_index.write_pending()
+        segment.time_index.write_pending()
     return {p.name: p.read_bytes() for p in sorted(log.directory.iterdir())
             if p.suffix in (".log", ".index", ".timeindex")}
 
@@ -175,6 +178,15 @@ def test_appends_leave_the_checkpoint_to_the_flush_and_a_kill_before_it_is_recov
         assert reopened.epochs.entries == expected and expected[-1] == (7, log.next_offset - 1)
     log.flush()
     assert (log.directory / EPOCH_FILE).read_text().split("\n")[4] == f"7 {log.next_offset - 1}"
+
+
+def test_a_flush_that_finds_its_partition_deleted_keeps_nothing_and_raises_nothing(tmp_path):
+    log = small(tmp_path / "t-0")
+    log.append(batch(2), leader_epoch=1)
+    end = log.next_offset
+    log.delete()  # e.g. an exclusive queue's topic, deleted while the group commit ran
+    log.flushed(end)
+    assert not (tmp_path / "t-0").exists()
 
 
 def test_a_missing_checkpoint_is_rebuilt_from_the_batches(tmp_path):
