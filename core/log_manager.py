@@ -2,7 +2,7 @@
 
 ``<data-dir>/``::
 
-    metadata.json           topics (core.metadata, single-node mode)
+    metadata.json           topics (core.metadata, single-node mode), with metadata.journal
     <topic>-<partition>/    one PartitionLog each (core.log)
     .clean-shutdown         present only between a clean shutdown and the next start-up
 
