@@ -108,6 +108,21 @@ def test_produce_v0_to_v2_get_unsupported_version_per_partition(broker):
             assert len(data) == pos + 4 + 2 * per_partition + (4 if version >= 1 else 0)
 
 
+def test_malformed_produce_v0_to_v2_closes_cleanly_without_a_traceback(broker):
+    topic = b"old-client"
+    cut = struct.pack(">hi", 1, 5000) + struct.pack(">i", 1) + struct.pack(">h", len(topic)) + topic
+    for version in (0, 1, 2):
+        with socket.create_connection(broker.address("kafka")) as s:
+            s.sendall(frame(struct.pack(">hhih", 0, version, 40 + version, -1) + cut + b"\x00"))  # partitions cut
+            assert _closed(s)
+    with socket.create_connection(broker.address("kafka")) as s:  # the broker is fine
+        good = simple_batch([b"after"], timestamp_ms=1_700_000_000_000)
+        assert _produce_result(s, good, 1).error_code == ErrorCode.none
+    out = broker.output()
+    assert out.count("malformed ProduceRequest v0-2") == 3
+    assert "Traceback" not in out and "internal error" not in out
+
+
 def test_client_vanishing_mid_request_is_harmless(broker):
     with socket.create_connection(broker.address("kafka")) as s:
         s.sendall(struct.pack(">i", 1000) + b"\0" * 10)  # promises 1000 bytes, sends 10, leaves

@@ -160,6 +160,9 @@ class KafkaConnection(protocol.Protocol):
         started = time.monotonic()
         try:
             result = authz.apply_post(request.header, dispatch(self.ctx, self, request), post)
+        except RequestError as exc:  # a body read lazily by its handler (Produce v0-2) was malformed
+            self.drop(str(exc), api_key=request.header.api_key, api_version=request.header.api_version)
+            return
         except Exception:
             h = request.header
             log.exception("Kafka request failed", extra=fields(peer=self.peer, conn=self.conn_id, api_key=h.api_key,
