@@ -46,9 +46,11 @@ class BrokerProcess:
             raise AssertionError(f"broker did not exit within {timeout}s of signal {sig}:\n{self.output()}")
 
 
-def spawn(data_dir: Path, *args: str, env: dict | None = None, ports: bool = True) -> tuple[subprocess.Popen, Path]:
-    """Start ``gateway serve`` without waiting; ``ports`` adds port-0 listeners unless given."""
-    argv = [sys.executable, "-m", "gateway", "serve", "--data-dir", str(data_dir)]
+def spawn(data_dir: Path, *args: str, env: dict | None = None, ports: bool = True,
+          prefix: list[str] | None = None) -> tuple[subprocess.Popen, Path]:
+    """Start ``gateway serve`` without waiting; ``ports`` adds port-0 listeners unless given;
+    ``prefix`` runs it through a wrapper that execs it (``ip netns exec <ns>``)."""
+    argv = [*(prefix or ()), sys.executable, "-m", "gateway", "serve", "--data-dir", str(data_dir)]
     if ports:
         for name in ("kafka", "amqp", "http"):
             if f"--{name}-listen" not in args:
@@ -60,10 +62,11 @@ def spawn(data_dir: Path, *args: str, env: dict | None = None, ports: bool = Tru
                             stdout=open(log_path, "wb"), stderr=subprocess.STDOUT), log_path
 
 
-def start_broker(data_dir: Path, *args: str, env: dict | None = None, timeout: float = 30) -> BrokerProcess:
+def start_broker(data_dir: Path, *args: str, env: dict | None = None, timeout: float = 30,
+                 prefix: list[str] | None = None) -> BrokerProcess:
     listeners = Path(data_dir) / "listeners.json"
     listeners.unlink(missing_ok=True)  # a killed broker's file must not be mistaken for this one's
-    proc, log_path = spawn(data_dir, *args, env=env)
+    proc, log_path = spawn(data_dir, *args, env=env, prefix=prefix)
     broker = BrokerProcess(proc, Path(data_dir), log_path)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

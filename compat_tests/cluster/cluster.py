@@ -39,13 +39,18 @@ def free_port() -> int:
 class ClusterBroker:
     """One broker node; its ports and data directory survive kills and restarts."""
 
-    def __init__(self, node_id: int, base: Path, zk_connect: str, extra_args: tuple[str, ...] = ()):
+    def __init__(self, node_id: int, base: Path, zk_connect: str, extra_args: tuple[str, ...] = (),
+                 host=None):
         self.node_id = node_id
+        self.host = host  # a netns.Host: the broker runs in that namespace on its address
         self.base = Path(base)
         self.base.mkdir(parents=True, exist_ok=True)
         self.data_dir = self.base / "data"
         self.zk_connect = zk_connect
-        self.ports = {name: free_port() for name in ("kafka", "amqp", "http")}
+        self.ip = host.ip if host is not None else "127.0.0.1"
+        # in a namespace of its own the broker has the whole port space: the usual ports
+        self.ports = ({"kafka": 9092, "amqp": 5672, "http": 15672} if host is not None
+                      else {name: free_port() for name in ("kafka", "amqp", "http")})
         self.extra_args = tuple(extra_args)
         self.process: BrokerProcess | None = None
         self.paused = False
@@ -53,7 +58,7 @@ class ClusterBroker:
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.ports['kafka']}"
+        return f"{self.ip}:{self.ports['kafka']}"
 
     @property
     def alive(self) -> bool:
@@ -63,7 +68,7 @@ class ClusterBroker:
         args = ["--node-id", str(self.node_id), "--zookeeper", self.zk_connect,
                 "--replica-lag-time-max-ms", str(LAG_MS)]
         for name, port in self.ports.items():
-            args += [f"--{name}-listen", f"127.0.0.1:{port}"]
+            args += [f"--{name}-listen", f"{self.ip}:{port}"]
         return args + list(self.extra_args)
 
     def start(self, timeout: float = 30) -> None:
@@ -73,7 +78,8 @@ class ClusterBroker:
             log.rename(log.with_name(f"{log.name}.{self.generation}"))
         self.generation += 1
         self.paused = False
-        self.process = start_broker(self.data_dir, *self.argv(), timeout=timeout)
+        self.process = start_broker(self.data_dir, *self.argv(), timeout=timeout,
+                                    prefix=self.host.prefix() if self.host is not None else None)
         _live.add(self)
 
     def kill(self) -> None:
@@ -129,7 +135,7 @@ class Cluster:
         return ",".join(b.bootstrap for b in self.live())
 
     def expected_brokers(self, brokers: list[ClusterBroker] | None = None) -> dict[int, tuple[str, int]]:
-        return {b.node_id: ("127.0.0.1", b.ports["kafka"]) for b in (brokers or self.brokers)}
+        return {b.node_id: (b.ip, b.ports["kafka"]) for b in (brokers or self.brokers)}
 
     def start(self) -> None:
         for broker in self.brokers:
@@ -184,8 +190,11 @@ class Cluster:
             _live.discard(b)
 
 
-def make_cluster(base: Path, zk_connect: str, n: int = 3, extra_args: tuple[str, ...] = ()) -> Cluster:
-    brokers = [ClusterBroker(i, Path(base) / f"broker{i}", zk_connect, extra_args) for i in range(1, n + 1)]
+def make_cluster(base: Path, zk_connect: str, n: int = 3, extra_args: tuple[str, ...] = (),
+                 hosts: list | None = None) -> Cluster:
+    """``hosts`` (netns.Host per broker) puts each broker in its own network namespace."""
+    brokers = [ClusterBroker(i, Path(base) / f"broker{i}", zk_connect, extra_args,
+                             host=hosts[i - 1] if hosts else None) for i in range(1, n + 1)]
     return Cluster(brokers, zk_connect)
 
 

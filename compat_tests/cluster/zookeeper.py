@@ -86,13 +86,15 @@ def four_letter(host: str, port: int, word: str, timeout: float = 1.0) -> str:
 class ZooKeeperNode:
     """One private standalone ZooKeeper under ``base_dir``; see the module docstring."""
 
-    def __init__(self, base_dir: Path | None = None, *, tick_ms: int = 500):
+    def __init__(self, base_dir: Path | None = None, *, tick_ms: int = 500, host: str = "127.0.0.1",
+                 prefix: list[str] | None = None):
         self.cp = class_path()
         self.java = shutil.which("java") or "/usr/bin/java"
         self._own_base = base_dir is None
         self.base = Path(base_dir) if base_dir else Path(tempfile.mkdtemp(prefix="zk-test-"))
-        self.host = "127.0.0.1"
-        self.port = _free_port()
+        self.host = host
+        self.prefix = list(prefix or ())  # e.g. ``ip netns exec <ns>``: the node in its own namespace
+        self.port = _free_port() if host == "127.0.0.1" else 2181
         self.tick_ms = tick_ms
         self.proc: subprocess.Popen | None = None
         self.log_path = self.base / "node.log"
@@ -142,7 +144,7 @@ class ZooKeeperNode:
         if self.running:
             raise RuntimeError(f"ZooKeeper on port {self.port} is already running")
         began = time.monotonic()
-        argv = [self.java, "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+        argv = [*self.prefix, self.java, "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
                 "-Dzookeeper.admin.enableServer=false", "-Dzookeeper.jmx.log4j.disable=true",
                 "-Dorg.slf4j.simpleLogger.showDateTime=true",
                 "-cp", self.cp, MAIN_CLASS, str(self.base / "zoo.cfg")]
