@@ -1,10 +1,13 @@
-"""confluent-kafka clients for the cluster suites: one-shot produce, acked-id producers, full reads."""
+"""Clients for the cluster suites: one-shot produce, acked-id producers, full reads (confluent-kafka);
+confirming publishers and acking consumers that follow live brokers (pika)."""
 from __future__ import annotations
 
+import random
 import threading
 import time
 from collections import Counter
 
+import pika
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 
@@ -133,14 +136,20 @@ def read_all(bootstrap: str, topic: str, partitions: int, timeout: float = 120):
 
     Returns (Counter of values, {partition: high watermark}).
     """
+    in_order, highs = read_in_order(bootstrap, topic, partitions, timeout)
+    return Counter(v for values in in_order.values() for v in values), highs
+
+
+def read_in_order(bootstrap: str, topic: str, partitions: int, timeout: float = 120, **conf):
+    """({partition: [values in offset order]}, {partition: high watermark}) read from the start."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"verify-{time.monotonic_ns()}",
                          "enable.auto.commit": False, "enable.partition.eof": True,
-                         "auto.offset.reset": "earliest", "fetch.max.bytes": 8 << 20})
+                         "auto.offset.reset": "earliest", "fetch.max.bytes": 8 << 20, **conf})
     try:
         highs = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=15)[1]
                  for p in range(partitions)}
         consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-        values, remaining = Counter(), {p for p, hw in highs.items() if hw > 0}
+        values, remaining = {p: [] for p in range(partitions)}, {p for p, hw in highs.items() if hw > 0}
         deadline = time.monotonic() + timeout
         while remaining:
             if time.monotonic() > deadline:
@@ -157,9 +166,166 @@ def read_all(bootstrap: str, topic: str, partitions: int, timeout: float = 120):
                 if msg.error().fatal():
                     raise AssertionError(f"consumer error: {msg.error()}")
                 continue  # transient (a leader moving): librdkafka retries
-            values[msg.value().decode()] += 1
+            if msg.offset() < highs[msg.partition()]:
+                values[msg.partition()].append(msg.value().decode())
             if msg.offset() + 1 >= highs[msg.partition()]:
                 remaining.discard(msg.partition())
         return values, highs
     finally:
         consumer.close()
+
+
+class ConfirmingPublisher(threading.Thread):
+    """pika, confirms on, persistent messages to one queue through any live broker; reconnects
+    elsewhere when its connection drops. ``confirmed``: ids the broker confirmed."""
+
+    def __init__(self, cluster, queue: str, arguments: dict | None = None, label: str = "m"):
+        super().__init__(name=f"amqp-publisher-{queue}", daemon=True)
+        self.cluster, self.queue, self.arguments, self.label = cluster, queue, arguments or {}, label
+        self.confirmed: list[str] = []
+        self.sent = 0
+        self.reconnects = 0
+        self.stopping = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        n = 0
+        while not self.stopping.is_set():
+            brokers = self.cluster.live()
+            if not brokers:
+                time.sleep(0.2)
+                continue
+            broker = random.choice(brokers)
+            try:
+                conn = pika.BlockingConnection(pika.ConnectionParameters(
+                    broker.ip, broker.ports["amqp"], socket_timeout=5, blocked_connection_timeout=10,
+                    heartbeat=5))
+                ch = conn.channel()
+                ch.confirm_delivery()
+                ch.queue_declare(self.queue, durable=True, arguments=self.arguments)
+                while not self.stopping.is_set():
+                    body = f"{self.label}{n}"
+                    self.sent += 1
+                    ch.basic_publish("", self.queue, body.encode(), pika.BasicProperties(delivery_mode=2),
+                                     mandatory=True)
+                    self.confirmed.append(body)  # basic_publish returned: the broker confirmed it
+                    n += 1
+                conn.close()
+            except (pika.exceptions.AMQPError, OSError):
+                self.reconnects += 1
+                n += 1  # the unconfirmed one may or may not be stored: never reuse its id
+                time.sleep(0.2)
+            except BaseException as exc:  # reported by the test
+                self.error = exc
+                return
+
+
+class AckingConsumer(threading.Thread):
+    """pika consumer of one queue through any live broker, acking each message after recording
+    it (``consumed``: body -> times seen); reconnects elsewhere when its connection drops."""
+
+    def __init__(self, cluster, queue: str, arguments: dict | None = None):
+        super().__init__(name=f"amqp-consumer-{queue}", daemon=True)
+        self.cluster, self.queue, self.arguments = cluster, queue, arguments or {}
+        self.consumed: Counter = Counter()
+        self.reconnects = 0
+        self.stopping = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            brokers = self.cluster.live()
+            if not brokers:
+                time.sleep(0.2)
+                continue
+            broker = random.choice(brokers)
+            try:
+                conn = pika.BlockingConnection(pika.ConnectionParameters(
+                    broker.ip, broker.ports["amqp"], socket_timeout=5, heartbeat=5))
+                ch = conn.channel()
+                ch.queue_declare(self.queue, durable=True, arguments=self.arguments)
+                ch.basic_qos(prefetch_count=50)
+                for method, _props, body in ch.consume(self.queue, inactivity_timeout=0.5):
+                    if self.stopping.is_set():
+                        break
+                    if method is None:
+                        continue
+                    self.consumed[body.decode()] += 1
+                    ch.basic_ack(method.delivery_tag)
+                conn.close()
+            except (pika.exceptions.AMQPError, OSError):
+                self.reconnects += 1
+                time.sleep(0.2)
+            except BaseException as exc:  # reported by the test
+                self.error = exc
+                return
+
+
+class CommittingConsumer(threading.Thread):
+    """A consumer-group member (confluent-kafka) that commits synchronously every ``every``
+    records and, once a second, reads the group's committed offsets back.
+
+    ``backwards`` lists every observation of a partition's committed offset below one that an
+    earlier commit had been acknowledged for: committed offsets must never go back."""
+
+    def __init__(self, bootstrap: str, topic: str, group: str, every: int = 50):
+        super().__init__(name=f"committer-{group}", daemon=True)
+        self.conf = {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                     "auto.offset.reset": "earliest", "session.timeout.ms": 10000,
+                     "topic.metadata.refresh.interval.ms": 1000}
+        self.topic, self.every = topic, every
+        self.acked: dict[int, int] = {}  # partition -> highest offset a commit was acknowledged for
+        self.commits = 0
+        self.commit_failures = Counter()
+        self.backwards: list[tuple[int, int, int]] = []  # (partition, observed, acknowledged before)
+        self.stopping = threading.Event()
+        self.exception: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self._run()
+        except BaseException as exc:  # reported by the test
+            self.exception = exc
+
+    def _check(self, consumer, before: dict[int, int]) -> None:
+        try:
+            parts = consumer.committed([TopicPartition(self.topic, p) for p in before], timeout=5)
+        except KafkaException:
+            return
+        for tp in parts:
+            if tp.error is None and tp.offset >= 0 and tp.offset < before[tp.partition]:
+                self.backwards.append((tp.partition, tp.offset, before[tp.partition]))
+
+    def _run(self) -> None:
+        consumer = Consumer(self.conf)
+        consumer.subscribe([self.topic])
+        since, next_check = 0, time.monotonic() + 1
+        try:
+            while not self.stopping.is_set():
+                msg = consumer.poll(0.2)
+                if msg is not None and not msg.error():
+                    since += 1
+                if since >= self.every:
+                    since = 0
+                    try:
+                        done = consumer.commit(asynchronous=False)
+                    except KafkaException as exc:
+                        self.commit_failures[exc.args[0].name()] += 1
+                    else:
+                        self.commits += 1
+                        for tp in done or ():
+                            if tp.error is None and tp.offset >= 0:
+                                self.acked[tp.partition] = max(self.acked.get(tp.partition, 0), tp.offset)
+                if time.monotonic() >= next_check and self.acked:
+                    next_check = time.monotonic() + 1
+                    self._check(consumer, dict(self.acked))
+        finally:
+            if self.acked:
+                self._check(consumer, dict(self.acked))
+            consumer.close()
+
+    def stop(self, timeout: float = 60) -> None:
+        self.stopping.set()
+        self.join(timeout)
+        if self.exception is not None:
+            raise AssertionError(f"{self.name} failed: {self.exception!r}") from self.exception

@@ -11,58 +11,18 @@ from __future__ import annotations
 
 import os
 import random
-import threading
 import time
 from collections import Counter
 
 import pika
 import pytest
 
+from compat_tests.cluster.clients import ConfirmingPublisher
 from compat_tests.cluster.cluster import metadata
 from compat_tests.support import wait_until
 
 CYCLES = int(os.environ.get("GATEWAY_AMQP_FAULT_CYCLES", "8"))
 QUEUE = "ledger"
-
-
-class ConfirmingPublisher(threading.Thread):
-    def __init__(self, cluster):
-        super().__init__(name="amqp-publisher", daemon=True)
-        self.cluster = cluster
-        self.confirmed: list[str] = []
-        self.reconnects = 0
-        self.stopping = threading.Event()
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        n = 0
-        while not self.stopping.is_set():
-            brokers = self.cluster.live()
-            if not brokers:
-                time.sleep(0.2)
-                continue
-            broker = random.choice(brokers)
-            try:
-                conn = pika.BlockingConnection(pika.ConnectionParameters(
-                    "127.0.0.1", broker.ports["amqp"], socket_timeout=5, blocked_connection_timeout=10,
-                    heartbeat=5))
-                ch = conn.channel()
-                ch.confirm_delivery()
-                ch.queue_declare(QUEUE, durable=True, arguments={"x-queue-type": "quorum"})
-                while not self.stopping.is_set():
-                    body = f"m{n}"
-                    ch.basic_publish("", QUEUE, body.encode(), pika.BasicProperties(delivery_mode=2),
-                                     mandatory=True)
-                    self.confirmed.append(body)  # basic_publish returned: the broker confirmed it
-                    n += 1
-                conn.close()
-            except (pika.exceptions.AMQPError, OSError):
-                self.reconnects += 1
-                n += 1  # the unconfirmed one may or may not be stored: never reuse its id
-                time.sleep(0.2)
-            except BaseException as exc:  # reported by the test
-                self.error = exc
-                return
 
 
 def _home(cluster) -> int | None:
@@ -76,7 +36,7 @@ def _home(cluster) -> int | None:
 @pytest.mark.timeout(300 + CYCLES * 60)
 def test_confirmed_messages_survive_broker_kills(cluster):
     wait_until(lambda: _home(cluster), timeout=30, what="an AMQP home")
-    publisher = ConfirmingPublisher(cluster)
+    publisher = ConfirmingPublisher(cluster, QUEUE, {"x-queue-type": "quorum"})
     publisher.start()
     rng = random.Random(int(os.environ.get("GATEWAY_FAULT_SEED", "7")))
     try:

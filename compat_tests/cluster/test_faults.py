@@ -42,7 +42,9 @@ from collections import Counter
 import pytest
 
 from compat_tests.cluster.clients import AckedProducer, read_all
-from compat_tests.cluster.cluster import brokers_of, create_topic, metadata, partition_view
+from compat_tests.cluster.cluster import create_topic, partition_view
+from compat_tests.cluster.nemesis import PROCESS as FAULTS
+from compat_tests.cluster.nemesis import inflict_process, pick_victim
 from compat_tests.cluster.replicas import compare_replicas, high_watermarks
 
 CYCLES = int(os.environ.get("GATEWAY_FAULT_CYCLES", "30"))
@@ -53,55 +55,6 @@ RATE = float(os.environ.get("GATEWAY_FAULT_RATE", "150"))
 PRODUCERS = int(os.environ.get("GATEWAY_FAULT_PRODUCERS", "2"))
 HEAL_S = 45  # a cycle's cluster must have full ISRs again within this
 FAILOVER_S = 20  # a killed broker's leaderships must move within this (ZooKeeper session: 6 s)
-FAULTS = ("kill-leader", "kill-follower", "freeze", "kill-controller")
-
-
-def pick_victim(cluster, topic, fault, rng) -> int:
-    """The broker id a fault hits, from the cluster's current Metadata (a random one if unknown)."""
-    md = metadata(cluster.bootstrap(), timeout=3)
-    ids = [b.node_id for b in cluster.brokers]
-    if md is None or topic not in md.topics:
-        return rng.choice(ids)
-    view = partition_view(md, topic)
-    leader, replicas, _ = view[rng.choice(sorted(view))]
-    if fault == "kill-leader" and leader in ids:
-        return leader
-    if fault == "kill-follower":
-        return rng.choice([r for r in replicas if r != leader] or ids)
-    if fault == "kill-controller" and md.controller_id in ids:
-        return md.controller_id
-    return rng.choice(ids)
-
-
-def inflict(cluster, topic, broker, fault, rng) -> str:
-    if fault == "freeze":
-        # up to 4x HOLD: past the 3 s replica lag often, and past the brokers' 6 s ZooKeeper
-        # session now and then, so a frozen leader or controller must be fenced when it thaws
-        seconds = HOLD * rng.uniform(1, 4)
-        broker.pause()
-        time.sleep(seconds)
-        broker.resume()
-        return f"frozen {seconds:.1f}s"
-    broker.kill()
-    how = ""
-    # Half the time the broker stays down until the cluster has noticed (its session expired,
-    # its leaderships moved): the failover path. Otherwise it is back before anyone noticed:
-    # the path of a broker re-registering under an id its dead session still holds.
-    if rng.random() < 0.5:
-        t0 = time.monotonic()
-        cluster._wait(lambda: gone(cluster, topic, broker.node_id), FAILOVER_S,
-                      f"broker {broker.node_id} to be deregistered and its leaderships moved after kill -9")
-        how = f"failed over in {time.monotonic() - t0:.1f}s, "
-    time.sleep(HOLD)
-    broker.start()
-    return f"{how}down {HOLD:.1f}s more"
-
-
-def gone(cluster, topic, node_id) -> bool:
-    md = metadata(cluster.bootstrap(), timeout=2)
-    if md is None or topic not in md.topics or node_id in brokers_of(md):
-        return False
-    return all(leader != node_id and leader >= 0 for leader, _, _ in partition_view(md, topic).values())
 
 
 @pytest.mark.timeout(300 + CYCLES * 60)
@@ -128,7 +81,7 @@ def test_no_acknowledged_record_lost_under_faults(cluster, capsys):
             victim = cluster.by_id(pick_victim(cluster, topic, fault, rng))
             t0 = time.monotonic()
             try:
-                how = inflict(cluster, topic, victim, fault, rng)
+                how = inflict_process(cluster, topic, victim, fault, HOLD, rng, FAILOVER_S)
                 cluster.wait_isr_full(topic, timeout=HEAL_S)
             except AssertionError as exc:  # a liveness failure: note it, heal, go on
                 slow_heals.append((cycle, fault, victim.node_id))

@@ -1,0 +1,292 @@
+"""Jepsen-style partition suite (issue 19): real network faults between brokers and ZooKeeper.
+
+ZooKeeper and three brokers each run in a network namespace of their own on a private bridge
+(netns.py); the clients stay in the root namespace and reach every broker throughout, so a
+partitioned leader keeps talking to the clients that can reach it: the case a freeze cannot
+show. Workloads, all at once:
+
+- two confluent-kafka producers, acks=all with idempotence, unique ids over 4 partitions
+  (replication factor 3, min.insync.replicas=2);
+- a consumer group member committing its offsets synchronously, reading them back each second;
+- pika publishers with confirms on a quorum queue and on a classic queue mirrored by an
+  ``ha-mode`` policy, each with a consumer acking what it gets.
+
+The nemesis runs cycles: one fault of nemesis.py, hold, heal, wait until every ISR is full.
+By default (CI) every fault runs twice, in an order shuffled by the seed; GATEWAY_PARTITION_CYCLES
+instead draws that many at random, GATEWAY_NEMESES (comma list) narrows the choice,
+GATEWAY_PARTITION_SECONDS sets the hold (1.5 s: a cut lasts 1 to 4 times that), GATEWAY_FAULT_SEED
+the seed (printed). Then everything is healed and checked:
+
+- no acknowledged record and no confirmed message lost;
+- no record stored twice by an idempotent producer;
+- per partition, each producer's acknowledged records in the order it sent them;
+- committed offsets never went back below one a commit had been acknowledged for;
+- replicas byte-identical below the high watermark (after a clean stop);
+- every broker back in service (registered, answering Kafka and AMQP).
+
+Per nemesis it prints cycles, records acknowledged during its cycles, and how many of those were
+lost or duplicated; the totals line has sent, acknowledged, lost, duplicated and unknown (sent
+but never acknowledged: may or may not be stored). A long run by hand:
+
+    GATEWAY_PARTITION_CYCLES=300 .venv/bin/python -m pytest compat_tests/cluster/test_partitions.py -q -s
+"""
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections import Counter, defaultdict
+
+import pika
+import pytest
+import requests
+
+from compat_tests.cluster import netns
+from compat_tests.cluster.clients import (
+    AckedProducer, AckingConsumer, CommittingConsumer, ConfirmingPublisher, read_in_order)
+from compat_tests.cluster.cluster import create_topic, make_cluster, metadata, partition_view
+from compat_tests.cluster.nemesis import ALL, NETWORK, inflict_network, inflict_process, pick_victim
+from compat_tests.cluster.replicas import compare_replicas, high_watermarks
+from compat_tests.cluster.zookeeper import ZooKeeperNode, ensure_chroot
+from compat_tests.support import wait_until
+
+CYCLES = int(os.environ.get("GATEWAY_PARTITION_CYCLES", "0"))  # 0: every nemesis twice
+HOLD = float(os.environ.get("GATEWAY_PARTITION_SECONDS", "1.5"))
+SEED = int(os.environ.get("GATEWAY_FAULT_SEED", str(time.time_ns() % 1_000_000)))
+NEMESES = tuple(n for n in os.environ.get("GATEWAY_NEMESES", ",".join(ALL)).split(",") if n)
+PARTITIONS = 4
+HEAL_S = 60
+SCHEDULED = CYCLES or 2 * len(NEMESES)
+
+
+@pytest.fixture
+def netcluster(tmp_path):
+    reason = netns.unavailable()
+    if reason:
+        pytest.skip(f"the partition suite needs network namespaces: {reason}")
+    net = netns.Network()
+    zk = cluster = None
+    try:
+        zk_host = net.add_host("zk", 2)
+        hosts = [net.add_host(f"b{i}", 10 + i) for i in (1, 2, 3)]
+        zk = ZooKeeperNode(tmp_path / "zookeeper", host=zk_host.ip, prefix=zk_host.prefix())
+        zk.start()
+        ensure_chroot(zk.hosts, "/gw-partitions")
+        # guest logs in from the bridge's address, not a loopback one
+        cluster = make_cluster(tmp_path, zk.hosts + "/gw-partitions", hosts=hosts,
+                               extra_args=("--loopback-users", ""))
+        cluster.start()
+        yield net, cluster
+    finally:
+        net.heal()
+        if cluster is not None:
+            cluster.close()
+        if zk is not None:
+            zk.close()
+        net.close()
+
+
+def _amqp_home(cluster) -> int | None:
+    md = metadata(cluster.bootstrap(), timeout=3)
+    if md is None or "__amqp_state" not in md.topics:
+        return None
+    leader = md.topics["__amqp_state"].partitions[0].leader
+    return leader if leader in {b.node_id for b in cluster.live()} else None
+
+
+def _mirror_policy(cluster) -> None:
+    def put():
+        home = _amqp_home(cluster)
+        if home is None:
+            return False
+        b = cluster.by_id(home)
+        answer = requests.put(f"http://{b.ip}:{b.ports['http']}/api/policies/%2F/mirror", auth=("guest", "guest"),
+                              json={"pattern": "^ha\\.", "definition": {"ha-mode": "all"}, "apply-to": "queues"},
+                              timeout=10)
+        return answer.status_code in (201, 204)
+    wait_until(put, timeout=60, what="the ha-mode policy to be set on the AMQP home", interval=0.5)
+
+
+def _schedule(rng) -> list[str]:
+    if CYCLES:
+        return [rng.choice(NEMESES) for _ in range(CYCLES)]
+    plan = list(NEMESES) * 2
+    rng.shuffle(plan)
+    return plan
+
+
+def _order_problems(in_order: dict[int, list[str]], acked: set[str]) -> list[str]:
+    """Ids are ``<producer>.<generation>-<seq>``: per partition, one producer generation's
+    acknowledged ids must appear in increasing sequence."""
+    problems = []
+    for p, values in in_order.items():
+        last: dict[str, int] = {}
+        for v in values:
+            if v not in acked:
+                continue
+            who, _, seq = v.rpartition("-")
+            if int(seq) <= last.get(who, -1):
+                problems.append(f"partition {p}: {v} after {who}-{last[who]}")
+            last[who] = int(seq)
+    return problems
+
+
+def _drain(cluster, queue: str, arguments: dict) -> Counter:
+    got = Counter()
+    entry = cluster.live()[0]
+    conn = pika.BlockingConnection(pika.ConnectionParameters(entry.ip, entry.ports["amqp"], connection_attempts=20,
+                                                             retry_delay=0.5))
+    ch = conn.channel()
+    ch.queue_declare(queue, durable=True, arguments=arguments)
+    ch.basic_qos(prefetch_count=500)
+    for method, _props, body in ch.consume(queue, inactivity_timeout=5):
+        if method is None:
+            break
+        got[body.decode()] += 1
+        ch.basic_ack(method.delivery_tag, multiple=True)
+    conn.close()
+    return got
+
+
+@pytest.mark.timeout(600 + SCHEDULED * 90)
+def test_nothing_acknowledged_is_lost_under_network_partitions(netcluster, capsys):
+    net, cluster = netcluster
+
+    def say(text):
+        with capsys.disabled():
+            print(f"[partitions] {text}", flush=True)
+
+    rng = random.Random(SEED)
+    topic = f"partitions-{SEED}"
+    create_topic(cluster.bootstrap(), topic, PARTITIONS, 3, {"min.insync.replicas": "2"})
+    cluster.wait_isr_full(topic)
+    bootstrap = ",".join(b.bootstrap for b in cluster.brokers)
+    producers = [AckedProducer(bootstrap, topic, PARTITIONS, f"p{i}", rate=100) for i in range(2)]
+    committer = CommittingConsumer(bootstrap, topic, f"audit-{SEED}")
+    wait_until(lambda: _amqp_home(cluster), timeout=60, what="an AMQP home")
+    _mirror_policy(cluster)
+    queues = {"q.quorum": {"x-queue-type": "quorum"}, "ha.classic": {}}
+    publishers = [ConfirmingPublisher(cluster, q, args, label=f"{q}-") for q, args in queues.items()]
+    consumers = [AckingConsumer(cluster, q, args) for q, args in queues.items()]
+    workers = [*producers, committer, *publishers, *consumers]
+    for w in workers:
+        w.start()
+
+    def acked_marks():
+        return [len(p.acked) for p in producers]
+
+    plan = _schedule(rng)
+    say(f"seed {SEED}, {len(plan)} cycles over {sorted(set(plan))}, hold {HOLD}s; network {net.bridge} "
+        f"({', '.join(f'{h.name}={h.ip}' for h in net.hosts.values())})")
+    windows: list[tuple[str, list[int], list[int]]] = []  # (nemesis, acked marks before, after)
+    stuck = []
+    began = time.monotonic()
+    try:
+        wait_until(lambda: sum(acked_marks()) >= 50, timeout=60, what="the first acknowledgements")
+        for cycle, fault in enumerate(plan, 1):
+            before, t0 = acked_marks(), time.monotonic()
+            try:
+                if fault in NETWORK:
+                    how = inflict_network(net, cluster, topic, fault, HOLD, rng)
+                else:
+                    victim = cluster.by_id(pick_victim(cluster, topic, fault, rng))
+                    how = f"broker {victim.node_id}: " + inflict_process(cluster, topic, victim, fault, HOLD, rng)
+                cluster.wait_isr_full(topic, timeout=HEAL_S)
+            except AssertionError as exc:  # a liveness failure: note it, heal, go on
+                stuck.append((cycle, fault))
+                how = "STUCK"
+                say(f"cycle {cycle}: {str(exc)[:3000]}")
+                net.heal()
+                for b in cluster.brokers:
+                    b.resume()
+                    if not b.alive:
+                        b.start()
+            windows.append((fault, before, acked_marks()))
+            say(f"cycle {cycle}/{len(plan)}: {fault}: {how}; healed in {time.monotonic() - t0:.1f}s; acked "
+                f"{sum(acked_marks())}, confirmed {sum(len(p.confirmed) for p in publishers)} "
+                f"({time.monotonic() - began:.0f}s)")
+    finally:
+        net.heal()
+        for b in cluster.brokers:
+            b.resume()
+            if not b.alive:
+                b.start()
+        for w in workers:
+            w.stopping.set()
+    for p in producers:
+        p.stop()
+    committer.stop()
+    for w in [*publishers, *consumers]:
+        w.join(30)
+        assert w.error is None, f"{w.name}: {w.error!r}"
+
+    # every broker back in service
+    cluster.wait_registered(timeout=90)
+    md = cluster.wait_isr_full(topic, timeout=90)
+    for b in cluster.brokers:
+        conn = pika.BlockingConnection(pika.ConnectionParameters(b.ip, b.ports["amqp"], connection_attempts=30,
+                                                                 retry_delay=0.5))
+        conn.close()
+    replicas = {p: r for p, (_, r, _) in partition_view(md, topic).items()}
+
+    # Kafka: lost, duplicated, order
+    acked_order = [list(p.acked) for p in producers]
+    all_acked = set().union(*acked_order)
+    in_order, highs = read_in_order(cluster.bootstrap(), topic, PARTITIONS)
+    stored = Counter(v for vs in in_order.values() for v in vs)
+    lost = all_acked - set(stored)
+    dups = {v for v, n in stored.items() if n > 1}
+    order = _order_problems(in_order, all_acked)
+    sent = sum(p.sent for p in producers)
+    unknown = sent - len(all_acked)
+    table = defaultdict(lambda: [0, 0, 0, 0])  # nemesis -> cycles, acked, lost, duplicated
+    for fault, before, after in windows:
+        row = table[fault]
+        row[0] += 1
+        for i, ids in enumerate(acked_order):
+            window = ids[before[i]:after[i]]
+            row[1] += len(window)
+            row[2] += sum(1 for v in window if v in lost)
+            row[3] += sum(1 for v in window if v in dups)
+    for fault in sorted(table):
+        c, a, lo, d = table[fault]
+        say(f"  {fault:26} cycles {c:3}  acknowledged {a:7}  lost {lo}  duplicated {d}")
+    say(f"kafka: sent {sent}, acknowledged {len(all_acked)}, lost {len(lost)}, duplicated {len(dups)}, "
+        f"unknown {unknown} ({sum(1 for v in stored if v not in all_acked)} of them stored); "
+        f"order problems {len(order)}; high watermarks {highs}; producers replaced {sum(p.replaced for p in producers)}")
+    say(f"group offsets: {committer.commits} commits acknowledged, failures {dict(committer.commit_failures)}, "
+        f"went backwards {len(committer.backwards)}")
+
+    # AMQP: every confirmed message consumed or still in its queue
+    amqp_lost = {}
+    for pub, con in zip(publishers, consumers):
+        left = _drain(cluster, pub.queue, queues[pub.queue])
+        seen = con.consumed + left
+        amqp_lost[pub.queue] = [m for m in pub.confirmed if seen[m] == 0]
+        say(f"amqp {pub.queue}: sent {pub.sent}, confirmed {len(pub.confirmed)}, lost {len(amqp_lost[pub.queue])}, "
+            f"redelivered/duplicated {sum(n - 1 for n in seen.values() if n > 1)}, "
+            f"unknown {pub.sent - len(pub.confirmed)}, reconnects {pub.reconnects}+{con.reconnects}")
+
+    time.sleep(2)  # followers learn the final high watermark on their next fetch
+    codes = {b.node_id: b.stop(timeout=60) for b in cluster.brokers}
+    data_dirs = {b.node_id: b.data_dir for b in cluster.brokers}
+    problems = []
+    for p in range(PARTITIONS):
+        problems += compare_replicas(data_dirs, topic, p, replicas[p])
+        hws = high_watermarks(data_dirs, topic, p)
+        behind = {n: hw for n, hw in hws.items() if n in replicas[p] and (hw is None or hw < highs[p])}
+        if behind:
+            problems.append(f"{topic}-{p}: replicas {behind} checkpointed a HW below the {highs[p]} consumers read to")
+    say(f"replicas compared: {'identical' if not problems else problems}")
+
+    assert not lost, f"{len(lost)} acknowledged records lost (seed {SEED}), e.g. {sorted(lost)[:10]}"
+    assert not dups, f"{len(dups)} records stored twice despite idempotence (seed {SEED}), e.g. {sorted(dups)[:10]}"
+    assert not order, f"acknowledged order broken (seed {SEED}): {order[:10]}"
+    assert not committer.backwards, f"committed offsets went back (seed {SEED}): {committer.backwards[:10]}"
+    assert not any(amqp_lost.values()), f"confirmed messages lost (seed {SEED}): " + \
+        ", ".join(f"{q}: {len(m)} e.g. {m[:5]}" for q, m in amqp_lost.items() if m)
+    assert not problems, "replicas diverge:\n" + "\n".join(problems)
+    assert codes == {b.node_id: 0 for b in cluster.brokers}, f"clean stop exit codes: {codes}"
+    assert not stuck, f"cycles that did not heal within {HEAL_S}s (seed {SEED}): {stuck}"
+    assert len(all_acked) > len(plan) * 20, f"only {len(all_acked)} records acknowledged in {len(plan)} cycles"
+    assert all(len(p.confirmed) > 0 for p in publishers), "an AMQP publisher never got a confirm"
