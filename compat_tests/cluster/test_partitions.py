@@ -131,21 +131,28 @@ def _order_problems(in_order: dict[int, list[str]], acked: set[str]) -> list[str
     return problems
 
 
-def _drain(cluster, queue: str, arguments: dict) -> Counter:
-    got = Counter()
-    entry = cluster.live()[0]
-    conn = pika.BlockingConnection(pika.ConnectionParameters(entry.ip, entry.ports["amqp"], connection_attempts=20,
-                                                             retry_delay=0.5))
-    ch = conn.channel()
-    ch.queue_declare(queue, durable=True, arguments=arguments)
-    ch.basic_qos(prefetch_count=500)
-    for method, _props, body in ch.consume(queue, inactivity_timeout=5):
-        if method is None:
-            break
-        got[body.decode()] += 1
-        ch.basic_ack(method.delivery_tag, multiple=True)
-    conn.close()
-    return got
+def _drain(cluster, queue: str, arguments: dict, timeout: float = 120) -> Counter:
+    """Everything left in ``queue`` (acked as read); reconnects if its home moves meanwhile."""
+    got, deadline = Counter(), time.monotonic() + timeout
+    while True:
+        wait_until(lambda: _amqp_home(cluster), timeout=60, what="an AMQP home")
+        entry = random.choice(cluster.live())
+        try:
+            conn = pika.BlockingConnection(pika.ConnectionParameters(
+                entry.ip, entry.ports["amqp"], connection_attempts=20, retry_delay=0.5))
+            ch = conn.channel()
+            ch.queue_declare(queue, durable=True, arguments=arguments)
+            ch.basic_qos(prefetch_count=500)
+            for method, _props, body in ch.consume(queue, inactivity_timeout=5):
+                if method is None:
+                    break
+                got[body.decode()] += 1
+                ch.basic_ack(method.delivery_tag)
+            conn.close()
+            return got
+        except (pika.exceptions.AMQPError, OSError):
+            if time.monotonic() > deadline:
+                raise
 
 
 @pytest.mark.timeout(600 + SCHEDULED * 90)
