@@ -11,6 +11,10 @@ show. Workloads, all at once:
 - pika publishers with confirms on a quorum queue and on a classic queue mirrored by an
   ``ha-mode`` policy, each with a consumer acking what it gets.
 
+Transactions are not among the workloads: transactional ids are single-node only in this version
+(README, Cluster mode), so they are faulted by compat_tests/kafka/test_transactions.py's kill -9
+pipeline instead.
+
 The nemesis runs cycles: one fault of nemesis.py, hold, heal, wait until every ISR is full.
 By default (CI) every fault runs twice, in an order shuffled by the seed; GATEWAY_PARTITION_CYCLES
 instead draws that many at random, GATEWAY_NEMESES (comma list) narrows the choice,
