@@ -23,6 +23,11 @@ class InvalidRecordError(LogError):
     """A batch is well formed but breaks a rule of the topic (e.g. a keyless record on a compacted topic)."""
 
 
+class StorageError(LogError):
+    """A write to a log's files failed (the file system is full, or an I/O error); nothing of
+    the refused write is kept, so the log stays as it was before it."""
+
+
 class InvalidConfigError(LogError):
     """A topic config key is unknown or its value is out of range."""
 

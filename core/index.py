@@ -79,14 +79,20 @@ class SparseIndex:
         """Append the entries gathered since the last write to the file (created if need be)."""
         if not self._pending:
             return
-        data, self._pending = bytes(self._pending), bytearray()
+        data = bytes(self._pending)
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
+            before = os.fstat(fd).st_size
             written = 0
-            while written < len(data):
-                written += os.write(fd, data[written:])
+            try:
+                while written < len(data):
+                    written += os.write(fd, data[written:])
+            except OSError:  # disk full: keep the entries for the next write, no torn entry in the file
+                os.ftruncate(fd, before)
+                raise
         finally:
             os.close(fd)
+        del self._pending[:len(data)]
 
     def rewrite(self, keys, values) -> None:
         """Replace the whole file (used by rebuilds and truncation)."""
@@ -103,7 +109,10 @@ class SparseIndex:
         self.values.append(value)
         self._pending += self._pack(key, value)
         if len(self._pending) >= WRITE_EVERY * self.entry.size:
-            self.write_pending()
+            try:
+                self.write_pending()
+            except OSError:  # the batch is in the log already: the entries wait for the next write
+                pass
 
     def truncate_entries(self, count: int) -> None:
         """Keep the first ``count`` entries."""

@@ -38,7 +38,7 @@ from typing import Callable, Iterator, NamedTuple
 from core.checkpoint import read_int, write_int
 from core.config import TopicConfig
 from core.epochs import LeaderEpochCache
-from core.errors import InvalidRecordError, OffsetMismatchError, OffsetOutOfRangeError, RecordTooLargeError
+from core.errors import InvalidRecordError, OffsetMismatchError, OffsetOutOfRangeError, RecordTooLargeError, StorageError
 from core.segment import LogSegment, RecoverInfo
 from wire.records import RecordBatch, decode_batch, iter_batches, set_offsets_in_place
 
@@ -373,10 +373,14 @@ class PartitionLog:
         old = self.active
         if old.empty:
             return old
-        old.sync()  # rolled segments are durable, so recovery only ever scans the last one
-        segment = self._new_segment(old.next_offset)
-        self._add(segment)
-        write_int(self.directory / RECOVERY_POINT_FILE, segment.base_offset)
+        try:
+            old.sync()  # rolled segments are durable, so recovery only ever scans the last one
+            segment = self._new_segment(old.next_offset)
+            self._add(segment)
+            write_int(self.directory / RECOVERY_POINT_FILE, segment.base_offset)
+        except OSError as exc:  # a stale recovery point only means a longer scan at start-up
+            raise StorageError(f"cannot roll the log in {self.directory}: {exc.strerror or exc}; free space on "
+                               "its file system (the broker refuses writes until there is)") from None
         return segment
 
     # --- flushing (may run on another thread) ---------------------------------------

@@ -16,6 +16,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from core.errors import StorageError
 from core.index import OffsetIndex, TimeIndex
 from wire.records import LOG_OVERHEAD, BatchHeader, CorruptBatchError, read_batch_header, validate_batch
 
@@ -181,14 +182,16 @@ class LogSegment:
         the stored ones (a replica's batches, which may have compaction gaps between them).
         """
         start = self.size
-        if size is None:
-            size = len(data)
-            written = os.write(self.fd, data)
-        else:
-            written = os.writev(self.fd, data)
+        try:
+            if size is None:
+                size = len(data)
+                written = os.write(self.fd, data)
+            else:
+                written = os.writev(self.fd, data)
+        except OSError as exc:
+            self._refuse(start, exc.strerror or str(exc))
         if written != size:  # a short write on a regular file means the disk is full
-            os.ftruncate(self.fd, start)
-            raise OSError(f"short write to {self.log_path}: {written} of {size} bytes")
+            self._refuse(start, f"short write, {written} of {size} bytes (file system full)")
         offset = first_offset
         for pos, header in batches:
             if first_offset is None:
@@ -202,13 +205,24 @@ class LogSegment:
         """Append one batch given as its stamped first bytes and the rest, in one writev."""
         start = self.size
         size = len(prefix) + len(rest)
-        written = os.writev(self.fd, (prefix, rest))
+        try:
+            written = os.writev(self.fd, (prefix, rest))
+        except OSError as exc:
+            self._refuse(start, exc.strerror or str(exc))
         if written != size:
-            os.ftruncate(self.fd, start)
-            raise OSError(f"short write to {self.log_path}: {written} of {size} bytes")
+            self._refuse(start, f"short write, {written} of {size} bytes (file system full)")
         self._track(start, first_offset, size, max_timestamp)
         self.size = start + size
         self.next_offset = first_offset + last_offset_delta + 1
+
+    def _refuse(self, start: int, why: str) -> None:
+        """Cut what a failed append left (a torn batch must not stay for the next one to follow)."""
+        try:
+            os.ftruncate(self.fd, start)
+        except OSError:  # recovery at the next start-up cuts the torn tail instead
+            pass
+        raise StorageError(f"cannot append to {self.log_path}: {why}; free space on its file system "
+                           "(the broker refuses writes until there is)")
 
     def _track(self, position: int, offset: int, size: int, max_timestamp: int) -> None:
         """Timestamps and the sparse indexes for a batch just written at ``position``."""

@@ -15,6 +15,9 @@ from gateway.logs import fields
 log = logging.getLogger(__name__)
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
+# After a write failed for want of space, the disk alarm holds until at least this much is free
+# again (or the configured limit, if larger): enough for a few full-size batches.
+FULL_CLEAR_BYTES = 16 << 20
 
 
 def resident_bytes() -> int:
@@ -32,12 +35,18 @@ class Alarms:
         self.disk_free_limit = disk_free_limit_mb << 20
         self.memory_limit = (memory_limit_mb << 20) if memory_limit_mb else int(total_memory_bytes() * 0.4)
         self.active: frozenset[str] = frozenset()
+        self.write_failed = False  # a log write failed (ENOSPC): the disk alarm holds until space is back
+
+    def note_write_failure(self) -> None:
+        self.write_failed = True
 
     def check(self) -> frozenset[str]:
         active = set()
         stat = os.statvfs(self.data_dir)
         free = stat.f_bavail * stat.f_frsize
-        if free < self.disk_free_limit:
+        if self.write_failed and free >= max(self.disk_free_limit, FULL_CLEAR_BYTES):
+            self.write_failed = False
+        if free < self.disk_free_limit or self.write_failed:
             active.add("disk")
         rss = resident_bytes()
         if rss > self.memory_limit:

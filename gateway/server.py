@@ -156,6 +156,7 @@ class Broker:
         self.amqp = AmqpService(router, self.reactor, self.request_flush, alarms,
                                 users=self.users)
         self.kafka.topic_deleted = lambda name: self.amqp.router.topic_deleted(name)
+        self.kafka.storage_failed = self.amqp.storage_failed
         if self.cluster is not None:
             self.amqp_home = AmqpHome(self, self.cluster)
         self._apply_limits()

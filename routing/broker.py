@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from core.errors import StorageError
 from core.log import PartitionLog
 from core.log_manager import LogManager
 from routing import mapping
@@ -88,6 +89,8 @@ class Router:
         self._transient_dirty = False
         self._batching = 0  # inside definitions_batch(): the files are written once, at its end
         self.on_appended: Callable[[], None] = lambda: None  # the gateway asks for a flush
+        # a log write failed: the gateway raises the disk alarm (True the first time, to log it once)
+        self.on_storage_error: Callable[[], bool] = lambda: True
 
     # --- start and stop ----------------------------------------------------------------
     def load(self) -> None:
@@ -276,8 +279,9 @@ class Router:
             try:
                 info = queue.plog.append_built(batch_of_tails(staged.timestamps, staged.tails), count, max(staged.timestamps))
             except Exception as exc:  # e.g. a Kafka-made topic with a smaller max.message.bytes
-                log.error("cannot append %d message(s) to queue %s in vhost %s: %s", count, queue.name,
-                          queue.vhost, exc)
+                first = self.on_storage_error() if isinstance(exc, StorageError) else True
+                log.log(logging.ERROR if first else logging.DEBUG, "cannot append %d message(s) to queue %s in "
+                        "vhost %s: %s", count, queue.name, queue.vhost, exc)
                 for publish in staged.publishes:
                     if publish is not None:
                         publish.rejected = True  # nack: the publisher must not think it is stored

@@ -45,10 +45,12 @@ class AmqpService:
         self.cluster_name = cluster_name
         self._request_flush = request_flush
         router.on_appended = request_flush
+        router.on_storage_error = self.storage_failed
 
     def use_router(self, router: Router) -> None:
         """Cluster mode: the AMQP model is rebuilt when this broker becomes (or stops being) the AMQP home."""
         router.on_appended = self._request_flush
+        router.on_storage_error = self.storage_failed
         self.router = router
 
     def server_properties(self, capabilities: dict) -> dict:
@@ -80,6 +82,15 @@ class AmqpService:
             self._send_confirms()
         except Exception:
             log.exception("AMQP housekeeping failed; will retry at the next tick")
+
+    def storage_failed(self) -> bool:
+        """A log write failed for want of space: block publishers now, not at the next tick.
+        True the first time (until space is back), for the caller to log it once."""
+        if self.alarms is None or self.alarms.write_failed:
+            return False
+        self.alarms.note_write_failure()
+        self._check_alarms()
+        return True
 
     def _check_alarms(self) -> None:
         if self.alarms is None:

@@ -43,6 +43,7 @@ class KafkaContext:
     too_many_connections: Callable[[], bool] = lambda: False  # the global limit, both protocols
     max_connections_per_user: int = 0  # checked at SASL login; 0 = no limit
     throttle_ms: Callable[[], int] = lambda: 0  # > 0 while a resource alarm is on: Produce is slowed down
+    storage_failed: Callable[[], bool] = lambda: True  # a log write failed (disk full): the disk alarm goes on
     # topic -> [records in, bytes in, bytes out]: running totals for the management API and /metrics
     traffic: dict[str, list[int]] = field(default_factory=dict)
     cluster: object = None  # gateway.cluster.node.ClusterNode in cluster mode; None on a single node

@@ -21,7 +21,7 @@ import logging
 from kio.schema.errors import ErrorCode
 from twisted.internet import task
 
-from core.errors import InvalidRecordError, RecordTooLargeError
+from core.errors import InvalidRecordError, RecordTooLargeError, StorageError
 from gateway.kafka.apis import handles
 from gateway.logs import fields
 from wire.errors import CorruptBatchError
@@ -76,6 +76,11 @@ def _append_to(ctx, topic: str, index: int, plog, epoch: int, data: bytes) -> tu
         return ErrorCode.message_too_large, -1, -1, str(exc)
     except InvalidRecordError as exc:
         return ErrorCode.invalid_record, -1, -1, str(exc)
+    except StorageError as exc:  # nothing of the batch was kept: the client may retry once there is space
+        first = ctx.storage_failed()  # then logged once, not once per refused batch until space is back
+        log.log(logging.WARNING if first else logging.DEBUG, "produce refused: %s", exc,
+                extra=fields(topic=topic, partition=index))
+        return ErrorCode.kafka_storage_error, -1, -1, str(exc)
 
 
 @handles(0)
