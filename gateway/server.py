@@ -183,7 +183,7 @@ class Broker:
 
     def _join_cluster(self) -> None:
         s = self.settings
-        kafka = s.kafka_advertised or HostPort(*self._kafka_advertised())
+        kafka = HostPort(*self._kafka_advertised())
         amqp_port = self.ports["amqp"].getHost()
         amqp = s.amqp_advertised or HostPort(amqp_port.host, amqp_port.port)
         self.cluster.agent.me = BrokerInfo(s.node_id, kafka.host, kafka.port, amqp.host, amqp.port, s.rack or None)
@@ -260,6 +260,9 @@ class Broker:
             return cluster_id
 
     def _kafka_advertised(self, listener: str = "kafka") -> tuple[str, int]:
+        given = self.settings.kafka_advertised
+        if listener == "kafka" and given is not None:  # clients are told it in single-node mode too
+            return given.host, given.port
         port = self.ports.get(listener) or self._kept_ports.get(listener)
         host = port.getHost()
         name = host.host
