@@ -29,7 +29,7 @@ from typing import Callable, Iterator, Mapping
 from core.checkpoint import fsync_dir
 from core.cleaner import compact
 from core.config import TopicConfig
-from core.errors import UnknownTopicError
+from core.errors import InvalidPartitionsError, UnknownTopicError
 from core.hw_checkpoint import HighWatermarkCheckpoint, read_high_watermarks
 from core.log import PartitionLog
 from core.metadata import MetadataStore, TopicMetadata
@@ -77,8 +77,9 @@ def partition_dir_name(topic: str, partition: int) -> str:
 
 class LogManager:
     def __init__(self, data_dir: Path, store: MetadataStore, *, clock: Callable[[], float] = time.time,
-                 node_id: int = 0):
+                 node_id: int = 0, max_partitions: int = 0):
         self.data_dir = Path(data_dir)
+        self.max_partitions = max_partitions  # 0: no limit; each open partition holds a file descriptor
         self.store = store
         self.node_id = node_id  # in cluster mode only the partitions assigned to this broker are opened here
         self.replicated = False  # cluster mode: every log's high watermark is moved by replication
@@ -144,6 +145,7 @@ class LogManager:
     def create_topic(self, name: str, partitions: int, configs: Mapping[str, str] | None = None,
                      **placement) -> TopicMetadata:
         """``placement``: cluster-mode arguments of MetadataStore.create_topic (replicas, leadership)."""
+        self._check_partition_budget(partitions)
         topic = self.store.create_topic(name, partitions, configs, **placement)
         for partition in range(topic.partitions):
             if topic.is_replica(partition, self.node_id):
@@ -180,8 +182,18 @@ class LogManager:
                 plog.config = config
         return topic
 
+    def _check_partition_budget(self, adding: int) -> None:
+        if not self.max_partitions or adding <= 0:
+            return
+        have = sum(t.partitions for t in self.store.topics().values())
+        if have + adding > self.max_partitions:
+            raise InvalidPartitionsError(
+                f"{adding} more partition(s) would make {have + adding}, above this broker's limit of "
+                f"{self.max_partitions} (each keeps a file open); raise --max-partitions and the open-file limit")
+
     def add_partitions(self, name: str, total: int) -> TopicMetadata:
         before = self.store.get_topic(name)
+        self._check_partition_budget(total - (before.partitions if before else 0))
         topic = self.store.set_partitions(name, total)
         for partition in range(before.partitions if before else 0, total):
             if topic.is_replica(partition, self.node_id):

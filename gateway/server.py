@@ -21,6 +21,7 @@ import fcntl
 import json
 import logging
 import os
+import resource
 import socket
 import time
 import uuid
@@ -67,6 +68,20 @@ AMQP_TICK_S = 0.25
 MAX_NODES = 1024  # node ids of a cluster are below this
 CLUSTER_TICK_S = 0.5  # how often leaders check their followers' lag (ISR shrink)
 
+
+
+def _raise_open_file_limit() -> int:
+    """Raise the soft open-file limit to the hard one (as Kafka and RabbitMQ ask of their hosts:
+    every partition and connection holds a descriptor); return the limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard > soft:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+    return soft
 
 class StartupError(Exception):
     """The broker cannot start; the message names the problem and how to fix it."""
@@ -122,7 +137,8 @@ class Broker:
                 store = self.cluster.store
             else:
                 store = LocalMetadataStore(self.data_dir)
-            self.logs = LogManager(self.data_dir, store, node_id=self.settings.node_id)
+            self.logs = LogManager(self.data_dir, store, node_id=self.settings.node_id,
+                                   max_partitions=self.settings.max_partitions or _raise_open_file_limit() // 2)
             self.logs.replicated = self.cluster is not None
         except Exception as exc:
             self._unlock()

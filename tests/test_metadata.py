@@ -160,3 +160,18 @@ def test_a_group_commit_of_many_logs_syncs_the_file_system_once(tmp_path, monkey
     assert manager.flush_dirty() == 1 and len(calls) == 1  # a few logs: an fsync each
     assert manager.get_log("wide", 1).flushed_offset == 3
     manager.shutdown()
+
+
+def test_the_partition_budget_refuses_topics_and_partitions_beyond_it(tmp_path):
+    manager = LogManager(tmp_path, LocalMetadataStore(tmp_path), max_partitions=5)
+    manager.startup()
+    manager.create_topic("a", 3)
+    with pytest.raises(InvalidPartitionsError, match=r"3 more partition\(s\) would make 6, above this broker's "
+                                                      r"limit of 5 .*--max-partitions"):
+        manager.create_topic("b", 3)
+    assert manager.store.get_topic("b") is None
+    manager.create_topic("b", 2)
+    with pytest.raises(InvalidPartitionsError, match="would make 6"):
+        manager.add_partitions("a", 4)
+    assert manager.store.get_topic("a").partitions == 3
+    manager.shutdown()

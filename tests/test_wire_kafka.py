@@ -246,5 +246,17 @@ def test_string_length_past_the_end_is_a_request_error():
         parse_request(frame)
 
 
+def test_null_array_where_the_schema_has_none_is_a_request_error():
+    # Produce v9 (flexible): transactional_id null, acks, timeout, then topic_data null (compact 0)
+    frame = _head(0, 9) + b"\x00" + struct.pack(">hi", -1, 5000) + b"\x00" + b"\x00"
+    with pytest.raises(RequestError, match=r"null array in non-nullable field topic_data"):
+        parse_request(frame)
+    frame = _head(2, 2) + struct.pack(">iBi", -1, 0, -1)  # ListOffsets v2 (legacy): topics null
+    with pytest.raises(RequestError, match=r"null array in non-nullable field topics"):
+        parse_request(frame)
+    body = _head(3, 4) + struct.pack(">i", -1) + b"\x01"  # Metadata v4: topics null is "all topics"
+    assert parse_request(body).body.topics is None
+
+
 if __name__ == "__main__" and sys.argv[1:2] == ["--fuzz-child"]:
     _fuzz_child(int(sys.argv[2]))

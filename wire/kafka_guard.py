@@ -143,8 +143,11 @@ def _variable(kafka_type: str, flexible: bool, skip: int, name: str) -> tuple[St
 
 
 # --- arrays ----------------------------------------------------------------------------------
-def _array(skip: int, name: str, flexible: bool, each: int, fixed: int | None, item: Step | None) -> Step:
-    """An array of items at least ``each`` bytes long: exactly ``fixed`` bytes, or read by ``item``."""
+def _array(skip: int, name: str, flexible: bool, each: int, fixed: int | None, item: Step | None,
+           nullable: bool = True) -> Step:
+    """An array of items at least ``each`` bytes long: exactly ``fixed`` bytes, or read by ``item``.
+    A null array where the schema has none (``nullable`` False) is refused: kio would read it as
+    None, and the handlers rightly iterate over the field."""
     each = max(each, 1)
 
     def step(buf, pos, end):
@@ -156,6 +159,8 @@ def _array(skip: int, name: str, flexible: bool, each: int, fixed: int | None, i
             else:
                 n, pos = _uvarint(buf, pos)
             if n == 0:  # null
+                if not nullable:
+                    raise _TooLong(f"null array in non-nullable field {name}")
                 return pos
             n -= 1
         else:
@@ -163,6 +168,8 @@ def _array(skip: int, name: str, flexible: bool, each: int, fixed: int | None, i
             pos += 4
             if n < 0:  # -1 = null; kio rejects other negative counts itself
                 if n == -1:
+                    if not nullable:
+                        raise _TooLong(f"null array in non-nullable field {name}")
                     return pos
                 raise _Stop
         if n * each > end - pos:
@@ -225,16 +232,16 @@ def _field_step(field: dataclasses.Field, flexible: bool, skip: int) -> tuple[St
         kafka_type = get_schema_field_type(field)
         if kafka_type in _FIXED:
             size = _FIXED[kafka_type]
-            step = _array(skip, name, flexible, size, size, None)
+            step = _array(skip, name, flexible, size, size, None, is_optional(field))
         elif kafka_type in _VARIABLE:
             item, least = _variable(kafka_type, flexible, 0, name)
-            step = _array(skip, name, flexible, least, None, item)
+            step = _array(skip, name, flexible, least, None, item, is_optional(field))
         else:
             raise NotImplementedError(f"kafka_guard: unknown kafka_type {kafka_type!r} of field {name}")
         return step, 0, 4 if not flexible else 1
     if isinstance(kind, EntityTupleField):
         nested = _entity(kind.type_, False)
-        step = _array(skip, name, flexible, nested.min_size, None, nested.walk)
+        step = _array(skip, name, flexible, nested.min_size, None, nested.walk, is_optional(field))
         return step, 0, 4 if not flexible else 1
     raise NotImplementedError(f"kafka_guard: cannot classify field {name}")
 

@@ -60,6 +60,27 @@ def test_reserved_amq_prefix_is_403(channel):
     _closed_with(info, 403, "ACCESS_REFUSED - queue name 'amq.foo' contains reserved prefix 'amq.*'")
 
 
+def test_names_outside_the_old_spec_pattern_work_as_in_rabbitmq(connection, name):
+    """RabbitMQ takes any UTF-8 queue or exchange name up to 255 bytes, not only the 0-9-1 spec's
+    old pattern (letters, digits, ``-_.:``): declare-ok, get-ok and return must all carry it."""
+    queue, exchange = f"{name} é|{{x}}?", f"{name}.ex ü|!"
+    ch = connection.channel()
+    ch.confirm_delivery()
+    assert ch.queue_declare(queue).method.queue == queue
+    ch.exchange_declare(exchange, "direct")
+    ch.basic_publish("", queue, b"to an odd name")
+    method, _props, body = ch.basic_get(queue, auto_ack=True)
+    assert (method.exchange, method.routing_key, body) == ("", queue, b"to an odd name")
+    returned = []
+    ch.add_on_return_callback(lambda _ch, m, _p, b: returned.append((m.exchange, m.routing_key, b)))
+    with pytest.raises(pika.exceptions.UnroutableError):
+        ch.basic_publish(exchange, "nowhere", b"back", mandatory=True)
+    connection.process_data_events(time_limit=0.5)
+    assert returned == [(exchange, "nowhere", b"back")]
+    ch.exchange_delete(exchange)
+    ch.queue_delete(queue)
+
+
 def test_passive_declare(connection, name):
     ch = connection.channel()
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:

@@ -21,7 +21,7 @@ from routing.errors import (
     ACCESS_REFUSED, NOT_ALLOWED, NOT_FOUND, NOT_IMPLEMENTED, PRECONDITION_FAILED, ChannelError, ConnectionError,
 )
 from routing.queue import Queue
-from wire.amqp import encode_delivery
+from wire.amqp import encode_delivery, unchecked
 
 if TYPE_CHECKING:
     from gateway.amqp.connection import AmqpConnection
@@ -134,7 +134,7 @@ class Channel:
                                          arguments=m.arguments or {})
         self.connection.last_queue = queue.name
         if not m.nowait:
-            self.reply(spec.Queue.DeclareOk(queue.name, queue.message_count(), queue.consumer_count()))
+            self.reply(unchecked(spec.Queue.DeclareOk, queue.name, queue.message_count(), queue.consumer_count()))
 
     def _queue_name(self, name: str) -> str:
         """An empty queue name means the last queue declared on this connection, as in AMQP."""
@@ -196,8 +196,8 @@ class Channel:
         publish, routed = self.router.publish(self.vhost, p.exchange, p.routing_key, message.properties_raw,
                                               message.body, headers, self.confirm)
         if not routed and p.mandatory:
-            self.connection.send_message(self.number, spec.Basic.Return(NO_ROUTE, "NO_ROUTE", p.exchange,
-                                                                        p.routing_key),
+            self.connection.send_message(self.number, unchecked(spec.Basic.Return, NO_ROUTE, "NO_ROUTE", p.exchange,
+                                                                p.routing_key),
                                          message.properties_raw, message.body)
         if self.confirm:
             self.publish_seq += 1
@@ -307,8 +307,8 @@ class Channel:
         if not m.no_ack:
             self.unacked[tag] = (queue, offset, None)
         exchange, routing_key, properties_raw = mapping.amqp_from_record(record)
-        self.connection.send_message(self.number, spec.Basic.GetOk(tag, redelivered, exchange, routing_key,
-                                                                   queue.message_count()),
+        self.connection.send_message(self.number, unchecked(spec.Basic.GetOk, tag, redelivered, exchange, routing_key,
+                                                            queue.message_count()),
                                      properties_raw, record.value or b"")
 
     # --- settling -------------------------------------------------------------------------

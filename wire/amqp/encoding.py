@@ -11,7 +11,9 @@ and queue names that RabbitMQ accepts.
 """
 from __future__ import annotations
 
+import inspect
 import struct
+from functools import cache
 
 from pamqp import encode as pamqp_encode, heartbeat as pamqp_heartbeat
 from pamqp.commands import Basic
@@ -117,6 +119,23 @@ def _method_payload(method) -> bytes:
     if nbits:
         out.append(bytes((bits,)))
     return b"".join(out)
+
+
+@cache
+def _init_names(cls) -> tuple[str, ...]:
+    return tuple(p for p in inspect.signature(cls.__init__).parameters if p != "self")
+
+
+def unchecked(cls, *args):
+    """A pamqp method made without running its ``validate()`` (see the module docstring): for
+    replies that carry a queue or exchange name the broker accepted, e.g. ``Queue.DeclareOk``."""
+    method = cls.__new__(cls)
+    names = _init_names(cls)
+    for name, value in zip(names, args):
+        setattr(method, name, value)
+    for name in names[len(args):]:
+        setattr(method, name, inspect.signature(cls.__init__).parameters[name].default)
+    return method
 
 
 def encode_method(channel: int, method) -> bytes:
