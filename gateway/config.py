@@ -108,6 +108,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("auto_create_topics", _bool, True, "BOOL",
            "create a topic when a client produces to or asks metadata for one that does not exist"),
     Option("num_partitions", _int_at_least(1), 1, "N", "partitions of an auto-created topic"),
+    Option("kafka_idle_ms", _int_at_least(0), 600000, "MS",
+           "close a Kafka connection on which no whole request arrived for this long (Kafka's "
+           "connections.max.idle.ms); also ends one that trickles a request in byte by byte; 0: never"),
     Option("max_partitions", _int_at_least(0), 0, "N",
            "partitions this broker holds at most (each keeps a file open); creating more is refused with "
            "INVALID_PARTITIONS; 0 means half the open-file limit, which the broker raises to its hard limit"),
@@ -187,6 +190,7 @@ class Settings:
     flush_interval_ms: int
     auto_create_topics: bool
     num_partitions: int
+    kafka_idle_ms: int
     max_partitions: int
     maintenance_interval_ms: int
     disk_free_limit_mb: int

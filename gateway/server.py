@@ -316,6 +316,8 @@ class Broker:
         self._every(self.settings.flush_interval_ms, self.request_flush)
         self._every(self.settings.maintenance_interval_ms, self._maintenance_tick)
         self._every(GROUP_TICK_S * 1000, self._group_tick)
+        if self.settings.kafka_idle_ms:
+            self._every(min(1000, self.settings.kafka_idle_ms), self._close_idle_kafka)
         self._every(history.SAMPLE_S * 1000, self.management_history.sample)
         self._every(TXN_TICK_S * 1000, self._txn_tick)
         self._every(AMQP_TICK_S * 1000, self.amqp.tick)
@@ -372,6 +374,12 @@ class Broker:
         if self._flush_again and self.ready:
             self._flush_again = False
             self.request_flush()
+
+    def _close_idle_kafka(self) -> None:
+        now, limit = time.monotonic(), self.settings.kafka_idle_ms / 1000
+        for connection in list(self.kafka.connections):
+            if connection.idle_for(now) > limit:
+                connection.drop(f"no whole request for {limit:g} s (--kafka-idle-ms, Kafka's connections.max.idle.ms)")
 
     def _group_tick(self) -> None:
         try:

@@ -45,7 +45,10 @@ CHANNEL_MAX = 2047
 HEARTBEAT_S = 60
 CLOSE_GRACE_S = 3.0
 HANDSHAKE_TIMEOUT_S = 10.0
-WRITE_HIGH_WATER = 4 << 20  # stop delivering to a connection whose socket buffer holds this much
+# Output gathered within one reactor turn is written at its end, or as soon as it reaches this
+# size: the transport's full buffer then pauses deliveries (write_blocked) well before a deep
+# queue is all in memory for a client that does not read.
+OUT_BATCH_BYTES = 256 << 10
 
 CAPABILITIES = {
     "publisher_confirms": True,
@@ -90,6 +93,7 @@ class AmqpConnection(protocol.Protocol):
         self.peer_host = ""
         self.certificate_user: str | None = None  # the verified client certificate's CN (TLS)
         self._out: list[bytes] = []
+        self._out_bytes = 0
         self._flush_call = None
         self._heartbeat_loop = None
         self._last_recv = self._last_sent = time.monotonic()
@@ -161,11 +165,19 @@ class AmqpConnection(protocol.Protocol):
     # --- output ----------------------------------------------------------------------------
     def send(self, data: bytes) -> None:
         self._out.append(data)
-        if self._flush_call is None:
+        self._out_bytes += len(data)
+        if self._out_bytes >= OUT_BATCH_BYTES:
+            # Hand a large batch to the transport now: once its buffer is full it pauses us
+            # (write_blocked) and deliveries stop, instead of a whole queue piling up here.
+            self._flush()
+        elif self._flush_call is None:
             self._flush_call = self.reactor.callLater(0, self._flush)
 
     def _flush(self) -> None:
-        self._flush_call = None
+        call, self._flush_call = self._flush_call, None
+        if call is not None and call.active():  # called early, by send()
+            call.cancel()
+        self._out_bytes = 0
         if self._out and self.transport is not None and not self.transport.disconnecting:
             data = b"".join(self._out)
             self._out = []

@@ -36,6 +36,10 @@ ANONYMOUS = "ANONYMOUS"
 PRE_AUTH_APIS = (17, 18, 36)  # SaslHandshake, ApiVersions, SaslAuthenticate
 FAILED_AUTH_CLOSE_DELAY_S = 0.1
 SEND_LIMIT = 4 << 20  # bytes per send() call on a Kafka connection (see connectionMade)
+# Requests of one connection being handled at once (answers owed, e.g. long-poll fetches or
+# produces waiting for replicas); the next wait in _waiting. Clients pipeline at most 5 per
+# connection by default (idempotent producers must), so this only stops a runaway client.
+MAX_IN_FLIGHT = 64
 
 
 class _ListenerView:
@@ -59,6 +63,10 @@ class KafkaConnection(protocol.Protocol):
         self.ctx = ctx
         self.decoder = FrameDecoder(ctx.max_request_bytes)
         self._slots: deque[list] = deque()  # [response bytes | _PENDING], in request order
+        self._waiting: deque[bytes] = deque()  # whole requests read but not yet handled (held back)
+        self._write_paused = False
+        self._reading_held = False  # reading stopped because MAX_IN_FLIGHT answers are owed
+        self._handling = False  # inside _handle_waiting (answers filled meanwhile must not re-enter it)
         self.principal: str | None = None  # the user name once authenticated (SASL or certificate)
         self.sasl_mechanism: str | None = None  # chosen by SaslHandshake
         self.sasl_state = None  # a ScramServer while a SCRAM exchange runs
@@ -72,6 +80,7 @@ class KafkaConnection(protocol.Protocol):
         self.peer_host = ""
 
     def connectionMade(self) -> None:
+        self.last_request = time.monotonic()  # the idle sweep (--kafka-idle-ms) closes it long after
         self.ctx.connections.add(self)
         peer = self.transport.getPeer()
         self.peer = f"{peer.host}:{peer.port}"
@@ -94,10 +103,13 @@ class KafkaConnection(protocol.Protocol):
 
     # Twisted producer interface, driven by the transport's write buffer.
     def pauseProducing(self) -> None:
+        self._write_paused = True
         self.transport.pauseProducing()
 
     def resumeProducing(self) -> None:
+        self._write_paused = self._reading_held = False
         self.transport.resumeProducing()
+        self._handle_waiting()
 
     def stopProducing(self) -> None:
         pass
@@ -121,12 +133,42 @@ class KafkaConnection(protocol.Protocol):
         except FrameError as exc:
             self.drop(f"bad request framing: {exc}")
             return
-        for payload in frames:
-            if self.transport.disconnecting:
-                return
-            self.requestReceived(payload)
+        self._waiting.extend(frames)
+        self._handle_waiting()
+
+    def _handle_waiting(self) -> None:
+        # One socket read can hold hundreds of pipelined requests. While the client is not
+        # reading (the send buffer is full) or too many answers are owed, the rest wait here,
+        # so a client that never reads cannot make the broker build fetch responses without
+        # bound; reading from the socket stops too (pauseProducing), which bounds this queue.
+        if self._handling:
+            return
+        waiting = self._waiting
+        self._handling = True
+        try:
+            while waiting and not self._write_paused and len(self._slots) < MAX_IN_FLIGHT:
+                if self.transport.disconnecting:
+                    waiting.clear()
+                    return
+                self.requestReceived(waiting.popleft())
+        finally:
+            self._handling = False
+        # Held back by the in-flight cap: stop reading until answers go out (by the write
+        # buffer: the transport is paused already and resumes through resumeProducing).
+        if not self._write_paused and self.transport is not None:
+            if waiting and not self._reading_held:
+                self._reading_held = True
+                self.transport.pauseProducing()
+            elif not waiting and self._reading_held:
+                self._reading_held = False
+                self.transport.resumeProducing()
+
+    def idle_for(self, now: float) -> float:
+        """Seconds since the last whole request, or 0 while a response is owed (a long-poll fetch)."""
+        return 0.0 if self._slots or self._waiting else now - self.last_request
 
     def requestReceived(self, payload: bytes) -> None:
+        self.last_request = time.monotonic()
         if not self.ctx.accepting:
             self.drop("the broker is shutting down")
             return
@@ -188,6 +230,8 @@ class KafkaConnection(protocol.Protocol):
             out = self._slots.popleft()[0]
             if out is not None and self.transport is not None and not self.transport.disconnected:
                 self.transport.write(out)
+        if self._waiting and len(self._slots) < MAX_IN_FLIGHT:
+            self._handle_waiting()
         if self.close_after_response and not self._slots and self.transport is not None:
             # Kafka's connection.failed.authentication.delay.ms (100): the client reads the
             # answer before it sees the close (kafka-python otherwise reports only a disconnect).
