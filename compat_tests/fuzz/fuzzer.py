@@ -99,8 +99,16 @@ async def _session(host: str, port: int, protocol: str, frames: list[bytes], don
         await asyncio.sleep(0.05)
         return
     stats.sessions += 1
-    # one to three frames of a short session, up to a tenth of a long one (a pika session has ~190)
-    targets = set(rng.sample(range(len(frames)), min(len(frames), rng.randint(1, max(3, len(frames) // 10)))))
+    if rng.random() < 0.5:
+        # scattered: one to three frames of a short session, up to a tenth of a long one (a pika
+        # session has ~190); after the first fault the broker usually closes the connection
+        targets = set(rng.sample(range(len(frames)), min(len(frames), rng.randint(1, max(3, len(frames) // 10)))))
+    else:
+        # deep: the session as the client sent it up to a random point, then a burst of faults
+        # there and the end of the session; every fault meets a connection in that state
+        first = int(len(frames) * rng.random() ** 2)  # early states more often: shorter prefixes
+        frames = frames[:first + rng.randint(1, 6)]
+        targets = {i for i in range(first, len(frames)) if i == first or rng.random() < 0.5}
     drain = asyncio.ensure_future(_drain(reader))
     try:
         for i, frame in enumerate(frames):
