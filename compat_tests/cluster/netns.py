@@ -125,6 +125,10 @@ class Network:
             for b in side_b:
                 self.cut(a, b)
 
+    def cut_clients(self, name: str) -> None:
+        """No packet between host ``name`` and the clients in the root namespace (the bridge's address)."""
+        self._rules(self.hosts[name], f"out ip daddr {self.gateway_ip} drop", f"in ip saddr {self.gateway_ip} drop")
+
     def lossy(self, name: str, percent: int) -> None:
         """Drop ``percent`` of the packets ``name`` sends and receives, at random."""
         host = self.hosts[name]
