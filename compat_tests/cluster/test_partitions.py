@@ -12,8 +12,8 @@ show. Workloads, all at once:
   ``ha-mode`` policy, each with a consumer acking what it gets.
 
 Transactions are not among the workloads: transactional ids are single-node only in this version
-(README, Cluster mode), so they are faulted by compat_tests/kafka/test_transactions.py's kill -9
-pipeline instead.
+(README, Cluster mode), so they have their own fault suite on one broker in a namespace
+(test_transaction_faults.py: kill -9, freeze, a client cut, loss).
 
 The nemesis runs cycles: one fault of nemesis.py, hold, heal, wait until every ISR is full.
 By default (CI) every fault runs twice, in an order shuffled by the seed; GATEWAY_PARTITION_CYCLES
