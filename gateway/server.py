@@ -69,7 +69,6 @@ MAX_NODES = 1024  # node ids of a cluster are below this
 CLUSTER_TICK_S = 0.5  # how often leaders check their followers' lag (ISR shrink)
 
 
-
 def _raise_open_file_limit() -> int:
     """Raise the soft open-file limit to the hard one (as Kafka and RabbitMQ ask of their hosts:
     every partition and connection holds a descriptor); return the limit now in force."""
@@ -82,6 +81,7 @@ def _raise_open_file_limit() -> int:
         except (ValueError, OSError):
             pass
     return soft
+
 
 class StartupError(Exception):
     """The broker cannot start; the message names the problem and how to fix it."""
