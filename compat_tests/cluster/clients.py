@@ -8,6 +8,7 @@ import time
 from collections import Counter
 
 import pika
+from pika.adapters.utils.connection_workflow import AMQPConnectorException
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 
@@ -21,6 +22,11 @@ def produce_one(bootstrap: str, topic: str, partition: int, value: bytes, timeou
     if not result:
         raise AssertionError(f"no delivery report for {value!r} within {timeout}s")
     return result[0]
+
+
+# What a pika client sees when its broker is cut off, killed or moving: reconnect and go on.
+# (A handshake that times out raises pika's connector errors, which are not AMQPErrors.)
+AMQP_DISCONNECTS = (pika.exceptions.AMQPError, AMQPConnectorException, OSError)
 
 
 class AckedProducer(threading.Thread):
@@ -211,7 +217,7 @@ class ConfirmingPublisher(threading.Thread):
                     self.confirmed.append(body)  # basic_publish returned: the broker confirmed it
                     n += 1
                 conn.close()
-            except (pika.exceptions.AMQPError, OSError):
+            except AMQP_DISCONNECTS:
                 self.reconnects += 1
                 n += 1  # the unconfirmed one may or may not be stored: never reuse its id
                 time.sleep(0.2)
@@ -253,7 +259,7 @@ class AckingConsumer(threading.Thread):
                     self.consumed[body.decode()] += 1
                     ch.basic_ack(method.delivery_tag)
                 conn.close()
-            except (pika.exceptions.AMQPError, OSError):
+            except AMQP_DISCONNECTS:
                 self.reconnects += 1
                 time.sleep(0.2)
             except BaseException as exc:  # reported by the test

@@ -47,7 +47,7 @@ import requests
 
 from compat_tests.cluster import netns
 from compat_tests.cluster.clients import (
-    AckedProducer, AckingConsumer, CommittingConsumer, ConfirmingPublisher, read_in_order)
+    AMQP_DISCONNECTS, AckedProducer, AckingConsumer, CommittingConsumer, ConfirmingPublisher, read_in_order)
 from compat_tests.cluster.cluster import create_topic, make_cluster, metadata, partition_view
 from compat_tests.cluster.nemesis import ALL, NETWORK, inflict_network, inflict_process, pick_victim
 from compat_tests.cluster.replicas import compare_replicas, high_watermarks
@@ -154,7 +154,7 @@ def _drain(cluster, queue: str, arguments: dict, timeout: float = 120) -> Counte
                 ch.basic_ack(method.delivery_tag)
             conn.close()
             return got
-        except (pika.exceptions.AMQPError, OSError):
+        except AMQP_DISCONNECTS:
             if time.monotonic() > deadline:
                 raise
 
