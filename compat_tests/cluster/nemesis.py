@@ -10,7 +10,8 @@ description of what it did (printed per cycle); the caller then waits for full I
     bridge                 b_a and b_c cannot see each other, b_a neither ZooKeeper; b_b sees both
     asymmetric             what a leader sends to its followers and to ZooKeeper is dropped (it hears them)
     flapping               random links cut and healed every 0.2-0.8 s
-    lossy-slow             5 % loss both ways and a 2 Mbit/s egress on one broker (no netem here)
+    lossy-slow             5 % loss both ways and a 2 Mbit/s egress on one broker
+    delay-loss             netem's ``delay 50ms loss 5%`` on what one broker sends (nfqdelay.py)
     kill-leader, kill-follower, freeze, kill-controller   as in test_faults.py
 """
 from __future__ import annotations
@@ -20,7 +21,7 @@ import time
 from compat_tests.cluster.cluster import brokers_of, metadata, partition_view
 
 NETWORK = ("zk-isolate-leader", "followers-isolate-leader", "minority", "bridge", "asymmetric",
-           "flapping", "lossy-slow")
+           "flapping", "lossy-slow", "delay-loss")
 PROCESS = ("kill-leader", "kill-follower", "freeze", "kill-controller")
 ALL = NETWORK + PROCESS
 
@@ -74,6 +75,10 @@ def inflict_network(net, cluster, topic: str, fault: str, hold: float, rng) -> s
         net.lossy(victim, 5)
         net.slow(victim)
         what = f"{victim} 5% loss, 2mbit"
+    elif fault == "delay-loss":
+        victim = rng.choice(names)
+        net.delay(victim, 50, 5, seed=rng.randrange(1 << 30))
+        what = f"{victim} sends with 50 ms delay, 5% loss"
     else:
         raise ValueError(f"unknown network fault {fault!r}")
     time.sleep(seconds)

@@ -13,18 +13,25 @@ rules in the hosts' own namespaces (a table ``nemesis`` with an input and an out
 a cut between two brokers leaves both of them reachable from the clients in the root
 namespace: that is what tells a partition from a freeze. :meth:`Network.heal` flushes them.
 
-This kernel has no ``sch_netem`` (CONFIG_NET_SCH_NETEM is not set), so "latency and loss" is
-built from what it has: random packet loss from nftables' ``numgen`` and a rate-limited link
-(``tc qdisc ... tbf``), whose queue adds latency under load. Needs root, ``ip`` (iproute2),
-``nft`` (Debian's nftables) and ``tc``; :func:`unavailable` says why not, or None.
+This kernel has no ``sch_netem`` (CONFIG_NET_SCH_NETEM is not set), so netem's faults are built
+from what it has: :meth:`Network.delay` (``delay 50ms loss 5%``) queues a host's outgoing packets
+to user space with iptables' NFQUEUE target, where nfqdelay.py releases them that much later or
+drops them; :meth:`Network.lossy` drops at random with nftables' ``numgen``; :meth:`Network.slow`
+is a rate-limited link (``tc qdisc ... tbf``). Needs root, ``ip`` and ``tc`` (iproute2), ``nft``
+(Debian's nftables) and ``iptables``; :func:`unavailable` says why not, or None.
 """
 from __future__ import annotations
 
 import atexit
 import os
 import shutil
+import signal
 import subprocess
+import sys
 from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
 
 _live: set["Network"] = set()
 
@@ -40,7 +47,7 @@ def unavailable() -> str | None:
     """Why namespaces cannot be made here (None if they can)."""
     if os.geteuid() != 0:
         return "network namespaces need root (CI and sessions run as root)"
-    for tool, package in (("ip", "iproute2"), ("nft", "nftables"), ("tc", "iproute2")):
+    for tool, package in (("ip", "iproute2"), ("nft", "nftables"), ("tc", "iproute2"), ("iptables", "iptables")):
         if shutil.which(tool) is None:
             return f"`{tool}` is missing: apt-get install -y {package} (.ci/run does)"
     probe = f"gwprobe{os.getpid() % 100000}"
@@ -74,6 +81,7 @@ class Network:
         self.gateway_ip = f"10.78.{self.idx}.1"
         self.hosts: dict[str, Host] = {}
         self.shaped: set[str] = set()
+        self.delayers: dict[str, subprocess.Popen] = {}  # host -> its nfqdelay process
         self._clear_leftovers()
         _run("ip", "link", "add", self.bridge, "type", "bridge")
         _run("ip", "addr", "add", f"{self.gateway_ip}/24", "dev", self.bridge)
@@ -141,14 +149,36 @@ class Network:
                              "burst", "32kbit", "latency", "400ms")
         self.shaped.add(name)
 
+    def delay(self, name: str, ms: float = 50, loss: float = 0, seed: int = 0) -> None:
+        """Hold every packet ``name`` sends for ``ms`` and drop ``loss`` percent (netem's delay/loss)."""
+        host = self.hosts[name]
+        proc = subprocess.Popen([*host.prefix(), sys.executable, "-m", "compat_tests.cluster.nfqdelay", "--queue", "1",
+                                 "--delay-ms", str(ms), "--loss", str(loss), "--seed", str(seed)],
+                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        if not (proc.stdout.readline() or "").startswith("nfqdelay: queue 1 bound"):
+            proc.kill()
+            raise RuntimeError(f"nfqdelay did not start in {host.netns} (exit {proc.wait()})")
+        self.delayers[name] = proc
+        host.run("iptables", "-A", "OUTPUT", "-o", "eth0", "-j", "NFQUEUE", "--queue-num", "1", "--queue-bypass")
+
     def heal(self) -> None:
         for host in self.hosts.values():
             host.run("nft", "flush chain inet nemesis in; flush chain inet nemesis out", check=False)
+        for name, proc in self.delayers.items():
+            self.hosts[name].run("iptables", "-F", "OUTPUT", check=False)
+            proc.send_signal(signal.SIGTERM)  # it lets the packets it holds go, then exits
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.delayers.clear()
         for name in self.shaped:
             self.hosts[name].run("tc", "qdisc", "del", "dev", "eth0", "root", check=False)
         self.shaped.clear()
 
     def close(self) -> None:
+        self.heal()
         for host in self.hosts.values():
             _run("ip", "netns", "del", host.netns, check=False)
         _run("ip", "link", "del", self.bridge, check=False)

@@ -9,6 +9,7 @@ two partitions. The faults, chosen at random with a printed seed, each held and 
     freeze      SIGSTOP, then SIGCONT
     cut         the broker cut from its clients (nftables), both ways
     lossy-slow  5 % of the broker's packets dropped both ways and a 2 Mbit/s egress
+    delay-loss  netem's ``delay 50ms loss 5%`` on what the broker sends (nfqdelay.py)
 
 Every transaction's outcome is what the client was told: committed, aborted, or unknown (the
 call failed and the producer was replaced; its successor's init_transactions completes or
@@ -17,7 +18,7 @@ once, no record of an aborted one, each unknown one whole or not at all, and eac
 transaction order; read_uncommitted must show that aborted records were written (so the check
 is not empty). The history's counts are printed.
 
-GATEWAY_TXN_FAULT_CYCLES (8 in CI: each fault twice), GATEWAY_PARTITION_SECONDS (hold, 1.5 s)
+GATEWAY_TXN_FAULT_CYCLES (10 in CI: each fault twice), GATEWAY_PARTITION_SECONDS (hold, 1.5 s)
 and GATEWAY_FAULT_SEED set the run.
 """
 from __future__ import annotations
@@ -36,7 +37,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from compat_tests.cluster import netns
 from tests.brokerproc import start_broker
 
-FAULTS = ("kill", "freeze", "cut", "lossy-slow")
+FAULTS = ("kill", "freeze", "cut", "lossy-slow", "delay-loss")
 CYCLES = int(os.environ.get("GATEWAY_TXN_FAULT_CYCLES", str(2 * len(FAULTS))))
 HOLD = float(os.environ.get("GATEWAY_PARTITION_SECONDS", "1.5"))
 SEED = int(os.environ.get("GATEWAY_FAULT_SEED", str(time.time_ns() % 1_000_000)))
@@ -185,6 +186,8 @@ def _inflict(net, node: SingleNode, fault: str, seconds: float) -> str:
         return f"frozen {seconds:.1f}s"
     if fault == "cut":
         net.cut_clients("b1")
+    elif fault == "delay-loss":
+        net.delay("b1", 50, 5)
     else:
         net.lossy("b1", 5)
         net.slow("b1")
