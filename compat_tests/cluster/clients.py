@@ -11,6 +11,9 @@ import pika
 from pika.adapters.utils.connection_workflow import AMQPConnectorException
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
+from compat_tests.cluster.cluster import metadata
+from compat_tests.support import wait_until
+
 
 def produce_one(bootstrap: str, topic: str, partition: int, value: bytes, timeout: float = 20, **conf):
     """Produce one record and wait for its delivery report: None on success, else the KafkaError."""
@@ -335,3 +338,37 @@ class CommittingConsumer(threading.Thread):
         self.join(timeout)
         if self.exception is not None:
             raise AssertionError(f"{self.name} failed: {self.exception!r}") from self.exception
+
+
+def amqp_home(cluster) -> int | None:
+    """The live broker that leads ``__amqp_state`` (where AMQP work runs), or None."""
+    md = metadata(cluster.bootstrap(), timeout=3)
+    if md is None or "__amqp_state" not in md.topics:
+        return None
+    leader = md.topics["__amqp_state"].partitions[0].leader
+    return leader if leader in {b.node_id for b in cluster.live()} else None
+
+
+def drain_queue(cluster, queue: str, arguments: dict, timeout: float = 120) -> Counter:
+    """Consume and ack everything left in ``queue`` (body -> times read) through any live broker,
+    reconnecting while the AMQP home moves (acked messages stay counted, the rest come back)."""
+    got, deadline = Counter(), time.monotonic() + timeout
+    while True:
+        wait_until(lambda: amqp_home(cluster), timeout=60, what="an AMQP home")
+        entry = random.choice(cluster.live())
+        try:
+            conn = pika.BlockingConnection(pika.ConnectionParameters(
+                entry.ip, entry.ports["amqp"], connection_attempts=20, retry_delay=0.5))
+            ch = conn.channel()
+            ch.queue_declare(queue, durable=True, arguments=arguments)
+            ch.basic_qos(prefetch_count=500)
+            for method, _props, body in ch.consume(queue, inactivity_timeout=5):
+                if method is None:
+                    break
+                got[body.decode()] += 1
+                ch.basic_ack(method.delivery_tag)
+            conn.close()
+            return got
+        except AMQP_DISCONNECTS:
+            if time.monotonic() > deadline:
+                raise

@@ -19,7 +19,7 @@ from pathlib import Path
 from core.hw_checkpoint import read_high_watermarks
 from core.log import PartitionLog
 from core.log_manager import partition_dir_name
-from wire.records import iter_batches
+from wire.records import decode_batch, iter_batches
 
 Batch = tuple[int, int, bytes]  # (base offset, last offset, stored bytes)
 
@@ -47,6 +47,19 @@ def stored_batches(data_dir: Path, topic: str, partition: int, below: int) -> li
             return out
         finally:
             log.close()
+
+
+def copies_of(data_dir: Path, topic: str, partition: int, values: set[bytes]) -> dict[bytes, list[tuple]]:
+    """Where each of ``values`` is stored in one replica: value -> [(offset, producer id, producer
+    epoch, sequence)], from the batch headers (to tell a broker's duplicate from a client's re-send)."""
+    found: dict[bytes, list[tuple]] = {v: [] for v in values}
+    for base, _last, raw in stored_batches(data_dir, topic, partition, 1 << 62) or []:
+        batch = decode_batch(raw)
+        for i, record in enumerate(batch.records):
+            if record.value in found:
+                seq = batch.base_sequence + i if batch.base_sequence >= 0 else -1
+                found[record.value].append((record.offset, batch.producer_id, batch.producer_epoch, seq))
+    return found
 
 
 def compare_replicas(data_dirs: dict[int, Path], topic: str, partition: int, replicas: list[int]) -> list[str]:

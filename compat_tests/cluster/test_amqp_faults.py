@@ -12,37 +12,26 @@ from __future__ import annotations
 import os
 import random
 import time
-from collections import Counter
 
-import pika
 import pytest
 
-from compat_tests.cluster.clients import ConfirmingPublisher
-from compat_tests.cluster.cluster import metadata
+from compat_tests.cluster.clients import ConfirmingPublisher, amqp_home, drain_queue
 from compat_tests.support import wait_until
 
 CYCLES = int(os.environ.get("GATEWAY_AMQP_FAULT_CYCLES", "8"))
 QUEUE = "ledger"
 
 
-def _home(cluster) -> int | None:
-    md = metadata(cluster.bootstrap(), timeout=3)
-    if md is None or "__amqp_state" not in md.topics:
-        return None
-    leader = md.topics["__amqp_state"].partitions[0].leader
-    return leader if leader in {b.node_id for b in cluster.live()} else None
-
-
 @pytest.mark.timeout(300 + CYCLES * 60)
 def test_confirmed_messages_survive_broker_kills(cluster):
-    wait_until(lambda: _home(cluster), timeout=30, what="an AMQP home")
+    wait_until(lambda: amqp_home(cluster), timeout=30, what="an AMQP home")
     publisher = ConfirmingPublisher(cluster, QUEUE, {"x-queue-type": "quorum"})
     publisher.start()
     rng = random.Random(int(os.environ.get("GATEWAY_FAULT_SEED", "7")))
     try:
         wait_until(lambda: len(publisher.confirmed) >= 20, timeout=60, what="the first confirms")
         for cycle in range(1, CYCLES + 1):
-            home = wait_until(lambda: _home(cluster), timeout=60, what="an AMQP home")
+            home = wait_until(lambda: amqp_home(cluster), timeout=60, what="an AMQP home")
             victim = cluster.by_id(home if rng.random() < 0.6 else rng.choice(
                 [b.node_id for b in cluster.brokers if b.node_id != home]))
             victim.kill()
@@ -59,19 +48,8 @@ def test_confirmed_messages_survive_broker_kills(cluster):
         publisher.stopping.set()
         publisher.join(30)
     assert publisher.error is None, repr(publisher.error)
-    wait_until(lambda: _home(cluster), timeout=60, what="an AMQP home")
-    got = Counter()
-    entry = cluster.live()[0]
-    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", entry.ports["amqp"],
-                                                             connection_attempts=20, retry_delay=0.5))
-    ch = conn.channel()
-    ch.basic_qos(prefetch_count=500)
-    for method, _props, body in ch.consume(QUEUE, inactivity_timeout=5):
-        if method is None:
-            break
-        got[body.decode()] += 1
-        ch.basic_ack(method.delivery_tag, multiple=True)
-    conn.close()
+    wait_until(lambda: amqp_home(cluster), timeout=60, what="an AMQP home")
+    got = drain_queue(cluster, QUEUE, {"x-queue-type": "quorum"})
     lost = [m for m in publisher.confirmed if got[m] == 0]
     duplicates = sum(c - 1 for c in got.values() if c > 1)
     print(f"[amqp-faults] {len(publisher.confirmed)} confirmed, {len(got)} distinct read back, "

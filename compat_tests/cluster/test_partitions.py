@@ -47,10 +47,10 @@ import requests
 
 from compat_tests.cluster import netns
 from compat_tests.cluster.clients import (
-    AMQP_DISCONNECTS, AckedProducer, AckingConsumer, CommittingConsumer, ConfirmingPublisher, read_in_order)
-from compat_tests.cluster.cluster import create_topic, make_cluster, metadata, partition_view
+    AckedProducer, AckingConsumer, CommittingConsumer, ConfirmingPublisher, amqp_home, drain_queue, read_in_order)
+from compat_tests.cluster.cluster import create_topic, make_cluster, partition_view
 from compat_tests.cluster.nemesis import ALL, NETWORK, inflict_network, inflict_process, pick_victim
-from compat_tests.cluster.replicas import compare_replicas, high_watermarks
+from compat_tests.cluster.replicas import compare_replicas, copies_of, high_watermarks
 from compat_tests.cluster.zookeeper import ZooKeeperNode, ensure_chroot
 from compat_tests.support import wait_until
 
@@ -90,17 +90,9 @@ def netcluster(tmp_path):
         net.close()
 
 
-def _amqp_home(cluster) -> int | None:
-    md = metadata(cluster.bootstrap(), timeout=3)
-    if md is None or "__amqp_state" not in md.topics:
-        return None
-    leader = md.topics["__amqp_state"].partitions[0].leader
-    return leader if leader in {b.node_id for b in cluster.live()} else None
-
-
 def _mirror_policy(cluster) -> None:
     def put():
-        home = _amqp_home(cluster)
+        home = amqp_home(cluster)
         if home is None:
             return False
         b = cluster.by_id(home)
@@ -125,38 +117,16 @@ def _order_problems(in_order: dict[int, list[str]], acked: set[str]) -> list[str
     problems = []
     for p, values in in_order.items():
         last: dict[str, int] = {}
+        seen: set[str] = set()
         for v in values:
-            if v not in acked:
+            if v not in acked or v in seen:  # a second copy is the duplicate check's business
                 continue
+            seen.add(v)
             who, _, seq = v.rpartition("-")
             if int(seq) <= last.get(who, -1):
                 problems.append(f"partition {p}: {v} after {who}-{last[who]}")
             last[who] = int(seq)
     return problems
-
-
-def _drain(cluster, queue: str, arguments: dict, timeout: float = 120) -> Counter:
-    """Everything left in ``queue`` (acked as read); reconnects if its home moves meanwhile."""
-    got, deadline = Counter(), time.monotonic() + timeout
-    while True:
-        wait_until(lambda: _amqp_home(cluster), timeout=60, what="an AMQP home")
-        entry = random.choice(cluster.live())
-        try:
-            conn = pika.BlockingConnection(pika.ConnectionParameters(
-                entry.ip, entry.ports["amqp"], connection_attempts=20, retry_delay=0.5))
-            ch = conn.channel()
-            ch.queue_declare(queue, durable=True, arguments=arguments)
-            ch.basic_qos(prefetch_count=500)
-            for method, _props, body in ch.consume(queue, inactivity_timeout=5):
-                if method is None:
-                    break
-                got[body.decode()] += 1
-                ch.basic_ack(method.delivery_tag)
-            conn.close()
-            return got
-        except AMQP_DISCONNECTS:
-            if time.monotonic() > deadline:
-                raise
 
 
 @pytest.mark.timeout(600 + SCHEDULED * 90)
@@ -174,7 +144,7 @@ def test_nothing_acknowledged_is_lost_under_network_partitions(netcluster, capsy
     bootstrap = ",".join(b.bootstrap for b in cluster.brokers)
     producers = [AckedProducer(bootstrap, topic, PARTITIONS, f"p{i}", rate=100) for i in range(2)]
     committer = CommittingConsumer(bootstrap, topic, f"audit-{SEED}")
-    wait_until(lambda: _amqp_home(cluster), timeout=60, what="an AMQP home")
+    wait_until(lambda: amqp_home(cluster), timeout=60, what="an AMQP home")
     _mirror_policy(cluster)
     queues = {"q.quorum": {"x-queue-type": "quorum"}, "ha.classic": {}}
     publishers = [ConfirmingPublisher(cluster, q, args, label=f"{q}-") for q, args in queues.items()]
@@ -271,7 +241,7 @@ def test_nothing_acknowledged_is_lost_under_network_partitions(netcluster, capsy
     # AMQP: every confirmed message consumed or still in its queue
     amqp_lost = {}
     for pub, con in zip(publishers, consumers):
-        left = _drain(cluster, pub.queue, queues[pub.queue])
+        left = drain_queue(cluster, pub.queue, queues[pub.queue])
         seen = con.consumed + left
         amqp_lost[pub.queue] = [m for m in pub.confirmed if seen[m] == 0]
         say(f"amqp {pub.queue}: sent {pub.sent}, confirmed {len(pub.confirmed)}, lost {len(amqp_lost[pub.queue])}, "
@@ -290,8 +260,25 @@ def test_nothing_acknowledged_is_lost_under_network_partitions(netcluster, capsy
             problems.append(f"{topic}-{p}: replicas {behind} checkpointed a HW below the {highs[p]} consumers read to")
     say(f"replicas compared: {'identical' if not problems else problems}")
 
+    # A duplicate is the broker's fault only within one producer epoch (that is what idempotence
+    # covers, in Kafka too). librdkafka may bump its epoch and send again a batch whose first
+    # send was cut off (OUT_OF_ORDER_SEQUENCE_NUMBER on a later batch: "skipped sequence numbers,
+    # recovering and retrying"); no broker can match copies across epochs. Reported, kept apart.
+    same_epoch, re_sent = [], []
+    by_partition = defaultdict(set)
+    for p, values in in_order.items():
+        by_partition[p] |= {v.encode() for v in values if v in dups}
+    for p, wanted in by_partition.items():
+        if wanted:
+            for value, copies in copies_of(data_dirs[replicas[p][0]], topic, p, wanted).items():
+                epochs = {(pid, epoch) for _offset, pid, epoch, _seq in copies}
+                (same_epoch if len(epochs) < len(copies) else re_sent).append((value.decode(), copies))
+    if dups:
+        say(f"duplicates: {len(re_sent)} sent again by the client under a new producer epoch {re_sent[:5]}, "
+            f"{len(same_epoch)} within one epoch {same_epoch[:5]}")
+
     assert not lost, f"{len(lost)} acknowledged records lost (seed {SEED}), e.g. {sorted(lost)[:10]}"
-    assert not dups, f"{len(dups)} records stored twice despite idempotence (seed {SEED}), e.g. {sorted(dups)[:10]}"
+    assert not same_epoch, f"{len(same_epoch)} records stored twice by one producer epoch (seed {SEED}): {same_epoch[:5]}"
     assert not order, f"acknowledged order broken (seed {SEED}): {order[:10]}"
     assert not committer.backwards, f"committed offsets went back (seed {SEED}): {committer.backwards[:10]}"
     assert not any(amqp_lost.values()), f"confirmed messages lost (seed {SEED}): " + \

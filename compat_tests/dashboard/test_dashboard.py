@@ -400,8 +400,12 @@ def test_groups_with_lag(logged_in):
     assert partitions == list(range(PARTITIONS))
     assert committed == CONSUMED
     assert lag == RECORDS - CONSUMED
-    offsets = [r for r in page.find_all("group-offset-row") if r.get_attribute("data-topic") == TOPIC]
-    page.screenshot("groups", page.find("groups-table"), offsets[0])
+
+    def shoot():  # again if a live refresh replaced the rows meanwhile
+        offsets = [r for r in page.find_all("group-offset-row") if r.get_attribute("data-topic") == TOPIC]
+        page.screenshot("groups", page.find("groups-table"), offsets[0])
+        return True
+    page.wait(shoot, 10, f"a screenshot of group {GROUP}")
 
 
 def test_connections_and_channels(logged_in):
