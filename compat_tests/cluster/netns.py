@@ -83,6 +83,9 @@ class Network:
         self.shaped: set[str] = set()
         self.delayers: dict[str, subprocess.Popen] = {}  # host -> its nfqdelay process
         self._clear_leftovers()
+        # Our addresses stay ours: once a bridge is gone, a client still retrying one of its
+        # addresses must get "unreachable" here, not follow the default route off the machine.
+        _run("ip", "route", "replace", "unreachable", "10.78.0.0/16")
         _run("ip", "link", "add", self.bridge, "type", "bridge")
         _run("ip", "addr", "add", f"{self.gateway_ip}/24", "dev", self.bridge)
         _run("ip", "link", "set", self.bridge, "up")
