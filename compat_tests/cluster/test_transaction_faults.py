@@ -108,6 +108,14 @@ def _finish(call, deadline: float) -> None:
                 raise
 
 
+def _discard(producer: Producer | None) -> None:
+    """Close a producer for good, in the background (close() may wait for a broker): left to the
+    garbage collector, a transactional producer's handle went on retrying after the test."""
+    if producer is not None:
+        producer.purge()
+        threading.Thread(target=producer.close, daemon=True).start()
+
+
 class TransactionalWorkload(threading.Thread):
     def __init__(self, bootstrap: str):
         super().__init__(daemon=True)
@@ -146,12 +154,14 @@ class TransactionalWorkload(threading.Thread):
                         continue
                     except KafkaException:
                         pass
+                _discard(producer)
                 producer, self.replaced = None, self.replaced + 1  # its successor's init settles tx
         # A last init_transactions settles whatever the previous producer left open.
+        _discard(producer)
         deadline = time.monotonic() + 60
         while True:
             try:
-                _producer(self.bootstrap).flush(5)
+                _discard(_producer(self.bootstrap))
                 return
             except KafkaException:
                 if time.monotonic() > deadline:
