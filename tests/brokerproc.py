@@ -35,6 +35,13 @@ class BrokerProcess:
     def output(self) -> str:
         return self.log_path.read_text(errors="replace")
 
+    def rss_mb(self) -> float:
+        """The broker process's resident memory now, in MB."""
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        raise AssertionError(f"no VmRSS for pid {self.proc.pid}")
+
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 15) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(sig)

@@ -16,7 +16,6 @@ import resource
 import socket
 import struct
 import time
-from pathlib import Path
 
 import pika
 import pytest
@@ -30,13 +29,6 @@ from wire.framing import frame
 from wire.kafka import request_class
 
 RSS_SLACK_MB = 64
-
-
-def _rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise AssertionError(f"no VmRSS for pid {pid}")
 
 
 def _peer_closed(sock: socket.socket) -> bool:
@@ -148,7 +140,7 @@ def test_clients_that_never_read_do_not_grow_the_broker(tmp_path):
             ch.basic_publish("", "deep", body)
         conn.close()
         time.sleep(1)
-        baseline = _rss_mb(broker.proc.pid)
+        baseline = broker.rss_mb()
 
         amqp = amqp_handshake((host, port))
         amqp.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
@@ -176,7 +168,7 @@ def test_clients_that_never_read_do_not_grow_the_broker(tmp_path):
             except BlockingIOError:
                 time.sleep(0.05)
         time.sleep(5)  # let the broker write what it will
-        grown = _rss_mb(broker.proc.pid) - baseline
+        grown = broker.rss_mb() - baseline
         assert grown < RSS_SLACK_MB, f"the broker grew {grown:.0f} MB for two clients that never read"
         assert broker.proc.poll() is None
         _real_clients_work(broker)

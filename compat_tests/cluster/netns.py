@@ -58,6 +58,16 @@ def unavailable() -> str | None:
     return None
 
 
+def network_or_skip(suite: str) -> "Network":
+    """A new Network for a test, or a pytest skip that says why namespaces cannot be made here."""
+    import pytest
+
+    reason = unavailable()
+    if reason:
+        pytest.skip(f"the {suite} needs network namespaces: {reason}")
+    return Network()
+
+
 @dataclass(frozen=True)
 class Host:
     name: str  # "zk", "b1", ...

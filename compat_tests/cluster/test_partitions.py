@@ -65,10 +65,7 @@ SCHEDULED = CYCLES or 2 * len(NEMESES)
 
 @pytest.fixture
 def netcluster(tmp_path):
-    reason = netns.unavailable()
-    if reason:
-        pytest.skip(f"the partition suite needs network namespaces: {reason}")
-    net = netns.Network()
+    net = netns.network_or_skip("partition suite")
     zk = cluster = None
     try:
         zk_host = net.add_host("zk", 2)

@@ -73,10 +73,7 @@ class SingleNode:
 
 @pytest.fixture
 def single(tmp_path):
-    reason = netns.unavailable()
-    if reason:
-        pytest.skip(f"the transaction fault suite needs network namespaces: {reason}")
-    net = netns.Network()
+    net = netns.network_or_skip("transaction fault suite")
     node = None
     try:
         node = SingleNode(net, tmp_path / "data")

@@ -33,13 +33,6 @@ SEED = int(os.environ.get("FUZZ_SEED", str(time.time_ns() % 100_000)))
 RSS_SLACK_MB = 64
 
 
-def _rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise AssertionError(f"no VmRSS for pid {pid}")
-
-
 def _check_logs(data_dir: Path) -> int:
     batches = 0
     for part in sorted(p for p in data_dir.iterdir() if p.is_dir() and "-" in p.name):
@@ -77,17 +70,17 @@ def test_mutated_client_traffic_harms_nothing(protocol, tmp_path, capsys):
         address = broker.address(protocol)
         fuzz(address, protocol, min(5_000, FRAMES), seed=SEED + 1)  # warm-up: topics, queues, caches
         time.sleep(1)
-        baseline = _rss_mb(broker.proc.pid)
+        baseline = broker.rss_mb()
 
         def progress(stats, seconds):
             with capsys.disabled():
                 print(f"[fuzz {protocol}] {stats.frames} frames, {stats.sessions} connections, {seconds:.0f}s, "
-                      f"rss {_rss_mb(broker.proc.pid):.0f} MB", flush=True)
+                      f"rss {broker.rss_mb():.0f} MB", flush=True)
 
         stats = fuzz(address, protocol, FRAMES, seed=SEED, progress=progress)
         assert broker.proc.poll() is None, f"the broker died:\n{broker.output()[-5000:]}"
         time.sleep(2)
-        after = _rss_mb(broker.proc.pid)
+        after = broker.rss_mb()
         _serves(broker)
         with capsys.disabled():
             print(f"[fuzz {protocol}] seed {SEED}: {stats.frames} frames ({stats.mutated} mutated) over "
