@@ -3,7 +3,8 @@
 Batch i is a pure function of i (see ``generated_batch``), so the test can say exactly
 which bytes must be in the log. After every fsync the writer prints one line
 ``flushed <batches> <active segment base> <active segment size>`` and flushes stdout:
-that line is a promise that those batches survive any kill.
+that line is a promise that those batches survive any kill. The first line,
+``ready <batches> <base> <size>``, is the same promise for what recovery left (fsync'd).
 """
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ def main() -> None:
     _manager, plog = open_log(data_dir)
     i = count_batches(plog)
     rng = random.Random(seed)
-    print("ready", i, flush=True)
+    print("ready", i, plog.active.base_offset, plog.active.size, flush=True)
     while True:
         for _ in range(rng.randint(1, 6)):
             plog.append(generated_batch(i))

@@ -37,7 +37,8 @@ def run_writer(data_dir: Path, seed: int, rng: random.Random) -> tuple[int, int,
     )
     first = proc.stdout.readline().split()
     assert first and first[0] == "ready", proc.stderr.read()
-    promise = (int(first[1]), -1, -1)
+    # Recovery fsync'd what it kept: a writer killed before its first flush still promised that.
+    promise = (int(first[1]), int(first[2]), int(first[3]))
     time.sleep(rng.uniform(0.0, 0.25))
     proc.send_signal(signal.SIGKILL)
     out, _err = proc.communicate()
