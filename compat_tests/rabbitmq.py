@@ -98,14 +98,16 @@ def amqp_greets(host: str, port: int, timeout: float = 1.0) -> bool:
 class RabbitMQNode:
     """One private RabbitMQ node under ``base_dir``; see the module docstring."""
 
-    def __init__(self, base_dir: Path, name: str | None = None):
+    def __init__(self, base_dir: Path, name: str | None = None, *, management: bool = False):
         self.script = find_server_script()
+        self.management = management  # the rabbitmq_management plugin (HTTP API) on http_port
         self.base = Path(base_dir)
         self.node_name = name or f"rabbit-compat-{os.getpid()}-{next(_counter)}@localhost"
         self.host = "127.0.0.1"
         self.port = _free_port()
         self.dist_port = _free_port()
         self.epmd_port = _free_port()
+        self.http_port = _free_port() if management else None
         self.proc: subprocess.Popen | None = None
         self.epmd: subprocess.Popen | None = None
         self.log_path = self.base / "node.log"
@@ -125,10 +127,12 @@ class RabbitMQNode:
             "log.file = false",
             # CI disks can be small; the default limit (50 MB) would block publishers.
             "disk_free_limit.absolute = 1MB",
+            *([f"management.tcp.ip = {self.host}", f"management.tcp.port = {self.http_port}"]
+              if self.management else []),
             "",
         ]))
         (self.base / "rabbitmq-env.conf").write_text("")
-        (self.base / "enabled_plugins").write_text("[].\n")
+        (self.base / "enabled_plugins").write_text("[rabbitmq_management].\n" if self.management else "[].\n")
 
     def _env(self) -> dict:
         keep = ("PATH", "LANG", "LC_ALL", "TMPDIR")

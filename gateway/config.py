@@ -125,6 +125,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("max_connections_per_user", _int_at_least(0), 0, "N",
            "connections one user may hold (AMQP at connection.open, Kafka at SASL login); 0: no limit"),
     Option("channel_max", _int_at_least(1), 2047, "N", "AMQP channels per connection (offered in connection.tune)"),
+    Option("definitions", _optional_path, "", "FILE",
+           "import this definitions file (RabbitMQ's JSON format) at start-up, as load_definitions"),
     Option("max_message_bytes", _int_at_least(1), 134217728, "BYTES",
            "largest AMQP message body accepted (406 PRECONDITION_FAILED above it, as RabbitMQ's max_message_size)"),
     Option("kafka_throttle_ms", _int_at_least(0), 1000, "MS",
@@ -147,6 +149,17 @@ OPTIONS: tuple[Option, ...] = (
     Option("super_users", _names, "", "NAMES", "Kafka principals the ACLs do not restrict (User:admin,...)"),
     Option("allow_everyone_if_no_acl_found", _bool, False, "BOOL",
            "with --authorizer acl: allow access to a resource that no ACL names (Kafka's default: false)"),
+    Option("oauth_jwks", str, "", "JWKS",
+           "OAuth 2: the token issuer's public keys, a JWKS file or an https:// URL; set, it turns on JWT login "
+           "(AMQP password, Kafka OAUTHBEARER, HTTP Bearer)"),
+    Option("oauth_issuer", str, "", "URL", "OAuth 2: a token's iss claim must be this (unset: not checked)"),
+    Option("oauth_audience", str, "rabbitmq", "ID",
+           "OAuth 2: the resource server id (RabbitMQ's resource_server_id): required in a token's aud, "
+           "and the prefix of the scopes that count (rabbitmq.read:...)"),
+    Option("oauth_username_claims", _names, "sub,client_id", "CLAIMS",
+           "OAuth 2: the claims tried in turn for the user name (comma list)"),
+    Option("oauth_clock_skew_s", _int_at_least(0), 60, "S",
+           "OAuth 2: seconds of clock difference allowed on exp and nbf; a token is honoured until exp plus this"),
     Option("zookeeper", str, "", "HOST:PORT[/CHROOT]",
            "cluster mode: join the cluster kept in this ZooKeeper ensemble (comma list of servers); "
            "unset: single node, metadata in the data directory"),
@@ -198,6 +211,7 @@ class Settings:
     max_connections: int
     max_connections_per_user: int
     channel_max: int
+    definitions: Path | None
     max_message_bytes: int
     kafka_throttle_ms: int
     kafka_tls_listen: HostPort | None
@@ -211,6 +225,11 @@ class Settings:
     authorizer: str
     super_users: tuple[str, ...]
     allow_everyone_if_no_acl_found: bool
+    oauth_jwks: str
+    oauth_issuer: str
+    oauth_audience: str
+    oauth_username_claims: tuple[str, ...]
+    oauth_clock_skew_s: int
     zookeeper: str
     kafka_advertised: HostPort | None
     amqp_advertised: HostPort | None

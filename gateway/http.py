@@ -1,4 +1,5 @@
-"""The HTTP listener: ``/healthz``, the management API (``/api/``), ``/metrics`` and the dashboard."""
+"""The HTTP listener: ``/healthz``, the management API (``/api/``), ``/metrics`` (also
+``/metrics/per-object`` and ``/metrics/detailed``, RabbitMQ's) and the dashboard."""
 from __future__ import annotations
 
 import json
@@ -39,9 +40,13 @@ class Root(resource.Resource):
         if broker is not None:  # imported here: the health check alone needs none of it
             from gateway.management.api import ManagementApi
             from gateway.management.dashboard import Dashboard, RootRedirect
+            from gateway.management.detailed_metrics import DetailedMetricsResource
             from gateway.management.metrics import MetricsResource
             self.putChild(b"api", ManagementApi(broker))
-            self.putChild(b"metrics", MetricsResource(broker))
+            metrics = MetricsResource(broker)
+            metrics.putChild(b"per-object", MetricsResource(broker, per_object=True))
+            metrics.putChild(b"detailed", DetailedMetricsResource(broker))
+            self.putChild(b"metrics", metrics)
             self.putChild(b"dashboard", Dashboard())
             self.putChild(b"", RootRedirect())
 

@@ -52,8 +52,9 @@ from gateway.kafka.connection import KafkaFactory
 from gateway.kafka.context import KafkaContext
 from gateway.kafka.waiters import Waiters
 from gateway.logs import fields
-from gateway.management import history, metrics
+from gateway.management import definitions, history, metrics
 from gateway.security.acl import ACLS_FILE, Authorizer
+from gateway.security.oauth import OAuthValidator
 from gateway.security.tls import TlsConfigError, server_options
 from gateway.security.users import UserStore, UserStoreError
 
@@ -122,6 +123,7 @@ class Broker:
         self.users: UserStore | None = None
         self._tls_options = None
         self._authorizer: Authorizer | None = None
+        self.oauth: OAuthValidator | None = None  # --oauth-jwks: JWT logins on AMQP, Kafka and HTTP
         self.cluster: ClusterNode | None = None  # cluster mode (--zookeeper) only
         self.amqp_home: AmqpHome | None = None  # cluster mode: serves AMQP here, or forwards to the home
 
@@ -151,6 +153,9 @@ class Broker:
             if s.authorizer == "acl":
                 self._authorizer = Authorizer(self.data_dir / ACLS_FILE, s.super_users,
                                               s.allow_everyone_if_no_acl_found)
+            if s.oauth_jwks:
+                self.oauth = OAuthValidator(s.oauth_jwks, s.oauth_issuer, s.oauth_audience, s.oauth_username_claims,
+                                            s.oauth_clock_skew_s)
         except (UserStoreError, TlsConfigError, ValueError) as exc:
             self._unlock()
             raise StartupError(str(exc)) from None
@@ -167,10 +172,12 @@ class Broker:
             reactor=self.reactor)
         self.kafka.users = self.users
         self.kafka.authorizer = self._authorizer
+        self.kafka.oauth = self.oauth
         alarms = Alarms(self.data_dir, self.settings.disk_free_limit_mb, self.settings.memory_limit_mb)
         router = Router(self.data_dir, self.logs, state=NoState() if self.cluster is not None else None)
         self.amqp = AmqpService(router, self.reactor, self.request_flush, alarms,
                                 users=self.users)
+        self.amqp.oauth = self.oauth
         self.kafka.topic_deleted = lambda name: self.amqp.router.topic_deleted(name)
         self.kafka.storage_failed = self.amqp.storage_failed
         if self.cluster is not None:
@@ -307,6 +314,8 @@ class Broker:
             recovered_segments=info.recovered_segments, truncated_bytes=info.truncated_bytes,
             seconds=round(info.seconds, 3)))
         self._logs_open = True
+        if self.settings.definitions is not None:
+            self._load_definitions(self.settings.definitions)
         addresses = self.addresses()
         write_atomic(self.data_dir / LISTENERS_FILE, json.dumps(addresses).encode())
         self.ready = True
@@ -324,6 +333,16 @@ class Broker:
         if self.cluster is not None:
             self.cluster.activate()
             self._every(CLUSTER_TICK_S * 1000, self.cluster.tick)
+
+    def _load_definitions(self, path: Path) -> None:
+        if self.cluster is not None:  # the AMQP model lives on the elected AMQP home, not loaded yet here
+            log.warning("--definitions is ignored in cluster mode: import the file through the AMQP home's "
+                        "management API (POST /api/definitions)", extra=fields(file=str(path)))
+            return
+        try:
+            definitions.load_file(self, path)
+        except ValueError as exc:
+            raise StartupError(str(exc)) from None
 
     def _every(self, interval_ms: int, fn) -> None:
         loop = task.LoopingCall(fn)

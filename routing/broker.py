@@ -89,6 +89,7 @@ class Router:
         self._transient_dirty = False
         self._batching = 0  # inside definitions_batch(): the files are written once, at its end
         self.on_appended: Callable[[], None] = lambda: None  # the gateway asks for a flush
+        self.queues_created = self.queues_deleted = 0
         # a log write failed: the gateway raises the disk alarm (True the first time, to log it once)
         self.on_storage_error: Callable[[], bool] = lambda: True
 
@@ -119,6 +120,11 @@ class Router:
                 self._definitions_changed()
         return vhost
 
+    def vhost_delete(self, name: str) -> None:
+        """RabbitMQ's delete_vhost: every queue and exchange log in it goes, with their topics."""
+        self.vhosts.pop(name).dismantle()
+        self._definitions_changed()
+
     def _definitions_changed(self) -> None:
         self._definitions_dirty = True
         if not self._batching:
@@ -145,6 +151,10 @@ class Router:
 
     def _queue_made(self, queue: Queue, created: bool) -> None:
         """Keep transient.json current: those topics are dropped at the next start."""
+        if created:  # running totals for /metrics (rabbitmq_queues_{created,deleted}_total)
+            self.queues_created += 1
+        else:
+            self.queues_deleted += 1
         if queue.durable:
             return
         if created:

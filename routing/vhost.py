@@ -42,6 +42,17 @@ _LOCKED = ("cannot obtain exclusive access to locked queue '{name}' in vhost '{v
            "declaration.")
 
 
+VHOST_LIMITS = ("max-connections", "max-queues")
+
+
+def _check_pattern(name: str, pattern: str) -> None:
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise ChannelError(PRECONDITION_FAILED, f"policy '{name}': pattern {pattern!r} is not a regular "
+                                                f"expression ({exc})") from None
+
+
 def _bool_text(value: bool) -> str:
     return "true" if value else "false"
 
@@ -65,6 +76,9 @@ class VirtualHost:
         self.placement: Callable[[dict], dict] = lambda arguments: {}
         self.available: Callable[[str], bool] = lambda topic: True  # cluster mode: this broker leads the topic
         self.policies: dict[str, dict] = {}  # name -> {"pattern", "definition", "apply-to", "priority"}
+        self.operator_policies: dict[str, dict] = {}  # the same shape; kept and listed, as RabbitMQ's
+        self.limits: dict[str, int] = {}  # "max-connections", "max-queues" (RabbitMQ's vhost limits)
+        self.metadata: dict[str, Any] = {}  # description, tags, default_queue_type (RabbitMQ's vhost metadata)
         for exchange_name, type_name in DEFAULT_EXCHANGES:
             self.exchanges[exchange_name] = EXCHANGE_TYPES[type_name](exchange_name, durable=True)
 
@@ -201,6 +215,10 @@ class VirtualHost:
             self._check_equivalent(existing, durable, exclusive, auto_delete, arguments)
             existing.last_used = existing.clock()  # a redeclare renews x-expires
             return existing
+        limit = self.limits.get("max-queues", -1)
+        if 0 <= limit <= len(self.queues):
+            raise ChannelError(PRECONDITION_FAILED, f"cannot declare queue '{name}': queue limit in vhost "
+                                                    f"'{self.name}' ({limit}) is reached")
         if arguments.get("x-queue-type") in ("quorum", "stream"):
             what = "non-durable" if not durable else "exclusive-owner" if exclusive else \
                 "auto-delete" if auto_delete else None
@@ -333,6 +351,16 @@ class VirtualHost:
                 xlog.deleted = True
                 del self.exchange_logs[name]
 
+    def dismantle(self) -> None:
+        """The vhost is being deleted: its queues and exchange logs go, with their topics."""
+        for queue in list(self.queues.values()):
+            self._remove(queue)
+        for xlog in self.exchange_logs.values():
+            xlog.deleted = True
+            if self.logs.store.get_topic(xlog.topic) is not None:
+                self.logs.delete_topic(xlog.topic)
+        self.exchange_logs.clear()
+
     def owner_gone(self, owner: Hashable) -> None:
         """A connection closed: its exclusive queues go with it."""
         for queue in [q for q in self.queues.values() if q.exclusive_owner == owner]:
@@ -374,15 +402,20 @@ class VirtualHost:
                     bindings.append({"source": exchange.name, "destination_type": kind, "destination": name,
                                      "routing_key": binding.routing_key, "arguments": dict(binding.arguments)})
         policies = [{"name": name, **policy} for name, policy in sorted(self.policies.items())]
-        return {"exchanges": exchanges, "queues": queues, "bindings": bindings, "policies": policies}
+        operator = [{"name": name, **policy} for name, policy in sorted(self.operator_policies.items())]
+        return {"exchanges": exchanges, "queues": queues, "bindings": bindings, "policies": policies,
+                "operator_policies": operator, "limits": dict(self.limits), "metadata": dict(self.metadata)}
 
-    def set_policy(self, name: str, pattern: str, definition: dict, priority: int = 0, apply_to: str = "all") -> None:
-        """A RabbitMQ policy; this broker reads its ha-mode/ha-params when it places a new queue's replicas."""
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise ChannelError(PRECONDITION_FAILED, f"policy '{name}': pattern {pattern!r} is not a regular "
-                                                    f"expression ({exc})") from None
+    def set_policy(self, name: str, pattern: str, definition: dict, priority: int = 0, apply_to: str = "all",
+                   *, operator: bool = False) -> None:
+        """A RabbitMQ policy; this broker reads its ha-mode/ha-params when it places a new queue's replicas.
+        ``operator``: an operator policy (RabbitMQ caps queue arguments with them; here they are kept)."""
+        _check_pattern(name, pattern)
+        if operator:
+            self.operator_policies[name] = {"pattern": pattern, "definition": dict(definition),
+                                            "priority": int(priority), "apply-to": apply_to}
+            self.on_change()
+            return
         if apply_to not in ("all", "queues", "exchanges"):
             raise ChannelError(PRECONDITION_FAILED, f"policy '{name}': apply-to must be all, queues or exchanges")
         mode = definition.get("ha-mode")
@@ -395,15 +428,33 @@ class VirtualHost:
                                "apply-to": apply_to}
         self.on_change()
 
-    def clear_policy(self, name: str) -> None:
-        if self.policies.pop(name, None) is None:
-            raise not_found("policy", name, self.name)
+    def clear_policy(self, name: str, *, operator: bool = False) -> None:
+        if (self.operator_policies if operator else self.policies).pop(name, None) is None:
+            raise not_found("operator policy" if operator else "policy", name, self.name)
+        self.on_change()
+
+    def set_limit(self, name: str, value: int) -> None:
+        """RabbitMQ's vhost limits; a negative value means no limit."""
+        if name not in VHOST_LIMITS:
+            raise ValueError(f"unknown vhost limit {name!r}: use {' or '.join(VHOST_LIMITS)}")
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"vhost limit {name} must be a whole number (-1: no limit), not {value!r}")
+        self.limits[name] = value
+        self.on_change()
+
+    def clear_limit(self, name: str) -> None:
+        if self.limits.pop(name, None) is None:
+            raise not_found("vhost limit", name, self.name)
         self.on_change()
 
     def restore(self, definitions: dict, positions: dict[str, dict]) -> None:
         """Recreate durable exchanges, queues and bindings after a restart."""
         for p in definitions.get("policies", ()):
             self.policies[p["name"]] = {k: v for k, v in p.items() if k != "name"}
+        for p in definitions.get("operator_policies", ()):
+            self.operator_policies[p["name"]] = {k: v for k, v in p.items() if k != "name"}
+        self.limits.update(definitions.get("limits", {}))
+        self.metadata.update(definitions.get("metadata", {}))
         for e in definitions.get("exchanges", ()):
             if e["name"] not in self.exchanges:
                 exchange = self.exchanges[e["name"]] = EXCHANGE_TYPES[e["type"]](

@@ -302,6 +302,9 @@ def test_root_redirects_and_files_are_served(dashboard_broker):
 def test_wrong_password_shows_the_error(page):
     page.driver.get(page.base + "/")
     page.wait(lambda: page.driver.current_url.endswith("/dashboard/"), 5, "the redirect to /dashboard/")
+    page.visible("login-form")  # as RabbitMQ's login: no user name or password filled in for you
+    assert page.find("login-user").get_attribute("value") == ""
+    assert page.find("login-password").get_attribute("value") == ""
     page.login("guest", "not-the-password")
     error = page.visible("login-error")
     assert "401" in error.text and "Login failed" in error.text, error.text

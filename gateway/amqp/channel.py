@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from pamqp import commands as spec
 
 from gateway.amqp import permissions
+from gateway.amqp.counters import AMQP as COUNTS, BY_QUEUE_TYPE
 from routing import mapping
 from routing.errors import (
     ACCESS_REFUSED, NOT_ALLOWED, NOT_FOUND, NOT_IMPLEMENTED, PRECONDITION_FAILED, ChannelError, ConnectionError,
@@ -86,6 +87,8 @@ class Channel:
         self.publish_seq = 0
         self.pending_confirms: deque = deque()  # (seq, Publish)
         self.tx: list | None = None  # buffered operations while in tx mode
+        self.publishing = False  # has published: a "publisher" in rabbitmq_global_publishers
+        COUNTS.channels_opened += 1
 
     def __repr__(self) -> str:
         return f"<Channel {self.number} of {self.connection.peer}>"
@@ -133,6 +136,7 @@ class Channel:
                                          exclusive=m.exclusive, auto_delete=m.auto_delete,
                                          arguments=m.arguments or {})
         self.connection.last_queue = queue.name
+        COUNTS.queues_declared += 1
         if not m.nowait:
             self.reply(unchecked(spec.Queue.DeclareOk, queue.name, queue.message_count(), queue.consumer_count()))
 
@@ -195,11 +199,20 @@ class Channel:
         headers = message.properties.headers if flags & _HEADERS else None
         publish, routed = self.router.publish(self.vhost, p.exchange, p.routing_key, message.properties_raw,
                                               message.body, headers, self.confirm)
+        self.publishing = True
+        COUNTS.received += 1
+        if routed:
+            COUNTS.routed += 1
+        elif p.mandatory:
+            COUNTS.unroutable_returned += 1
+        else:
+            COUNTS.unroutable_dropped += 1
         if not routed and p.mandatory:
             self.connection.send_message(self.number, unchecked(spec.Basic.Return, NO_ROUTE, "NO_ROUTE", p.exchange,
                                                                 p.routing_key),
                                          message.properties_raw, message.body)
         if self.confirm:
+            COUNTS.received_confirm += 1
             self.publish_seq += 1
             self.pending_confirms.append((self.publish_seq, publish))
             self.connection.confirms_waiting.add(self)
@@ -216,6 +229,7 @@ class Channel:
         """Ack (or nack) every leading publish that is now durable; True when none is left waiting."""
         pending = self.pending_confirms
         acked_upto = None
+        acked = 0
         while pending:
             seq, publish = pending[0]
             if publish is not None and not publish.durable():
@@ -228,8 +242,10 @@ class Channel:
                 self.reply(spec.Basic.Nack(seq, multiple=False, requeue=False))
             else:
                 acked_upto = seq
+                acked += 1
         if acked_upto is not None:
             self.reply(spec.Basic.Ack(acked_upto, multiple=True))
+            COUNTS.confirmed += acked
         return not pending
 
     # --- consuming ------------------------------------------------------------------------
@@ -282,9 +298,16 @@ class Channel:
     def send_delivery(self, consumer: Consumer, queue: Queue, offset: int, record, redelivered: bool) -> None:
         tag = self.next_tag
         self.next_tag += 1
+        counts = BY_QUEUE_TYPE[queue.args.queue_type]
+        counts.delivered += 1
+        if redelivered:
+            counts.redelivered += 1
         if not consumer.no_ack:
             self.unacked[tag] = (queue, offset, consumer)
             consumer.unacked += 1
+            counts.consume_manual_ack += 1
+        else:
+            counts.consume_auto_ack += 1
         exchange, routing_key, properties_raw = mapping.amqp_from_record(record)
         if queue.is_stream:  # as RabbitMQ: stream deliveries say where they are in the stream
             properties_raw = mapping.with_entry(properties_raw, "x-stream-offset", "l", offset)
@@ -298,10 +321,19 @@ class Channel:
             raise ConnectionError(NOT_IMPLEMENTED, f"basic.get not supported by stream queues queue '{queue.name}' "
                                                    f"in vhost '{self.vhost.name}'")
         taken = queue.get(self, m.no_ack)
+        counts = BY_QUEUE_TYPE[queue.args.queue_type]
         if taken is None:
+            counts.get_empty += 1
             self.reply(spec.Basic.GetEmpty())
             return
         offset, redelivered, record = taken
+        counts.delivered += 1
+        if redelivered:
+            counts.redelivered += 1
+        if m.no_ack:
+            counts.get_auto_ack += 1
+        else:
+            counts.get_manual_ack += 1
         tag = self.next_tag
         self.next_tag += 1
         if not m.no_ack:
@@ -362,6 +394,7 @@ class Channel:
                 continue
             if ack:
                 queue.ack(offsets)
+                BY_QUEUE_TYPE[queue.args.queue_type].acknowledged += len(offsets)
             else:
                 queue.reject(sorted(offsets), requeue)
         self._dispatch_all(by_queue)
@@ -426,6 +459,8 @@ class Channel:
     # --- closing --------------------------------------------------------------------------
     def release(self) -> None:
         """The channel is closing: cancel consumers, return unacked deliveries to their queues."""
+        if not self.closing:
+            COUNTS.channels_closed += 1
         self.closing = True
         for consumer in list(self.consumers.values()):
             consumer.queue.remove_consumer(consumer)

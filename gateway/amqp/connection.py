@@ -2,10 +2,13 @@
 
 Bytes go through :class:`wire.amqp.ServerCodec` (frames in) and :mod:`wire.amqp.encoding`
 (frames out). The handshake is Start/StartOk (PLAIN or AMQPLAIN), Tune/TuneOk, Open/OpenOk;
-then methods go to their :class:`~gateway.amqp.channel.Channel`. Everything received in one
-``dataReceived`` is handled before the router appends the staged publishes as one batch per
-queue (:meth:`routing.broker.Router.commit`); everything to send in one reactor turn leaves
-in one ``write``.
+then methods go to their :class:`~gateway.amqp.channel.Channel`. With OAuth 2 on, a PLAIN or
+AMQPLAIN password that is a JWT logs in by the token (:meth:`AmqpConnection._token_login`),
+which ``connection.update-secret`` replaces and whose expiry closes the connection.
+
+Everything received in one ``dataReceived`` is handled before the router appends the staged
+publishes as one batch per queue (:meth:`routing.broker.Router.commit`); everything to send in
+one reactor turn leaves in one ``write``.
 
 Errors: a :class:`routing.errors.ChannelError` closes the channel (Channel.Close with the
 reply code and the failing method's ids), a ``ConnectionError`` or a framing error closes the
@@ -24,14 +27,17 @@ from pamqp import decode as pamqp_decode
 from twisted.internet import protocol, task
 
 from gateway.amqp.channel import Channel
+from gateway.amqp.secrets import SecretsMixin
 from gateway.logs import connection_ids, fields
 from gateway.management import metrics
+from gateway.amqp.counters import AMQP as COUNTS
 from gateway.netutil import no_delay
+from gateway.security.oauth import TokenGrant, looks_like_jwt
 from gateway.security.tls import peer_common_name
 from gateway.security.users import is_loopback
 from routing.errors import (
-    ACCESS_REFUSED, CHANNEL_ERROR, COMMAND_INVALID, INTERNAL_ERROR, NOT_ALLOWED, AmqpError, ChannelError,
-    ConnectionError,
+    ACCESS_REFUSED, CHANNEL_ERROR, COMMAND_INVALID, INTERNAL_ERROR, NOT_ALLOWED, AmqpError,
+    ChannelError, ConnectionError,
 )
 from wire.amqp import (
     NEED_DATA, PROTOCOL_HEADER, AmqpFrameError, Heartbeat, Message, MethodFrame, ProtocolHeader, ServerCodec,
@@ -70,7 +76,7 @@ def short_text(text: str) -> str:
     return data[:252].decode("utf-8", "ignore") + "..."
 
 
-class AmqpConnection(protocol.Protocol):
+class AmqpConnection(SecretsMixin, protocol.Protocol):
     def __init__(self, service):
         self.service = service
         self.router = service.router
@@ -92,6 +98,8 @@ class AmqpConnection(protocol.Protocol):
         self.loopback = False
         self.peer_host = ""
         self.certificate_user: str | None = None  # the verified client certificate's CN (TLS)
+        self.token: TokenGrant | None = None  # logged in with an OAuth 2 token: its grants (update-secret swaps it)
+        self._expiry_timer = None  # closes the connection when the token runs out
         self._out: list[bytes] = []
         self._out_bytes = 0
         self._flush_call = None
@@ -110,6 +118,7 @@ class AmqpConnection(protocol.Protocol):
         self.peer_host = peer.host
         self.loopback = is_loopback(peer.host)
         self.service.connections.add(self)
+        COUNTS.connections_opened += 1
         if self.service.too_many_connections():
             log.warning("AMQP connection refused: the broker's connection limit is reached (--max-connections)",
                         extra=fields(peer=self.peer, conn=self.conn_id))
@@ -135,6 +144,7 @@ class AmqpConnection(protocol.Protocol):
         pass
 
     def connectionLost(self, reason=protocol.connectionDone) -> None:
+        COUNTS.connections_closed += 1
         self.service.connections.discard(self)
         self.service.confirming.discard(self)
         self._cancel_timers()
@@ -155,10 +165,10 @@ class AmqpConnection(protocol.Protocol):
         return self.router.definitions_batch() if self.router is not None else contextlib.nullcontext()
 
     def _cancel_timers(self) -> None:
-        for timer in (self._close_timer, self._flush_call):
+        for timer in (self._close_timer, self._flush_call, self._expiry_timer):
             if timer is not None and timer.active():
                 timer.cancel()
-        self._close_timer = self._flush_call = None
+        self._close_timer = self._flush_call = self._expiry_timer = None
         if self._heartbeat_loop is not None and self._heartbeat_loop.running:
             self._heartbeat_loop.stop()
 
@@ -290,6 +300,8 @@ class AmqpConnection(protocol.Protocol):
         elif isinstance(m, spec.Connection.CloseOk) and state == "closing":
             self.state = "closed"
             self.transport.loseConnection()
+        elif isinstance(m, spec.Connection.UpdateSecret) and state == "opened":
+            self._update_secret(m)
         elif state == "closing":
             return  # after our Close, everything but Close-Ok is ignored
         elif state == "opened":
@@ -319,6 +331,8 @@ class AmqpConnection(protocol.Protocol):
             self._refuse_login(f"unsupported authentication mechanism '{mechanism}'; PLAIN and AMQPLAIN are offered")
             return
         users = self.service.users
+        oauth = getattr(self.service, "oauth", None)
+        grant = None
         if username is None:
             reason = "malformed credentials"
         elif mechanism == "EXTERNAL":  # the certificate was verified; the user must exist
@@ -326,6 +340,14 @@ class AmqpConnection(protocol.Protocol):
             reason = None if users.get(username) is not None else f"user '{username}' does not exist"
             if reason is None and users.loopback_refused(username, self.peer_host):
                 reason = f"user '{username}' can only connect via localhost"
+        elif oauth is not None and looks_like_jwt(password):
+            # RabbitMQ's OAuth 2 backend: the password is the token and names the user; the user
+            # name sent beside it is not looked at.
+            grant, reason = oauth.check(password)
+            if grant is not None:
+                username = grant.username
+                if users.loopback_refused(username, self.peer_host):
+                    reason = f"user '{username}' can only connect via localhost"
         else:
             reason = users.authenticate(username, password, self.peer_host)
         if reason is not None:
@@ -335,6 +357,8 @@ class AmqpConnection(protocol.Protocol):
                                f"For details see the broker logfile.")
             return
         self.username = username
+        if grant is not None:
+            self._token_login(grant)
         self.state = "tune"
         self.send_method(0, spec.Connection.Tune(self.service.channel_max, FRAME_MAX, HEARTBEAT_S))
 
@@ -357,7 +381,7 @@ class AmqpConnection(protocol.Protocol):
     def _open(self, m: spec.Connection.Open) -> None:
         name = m.virtual_host or "/"
         vhost = self.router.open_vhost(name, self.username)  # 530 if it does not exist
-        if self.service.users.permission(self.username, name) is None:
+        if self.permission(name) is None:
             log.warning("AMQP access to vhost refused", extra=fields(peer=self.peer, conn=self.conn_id, user=self.username, vhost=name))
             raise ConnectionError(NOT_ALLOWED, f"access to vhost '{name}' refused for user '{self.username}'")
         limit = self.service.max_connections_per_user
@@ -367,11 +391,19 @@ class AmqpConnection(protocol.Protocol):
                 peer=self.peer, conn=self.conn_id, user=self.username, limit=limit))
             raise ConnectionError(NOT_ALLOWED, f"access to vhost '{name}' refused for user '{self.username}': "
                                                f"user connection limit ({limit}) is reached")
+        vhost_limit = vhost.limits.get("max-connections", -1)
+        if vhost_limit >= 0 and sum(1 for c in self.service.connections if c.vhost is vhost) >= vhost_limit:
+            log.warning("AMQP connection refused: vhost connection limit reached", extra=fields(
+                peer=self.peer, conn=self.conn_id, user=self.username, vhost=name, limit=vhost_limit))
+            raise ConnectionError(NOT_ALLOWED, f"access to vhost '{name}' refused for user '{self.username}': "
+                                               f"connection limit ({vhost_limit}) is reached")
         self.vhost = vhost
         if self._close_timer is not None and self._close_timer.active():
             self._close_timer.cancel()
         self._close_timer = None
         self.state = "opened"
+        if self.token is not None:
+            self._schedule_expiry()  # as RabbitMQ: from connection.open on
         self.send_method(0, spec.Connection.OpenOk())
         log.info("AMQP connection opened", extra=fields(peer=self.peer, conn=self.conn_id, user=self.username,
                                                         vhost=self.vhost.name))

@@ -42,7 +42,7 @@ def check(channel, kind: str, name: str, permission: str) -> None:
     if kind == "exchange" and name == "":
         name = "amq.default"
     vhost = channel.vhost.name
-    granted = connection.service.users.permission(connection.username, vhost)
+    granted = connection.permission(vhost)
     if granted is not None and granted.allows(permission, name):
         return
     text = f"{permission} access to {kind} '{name}' in vhost '{vhost}' refused for user '{connection.username}'"
@@ -105,7 +105,7 @@ CHECKS = {
 def check_publish(channel, exchange: str) -> None:
     """Once per published message: the usual grant (write ``.*``) is settled without a match."""
     connection = channel.connection
-    granted = connection.service.users.permission(connection.username, channel.vhost.name)
+    granted = connection.permission(channel.vhost.name)
     if granted is not None and granted.write == ".*":
         return
     check(channel, "exchange", exchange, "write")

@@ -19,9 +19,9 @@ log = logging.getLogger(__name__)
 PRODUCT = "gateway"
 
 
-def _version() -> str:
+def broker_version() -> str:
     try:
-        return metadata.version("gateway")
+        return metadata.version("gateway-broker")
     except metadata.PackageNotFoundError:
         return "0"
 
@@ -54,7 +54,7 @@ class AmqpService:
         self.router = router
 
     def server_properties(self, capabilities: dict) -> dict:
-        return {"product": PRODUCT, "version": _version(), "platform": "Python/Twisted",
+        return {"product": PRODUCT, "version": broker_version(), "platform": "Python/Twisted",
                 "copyright": "the gateway authors", "information": "one log, Kafka and AMQP 0-9-1",
                 "cluster_name": self.cluster_name, "capabilities": dict(capabilities)}
 

@@ -8,7 +8,9 @@ closes this connection with a log line and nothing else.
 Identity: a connection is anonymous (principal ``User:ANONYMOUS``) until it authenticates
 with SASL (SaslHandshake + SaslAuthenticate, :mod:`gateway.kafka.apis.session`); on a TLS
 listener a verified client certificate names it first (its subject CN), SASL then wins. With
-``require_auth`` only ApiVersions and the SASL requests are served before that.
+``require_auth`` only ApiVersions and the SASL requests are served before that. A SASL session
+with a lifetime (an OAUTHBEARER token's, KIP-368) that has run out without a re-authentication
+ends the connection at its next other request, as Kafka does.
 """
 from __future__ import annotations
 
@@ -71,6 +73,8 @@ class KafkaConnection(protocol.Protocol):
         self.sasl_mechanism: str | None = None  # chosen by SaslHandshake
         self.sasl_state = None  # a ScramServer while a SCRAM exchange runs
         self.sasl_done = False
+        self.reauthenticating = False  # a second SaslHandshake after a login (KIP-368)
+        self.session_deadline: float | None = None  # Unix time the SASL session ends (OAUTHBEARER)
         self.require_auth = require_auth
         self.tls = False
         self.close_after_response = False  # a failed authentication: answer, then close
@@ -179,6 +183,11 @@ class KafkaConnection(protocol.Protocol):
             return
         if not self._certificate_checked:
             self._check_certificate()
+        deadline = self.session_deadline
+        if deadline is not None and request.header.api_key not in PRE_AUTH_APIS and time.time() > deadline:
+            self.drop("the SASL session has expired (its token's lifetime) and the client did not re-authenticate",
+                      api_key=request.header.api_key)
+            return
         if self.require_auth and self.principal is None and request.header.api_key not in PRE_AUTH_APIS:
             self.drop("authentication required: the client sent a request before authenticating",
                       api_key=request.header.api_key)

@@ -22,7 +22,11 @@ from twisted.web import resource
 
 from core.errors import LogError
 from gateway.logs import fields
-from gateway.management import views
+from gateway.management import paging, views
+from gateway.management.amqp_objects import AmqpObjects
+from gateway.management.definitions import Definitions
+from gateway.management.errors import ApiError, bad as _bad, not_found as _not_found, truthy
+from gateway.management.node_api import NodeApi
 from gateway.security.users import UserStoreError
 from routing.errors import ChannelError, ConnectionError
 from wire.amqp.encoding import encode_properties
@@ -32,20 +36,6 @@ log = logging.getLogger(__name__)
 READ_TAGS = {"administrator", "monitoring", "management"}
 WRITE_TAGS = {"administrator"}
 AUTH_CACHE_S = 30.0  # a checked password is not hashed again (PBKDF2) on every poll for this long
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, error: str, reason: str):
-        super().__init__(reason)
-        self.status, self.error, self.reason = status, error, reason
-
-
-def _not_found(what: str) -> ApiError:
-    return ApiError(404, "Object Not Found", f"{what} not found")
-
-
-def _bad(reason: str) -> ApiError:
-    return ApiError(400, "bad_request", reason)
 
 
 class _ApiOwner:
@@ -62,31 +52,39 @@ class ManagementApi(resource.Resource):
         super().__init__()
         self.broker = broker
         self._auth_cache: dict[bytes, tuple[float, str]] = {}
+        self.owner = API_OWNER
+        self._request = None  # the request being handled (handlers run one at a time, on the reactor)
+        self._token_tags: list[str] | None = None  # a bearer-token request: the tags its scopes grant
         self.routes: list[tuple[str, tuple[str, ...], Callable]] = [
             ("GET", ("overview",), self.get_overview),
             ("GET", ("whoami",), lambda user: {"name": user, "tags": self._tags(user)}),
             ("GET", ("vhosts",), lambda user: views.vhosts(self.broker)),
             ("GET", ("queues",), lambda user: views.queues(self.broker)),
-            ("GET", ("queues", "*"), lambda user, v: views.queues(self.broker, self._vhost(v).name)),
+            ("GET", ("queues", "*"), lambda user, v: views.queues(self.broker, self.vhost(v).name)),
             ("GET", ("queues", "*", "*"), self.get_queue),
             ("PUT", ("queues", "*", "*"), self.put_queue),
             ("DELETE", ("queues", "*", "*"), self.delete_queue),
             ("DELETE", ("queues", "*", "*", "contents"), self.purge_queue),
             ("GET", ("exchanges",), lambda user: views.exchanges(self.broker)),
-            ("GET", ("exchanges", "*"), lambda user, v: views.exchanges(self.broker, self._vhost(v).name)),
+            ("GET", ("exchanges", "*"), lambda user, v: views.exchanges(self.broker, self.vhost(v).name)),
             ("GET", ("exchanges", "*", "*"), self.get_exchange),
             ("PUT", ("exchanges", "*", "*"), self.put_exchange),
             ("DELETE", ("exchanges", "*", "*"), self.delete_exchange),
             ("POST", ("exchanges", "*", "*", "publish"), self.publish),
-            ("GET", ("bindings",), lambda user: views.bindings(self.broker)),
-            ("GET", ("bindings", "*"), lambda user, v: views.bindings(self.broker, self._vhost(v).name)),
+            ("GET", ("bindings",), lambda user: [b for v in self._all_vhosts() for b in views.bindings(v)]),
+            ("GET", ("bindings", "*"), lambda user, v: views.bindings(self.vhost(v))),
             ("GET", ("connections",), lambda user: views.connections(self.broker)),
             ("GET", ("channels",), lambda user: views.channels(self.broker)),
             ("GET", ("users",), self.get_users),
+            ("GET", ("users", "without-permissions"), lambda user: [
+                u for u in self.get_users(user) if not self.broker.users.get(u["name"]).permissions]),
+            ("POST", ("users", "bulk-delete"), self.bulk_delete_users),
             ("GET", ("users", "*"), self.get_user),
+            ("GET", ("users", "*", "permissions"), self.get_user_permissions),
             ("PUT", ("users", "*"), self.put_user),
             ("DELETE", ("users", "*"), self.delete_user),
             ("GET", ("permissions",), self.get_permissions),
+            ("GET", ("permissions", "*", "*"), self.get_permission),
             ("PUT", ("permissions", "*", "*"), self.put_permission),
             ("DELETE", ("permissions", "*", "*"), self.delete_permission),
             ("GET", ("topics",), lambda user: views.topics(self.broker)),
@@ -97,10 +95,11 @@ class ManagementApi(resource.Resource):
             ("GET", ("groups", "*"), self.get_group),
             ("GET", ("history",), lambda user: self.broker.management_history.as_json()),
             ("GET", ("policies",), lambda user: views.policies(self.broker)),
-            ("GET", ("policies", "*"), lambda user, v: views.policies(self.broker, self._vhost(v).name)),
+            ("GET", ("policies", "*"), lambda user, v: views.policies(self.broker, self.vhost(v).name)),
             ("PUT", ("policies", "*", "*"), self.put_policy),
             ("DELETE", ("policies", "*", "*"), self.delete_policy),
         ]
+        self.routes += AmqpObjects(self).routes() + NodeApi(self).routes() + Definitions(self).routes()
 
     # --- dispatch ---------------------------------------------------------------------
     def render(self, request):
@@ -120,7 +119,10 @@ class ManagementApi(resource.Resource):
             user = self._authenticate(request, WRITE_TAGS if method != "GET" else READ_TAGS)
             if method in ("PUT", "POST"):
                 args.append(self._body(request))
+            self._request = request
             result = handler(user, *args)
+            if method == "GET" and isinstance(result, list) and request.args:
+                result = paging.apply(result, request.args)
         except ApiError as exc:
             if exc.status >= 500 or exc.status in (401, 403):
                 log.warning("management API %s %s: %s", method, request.path.decode("ascii", "replace"), exc.reason,
@@ -128,15 +130,24 @@ class ManagementApi(resource.Resource):
             return self._json(request, exc.status, {"error": exc.error, "reason": exc.reason})
         except (ChannelError, ConnectionError) as exc:  # the AMQP model's refusals, with RabbitMQ's texts
             status = {404: 404, 403: 403, 405: 409, 406: 400}.get(exc.reply_code, 400)
-            return self._json(request, status, {"error": exc.__class__.__name__, "reason": exc.reply_text})
+            error = {404: "Object Not Found", 403: "access_refused"}.get(status, "bad_request")
+            return self._json(request, status, {"error": error, "reason": exc.reply_text})
+        except paging.PagingError as exc:
+            return self._json(request, 400, {"error": "bad_request", "reason": str(exc)})
         except (LogError, UserStoreError, ValueError) as exc:
             return self._json(request, 400, {"error": "bad_request", "reason": str(exc)})
         except Exception:
             log.exception("management API %s %s failed", method, request.path.decode("ascii", "replace"))
             return self._json(request, 500, {"error": "internal_error", "reason": "see the broker log"})
+        finally:
+            self._request = self._token_tags = None
         if result is None or (isinstance(result, dict) and result.get("_created")):
             request.setResponseCode(204 if result is None else 201)  # RabbitMQ: no body for either
+            if result is not None and "_location" in result:
+                request.setHeader(b"location", urllib.parse.quote(result["_location"], safe="/~").encode())
             return b""
+        if isinstance(result, dict) and "_status" in result:  # a health check that failed: its body, its status
+            return self._json(request, result.pop("_status"), result)
         return self._json(request, 200, result)
 
     def _match(self, method: str, parts: list[str]) -> tuple[Callable | None, list[str], set[str]]:
@@ -173,6 +184,18 @@ class ManagementApi(resource.Resource):
     def _authenticate(self, request, tags: set[str]) -> str:
         header = (request.getHeader(b"authorization") or b"").decode("latin-1")
         scheme, _, token = header.partition(" ")
+        oauth = getattr(self.broker, "oauth", None)
+        if oauth is not None and scheme.lower() == "bearer":  # OAuth 2: the tags are the token's tag scopes
+            grant, reason = oauth.check(token.strip())
+            if grant is None:
+                log.warning("HTTP API login refused: %s", reason, extra=fields(peer=request.getClientAddress().host))
+                request.setHeader(b"www-authenticate", b'Bearer realm="gateway management", error="invalid_token"')
+                raise ApiError(401, "not_authorised", "Login failed")
+            self._token_tags = list(grant.tags)
+            if not set(grant.tags) & tags:
+                raise ApiError(403 if tags is WRITE_TAGS else 401, "not_authorised",
+                               f"user '{grant.username}' needs one of the tags {sorted(tags)}")
+            return grant.username
         if scheme.lower() != "basic":
             request.setHeader(b"www-authenticate", b'Basic realm="gateway management"')
             raise ApiError(401, "not_authorised", "HTTP basic authentication required")
@@ -195,34 +218,58 @@ class ManagementApi(resource.Resource):
                            f"user '{name}' needs one of the tags {sorted(tags)}")
         return name
 
+    def clear_auth_cache(self) -> None:
+        self._auth_cache.clear()
+
     def _tags(self, name: str) -> list[str]:
+        if self._token_tags is not None:
+            return list(self._token_tags)
         user = self.broker.users.get(name)
         return list(user.tags) if user is not None else []
 
     # --- AMQP objects -----------------------------------------------------------------
-    def _vhost(self, name: str):
-        vhost = self.broker.amqp.router.vhosts.get(name)
+    def request_header(self, name: str) -> str | None:
+        value = self._request.getHeader(name.encode()) if self._request is not None else None
+        return value.decode("latin-1") if value is not None else None
+
+    def _all_vhosts(self) -> list:
+        self.vhost_home_check()
+        return sorted(self.broker.amqp.router.vhosts.values(), key=lambda v: v.name)
+
+    def vhost_home_check(self) -> None:
+        """In cluster mode AMQP objects live on one broker (the AMQP home): 421 elsewhere."""
         home = self.broker.amqp_home
-        if vhost is None and home is not None and not home.is_home:
+        if home is not None and not home.is_home:
             other = self.broker.cluster.view.brokers.get(home.home_id())
             raise ApiError(421, "not_amqp_home", f"broker {self.broker.settings.node_id} is not the AMQP home; ask "
                                                  f"the home, broker {home.home_id()}" +
                            (f" (its AMQP listener is {other.amqp_host}:{other.amqp_port})" if other else ""))
+
+    def vhost(self, name: str):
+        vhost = self.broker.amqp.router.vhosts.get(name)
         if vhost is None:
+            self.vhost_home_check()
             raise _not_found(f"vhost '{name}'")
         return vhost
 
-    def put_policy(self, user, vhost, name, body):
-        v = self._vhost(vhost)
+    def put_policy(self, user, vhost, name, body, operator: bool = False):
+        v = self.vhost(vhost)
         if not isinstance(body.get("pattern"), str) or not isinstance(body.get("definition"), dict):
             raise _bad("a policy needs a 'pattern' (a regular expression) and a 'definition' (an object)")
-        created = name not in v.policies
-        v.set_policy(name, body["pattern"], body["definition"], int(body.get("priority", 0)),
-                     str(body.get("apply-to", "all")))
+        try:
+            priority = int(body.get("priority", 0))
+        except (TypeError, ValueError):
+            raise _bad("'priority' must be a whole number") from None
+        created = name not in (v.operator_policies if operator else v.policies)
+        v.set_policy(name, body["pattern"], body["definition"], priority, str(body.get("apply-to", "all")),
+                     operator=operator)
         return {"_created": True} if created else None
 
     def delete_policy(self, user, vhost, name):
-        self._vhost(vhost).clear_policy(name)
+        v = self.vhost(vhost)
+        if name not in v.policies:
+            raise _not_found(f"policy '{name}' in vhost '{v.name}'")
+        v.clear_policy(name)
 
     def get_overview(self, user):
         doc = views.overview(self.broker)
@@ -231,58 +278,61 @@ class ManagementApi(resource.Resource):
         return doc
 
     def get_queue(self, user, vhost, name):
-        q = self._vhost(vhost).queues.get(name)
+        q = self.vhost(vhost).queues.get(name)
         if q is None:
             raise _not_found(f"queue '{name}' in vhost '{vhost}'")
         return views.queue(self.broker, q)
 
     def put_queue(self, user, vhost, name, body):
-        v = self._vhost(vhost)
+        v = self.vhost(vhost)
         created = name not in v.queues
-        v.declare_queue(name, owner=API_OWNER, durable=bool(body.get("durable", True)),
-                        auto_delete=bool(body.get("auto_delete", False)), arguments=body.get("arguments") or {})
-        self._settle()
+        arguments = dict(body.get("arguments") or {})
+        if body.get("queue_type") and "x-queue-type" not in arguments:  # rabbitmqadmin's queue_type=...
+            arguments["x-queue-type"] = str(body["queue_type"])
+        v.declare_queue(name, owner=API_OWNER, durable=truthy(body.get("durable"), True),
+                        auto_delete=truthy(body.get("auto_delete"), False), arguments=arguments)
+        self.settle()
         return {"_created": True} if created else None
 
     def delete_queue(self, user, vhost, name):
-        v = self._vhost(vhost)
+        v = self.vhost(vhost)
         if name not in v.queues:
             raise _not_found(f"queue '{name}' in vhost '{vhost}'")
         v.delete_queue(name, owner=API_OWNER)
-        self._settle()
+        self.settle()
 
     def purge_queue(self, user, vhost, name):
-        v = self._vhost(vhost)
+        v = self.vhost(vhost)
         if name not in v.queues:
             raise _not_found(f"queue '{name}' in vhost '{vhost}'")
         v.purge_queue(name, API_OWNER)
 
     def get_exchange(self, user, vhost, name):
-        v = self._vhost(vhost)
+        v = self.vhost(vhost)
         x = v.exchanges.get("" if name == "amq.default" else name)
         if x is None:
             raise _not_found(f"exchange '{name}' in vhost '{vhost}'")
         return views.exchange(v, x)
 
     def put_exchange(self, user, vhost, name, body):
-        v = self._vhost(vhost)
+        v = self.vhost(vhost)
         if "type" not in body:
             raise _bad("an exchange needs a 'type' (direct, fanout, topic, headers)")
         created = name not in v.exchanges
-        v.declare_exchange(name, str(body["type"]), durable=bool(body.get("durable", True)),
-                           auto_delete=bool(body.get("auto_delete", False)), internal=bool(body.get("internal", False)),
-                           arguments=body.get("arguments") or {})
+        v.declare_exchange(name, str(body["type"]), durable=truthy(body.get("durable"), True),
+                           auto_delete=truthy(body.get("auto_delete"), False),
+                           internal=truthy(body.get("internal"), False), arguments=body.get("arguments") or {})
         return {"_created": True} if created else None
 
     def delete_exchange(self, user, vhost, name):
-        v = self._vhost(vhost)
+        v = self.vhost(vhost)
         if name not in v.exchanges:
             raise _not_found(f"exchange '{name}' in vhost '{vhost}'")
         v.delete_exchange(name)
 
     def publish(self, user, vhost, name, body):
         """RabbitMQ's test publish: ``{"routing_key", "payload", "payload_encoding", "properties"}``."""
-        v = self._vhost(vhost)
+        v = self.vhost(vhost)
         exchange = "" if name == "amq.default" else name
         encoding = body.get("payload_encoding", "string")
         payload = body.get("payload", "")
@@ -306,24 +356,48 @@ class ManagementApi(resource.Resource):
             raise _bad(f"unknown message property: {exc}") from None
         _, routed = self.broker.amqp.router.publish(v, exchange, str(body.get("routing_key", "")),
                                                     encode_properties(properties), data, properties.headers, False)
-        self._settle()
+        self.settle()
         return {"routed": routed}
 
-    def _settle(self) -> None:
+    def settle(self) -> None:
         self.broker.amqp.after_input()  # append what was staged and let queues deliver it
 
     # --- users and permissions ----------------------------------------------------------
+    @staticmethod
+    def user_json(u) -> dict:
+        return {"name": u.name, "password_hash": u.password_hash, "hashing_algorithm": u.hashing_algorithm,
+                "tags": list(u.tags), "limits": {}, "has_password": bool(u.scram or u.password_hash)}
+
     def get_users(self, user):
         store = self.broker.users
         store.maybe_reload()
-        return [{"name": u.name, "tags": list(u.tags), "has_password": bool(u.scram)}
-                for u in sorted(store.users.values(), key=lambda u: u.name)]
+        return [self.user_json(u) for u in sorted(store.users.values(), key=lambda u: u.name)]
 
     def get_user(self, user, name):
         u = self.broker.users.get(name)
         if u is None:
             raise _not_found(f"user '{name}'")
-        return {"name": u.name, "tags": list(u.tags), "has_password": bool(u.scram)}
+        return self.user_json(u)
+
+    def bulk_delete_users(self, user, body):
+        names = body.get("users")
+        if not isinstance(names, list):
+            raise _bad("bulk-delete needs 'users', a list of user names")
+        for name in names:
+            if self.broker.users.get(str(name)) is not None:
+                self.broker.users.delete_user(str(name))
+        self._auth_cache.clear()
+
+    def get_user_permissions(self, user, name):
+        if self.broker.users.get(name) is None:
+            raise _not_found(f"user '{name}'")
+        return [p for p in self.get_permissions(user) if p["user"] == name]
+
+    def get_permission(self, user, vhost, name):
+        for p in self.get_permissions(user):
+            if p["user"] == name and p["vhost"] == vhost:
+                return p
+        raise _not_found(f"permissions of user '{name}' on vhost '{vhost}'")
 
     def put_user(self, user, name, body):
         store = self.broker.users
@@ -331,11 +405,16 @@ class ManagementApi(resource.Resource):
         if isinstance(tags, str):  # RabbitMQ's form: "administrator,monitoring"
             tags = [t.strip() for t in tags.split(",") if t.strip()]
         created = store.get(name) is None
-        password = body.get("password")
+        password, password_hash = body.get("password"), body.get("password_hash")
+        if password is None and password_hash is None and created:
+            raise _bad("a new user needs a 'password' or a 'password_hash' (\"\" for none)")
         if created:
             store.add_user(name, password)
         elif password is not None:
             store.change_password(name, password)
+        if password is None and password_hash is not None:
+            store.set_password_hash(name, str(password_hash),
+                                    str(body.get("hashing_algorithm") or "rabbit_password_hashing_sha256"))
         store.set_tags(name, list(tags))
         self._auth_cache.clear()
         return {"_created": True} if created else None
@@ -352,9 +431,8 @@ class ManagementApi(resource.Resource):
                 for vhost, p in sorted(u.permissions.items())]
 
     def put_permission(self, user, vhost, name, body):
-        self._vhost(vhost)
-        if self.broker.users.get(name) is None:
-            raise _not_found(f"user '{name}'")
+        if self.broker.users.get(name) is None or vhost not in self.broker.amqp.router.vhosts:
+            raise _bad("vhost_or_user_not_found")
         self.broker.users.set_permissions(name, vhost, str(body.get("configure", "")), str(body.get("write", "")),
                                           str(body.get("read", "")))
         return {"_created": True}

@@ -1,5 +1,11 @@
 """``GET /metrics``: Prometheus text format through ``prometheus-client``.
 
+Three sets of names: the broker's own (``gateway_*``, here), RabbitMQ's Prometheus plugin's
+(``rabbitmq_*``, gateway.management.rabbit_metrics) and the Kafka exporter's (``kafka_*``,
+gateway.management.kafka_exporter_metrics), so that stock dashboards and alerts work.
+``/metrics/per-object`` is the same with RabbitMQ's queue metrics per queue instead of summed;
+``/metrics/detailed`` (gateway.management.detailed_metrics) serves chosen families only.
+
 Everything is read from the live broker when scraped (a custom collector), so the hot paths
 keep only plain integer counters. Latency histograms (Kafka requests per API, AMQP methods,
 fsync) are :class:`Latency` objects: a bisect into fixed buckets and an increment, cheaper
@@ -14,6 +20,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import CollectorRegistry
 from twisted.web import resource
+
+from gateway.management.kafka_exporter_metrics import KafkaExporterCollector
+from gateway.management.rabbit_metrics import RabbitCollector
 
 BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -86,6 +95,9 @@ class BrokerCollector:
         under = sum(1 for r in replicas.leaders() if len(r.state.isr) < len(r.replicas)) if replicas else 0
         yield GaugeMetricFamily("gateway_under_replicated_partitions",
                                 "Partitions led here whose ISR is smaller than their replica set", value=under)
+        yield GaugeMetricFamily("gateway_offline_partitions", "Partitions with no leader (reported by the "
+                                "controller, 0 on other brokers, as Kafka's OfflinePartitionsCount)",
+                                value=_offline_partitions(b.cluster))
 
     def _kafka(self, b):
         records_in = CounterMetricFamily("gateway_topic_records_in", "Records produced", labels=["topic"])
@@ -140,13 +152,31 @@ class BrokerCollector:
         yield from (ready, unacked, consumers, published, published_bytes, delivered, acked)
 
 
-class MetricsResource(resource.Resource):
-    isLeaf = True
+def _offline_partitions(cluster) -> int:
+    """Partitions of the cluster without a live leader; counted by the controller only, so that
+    a sum over brokers counts each once. Always 0 on a single node (it leads everything)."""
+    if cluster is None or not cluster.agent.is_controller:
+        return 0
+    view = cluster.view
+    offline = 0
+    for name, topic in view.topics.items():
+        for partition in range(len(topic.replicas)):
+            state = view.state(name, partition)
+            if state is None or state.leader < 0:
+                offline += 1
+    return offline
 
-    def __init__(self, broker):
+
+class MetricsResource(resource.Resource):
+    """``/metrics``; with ``per_object``, ``/metrics/per-object`` (mounted by gateway.http)."""
+    isLeaf = False  # children: per-object, detailed
+
+    def __init__(self, broker, per_object: bool = False):
         super().__init__()
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(BrokerCollector(broker))
+        self.registry.register(RabbitCollector(broker, per_object=per_object))
+        self.registry.register(KafkaExporterCollector(broker))
 
     def render_GET(self, request):
         request.setHeader(b"content-type", b"text/plain; version=0.0.4; charset=utf-8")

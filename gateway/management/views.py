@@ -8,9 +8,12 @@ and only reads.
 """
 from __future__ import annotations
 
+import base64
+import hashlib
 from typing import Any, Iterable
 
 from core.names import topic_queue
+from gateway.amqp.service import broker_version
 from core.offsets import OFFSETS_TOPIC
 from core.transactions import TXN_TOPIC
 
@@ -27,7 +30,7 @@ def queue(broker, q) -> dict:
     publish = getattr(q, "stats", None)
     return {
         "name": q.name, "vhost": q.vhost, "durable": q.durable, "auto_delete": q.auto_delete,
-        "exclusive": q.exclusive_owner is not None, "arguments": _jsonable(q.arguments),
+        "exclusive": q.exclusive_owner is not None, "arguments": jsonable(q.arguments),
         "type": q.args.queue_type, "node": _node(broker), "state": "running",
         "messages": ready + unacked, "messages_ready": ready, "messages_unacknowledged": unacked,
         "consumers": q.consumer_count(), "topic": q.topic,
@@ -41,31 +44,42 @@ def queues(broker, vhost: str | None = None) -> list[dict]:
 
 def exchange(vhost, x) -> dict:
     return {"name": x.name, "vhost": vhost.name, "type": x.type_name, "durable": x.durable,
-            "auto_delete": x.auto_delete, "internal": x.internal, "arguments": _jsonable(x.arguments)}
+            "auto_delete": x.auto_delete, "internal": x.internal, "arguments": jsonable(x.arguments)}
 
 
 def exchanges(broker, vhost: str | None = None) -> list[dict]:
     return [exchange(v, x) for v in _vhosts(broker, vhost) for x in sorted(v.exchanges.values(), key=_by_name)]
 
 
-def bindings(broker, vhost: str | None = None) -> list[dict]:
-    out = []
-    for v in _vhosts(broker, vhost):
-        for q in sorted(v.queues.values(), key=_by_name):  # RabbitMQ lists every queue's default binding
-            out.append(_binding(v.name, "", "queue", q.name, q.name, {}))
-        for x in sorted(v.exchanges.values(), key=_by_name):
-            if not x.name:
-                continue
-            for b in x.bindings():
-                kind, name = b.destination
-                out.append(_binding(v.name, x.name, kind, name, b.routing_key, b.arguments))
-    return out
+def properties_key(routing_key: str, arguments: dict) -> str:
+    """RabbitMQ's id of a binding within its source and destination: the key, and a hash of the arguments."""
+    if not arguments:
+        return routing_key or "~"
+    digest = hashlib.sha256(repr(sorted((str(k), repr(v)) for k, v in arguments.items())).encode()).digest()
+    return f"{routing_key}~{base64.urlsafe_b64encode(digest[:5]).decode().rstrip('=')}"
 
 
-def _binding(vhost: str, source: str, kind: str, destination: str, routing_key: str, arguments) -> dict:
+def binding(vhost: str, source: str, kind: str, destination: str, routing_key: str, arguments) -> dict:
+    args = jsonable(dict(arguments))
     return {"source": source, "vhost": vhost, "destination": destination, "destination_type": kind,
-            "routing_key": routing_key, "arguments": _jsonable(dict(arguments)),
-            "properties_key": routing_key or "~"}
+            "routing_key": routing_key, "arguments": args, "properties_key": properties_key(routing_key, args)}
+
+
+def bindings(v, source: str | None = None, destination: tuple[str, str] | None = None) -> list[dict]:
+    """Every binding of vhost ``v`` (RabbitMQ lists each queue's default binding too), filtered."""
+    out = []
+    if source in (None, "") and (destination is None or destination[0] == "queue"):
+        for q in sorted(v.queues.values(), key=_by_name):
+            if destination is None or destination[1] == q.name:
+                out.append(binding(v.name, "", "queue", q.name, q.name, {}))
+    for x in sorted(v.exchanges.values(), key=_by_name):
+        if not x.name or (source is not None and x.name != source):
+            continue
+        for b in x.bindings():
+            if destination is None or tuple(b.destination) == destination:
+                kind, name = b.destination
+                out.append(binding(v.name, x.name, kind, name, b.routing_key, b.arguments))
+    return out
 
 
 def amqp_connection(connection) -> dict:
@@ -75,7 +89,7 @@ def amqp_connection(connection) -> dict:
             "vhost": connection.vhost.name if connection.vhost else None, "peer_host": host,
             "peer_port": int(port) if port.isdigit() else None, "channels": len(connection.channels),
             "state": "blocked" if connection.blocked_reason else "running",
-            "client_properties": _jsonable(connection.client_properties)}
+            "client_properties": jsonable(connection.client_properties)}
 
 
 def kafka_connection(connection) -> dict:
@@ -106,9 +120,17 @@ def channels(broker) -> list[dict]:
     return out
 
 
+def vhost(broker, v) -> dict:
+    qs = [queue(broker, q) for q in v.queues.values()]
+    meta = {"description": v.metadata.get("description", ""), "tags": list(v.metadata.get("tags", []))}
+    return {"name": v.name, **meta, "default_queue_type": v.metadata.get("default_queue_type", "undefined"),
+            "metadata": meta, "tracing": False, "cluster_state": {_node(broker): "running"},
+            "messages": sum(q["messages"] for q in qs), "messages_ready": sum(q["messages_ready"] for q in qs),
+            "messages_unacknowledged": sum(q["messages_unacknowledged"] for q in qs)}
+
+
 def vhosts(broker) -> list[dict]:
-    return [{"name": v.name, "messages": sum(queue(broker, q)["messages"] for q in v.queues.values())}
-            for v in sorted(broker.amqp.router.vhosts.values(), key=_by_name)]
+    return [vhost(broker, v) for v in sorted(broker.amqp.router.vhosts.values(), key=_by_name)]
 
 
 def policies(broker, vhost: str | None = None) -> list[dict]:
@@ -204,6 +226,7 @@ def overview(broker) -> dict:
     all_queues = queues(broker)
     return {
         "management_version": "gateway-1", "product_name": "gateway", "node": _node(broker),
+        "rabbitmq_version": broker_version(), "product_version": broker_version(),
         "cluster_name": broker.amqp.cluster_name,
         "object_totals": {
             "connections": len(connections(broker)), "channels": len(channels(broker)),
@@ -225,12 +248,12 @@ def _by_name(obj) -> str:
     return obj.name
 
 
-def _jsonable(value):
+def jsonable(value):
     """AMQP field values (bytes, Decimal, datetime...) as JSON can carry them."""
     if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
+        return [jsonable(v) for v in value]
     if isinstance(value, (str, int, float, bool)) or value is None:
         return value
     if isinstance(value, (bytes, bytearray)):

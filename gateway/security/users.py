@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.checkpoint import write_atomic
+from gateway.security import rabbit_hash
 from gateway.security.scram import MECHANISMS, ScramCredential, make_credential, password_matches
 
 log = logging.getLogger(__name__)
@@ -95,11 +96,18 @@ class User:
     scram: dict[str, ScramCredential] = field(default_factory=dict)
     permissions: dict[str, Permission] = field(default_factory=dict)
     tags: list[str] = field(default_factory=list)
+    # RabbitMQ's form of the same password (see gateway.security.rabbit_hash): what definitions export
+    password_hash: str = ""
+    hashing_algorithm: str = rabbit_hash.DEFAULT_ALGORITHM
 
     def to_json(self) -> dict:
-        return {"scram": {m: c.to_json() for m, c in sorted(self.scram.items())},
-                "permissions": {v: p.to_json() for v, p in sorted(self.permissions.items())},
-                "tags": list(self.tags)}
+        doc = {"scram": {m: c.to_json() for m, c in sorted(self.scram.items())},
+               "permissions": {v: p.to_json() for v, p in sorted(self.permissions.items())},
+               "tags": list(self.tags)}
+        if self.password_hash:
+            doc["password_hash"] = self.password_hash
+            doc["hashing_algorithm"] = self.hashing_algorithm
+        return doc
 
     @classmethod
     def from_json(cls, name: str, doc: dict) -> "User":
@@ -107,20 +115,25 @@ class User:
                    {m: ScramCredential.from_json(m, c) for m, c in (doc.get("scram") or {}).items()},
                    {v: Permission(p["configure"], p["write"], p["read"])
                     for v, p in (doc.get("permissions") or {}).items()},
-                   list(doc.get("tags") or []))
+                   list(doc.get("tags") or []), doc.get("password_hash", ""),
+                   doc.get("hashing_algorithm", rabbit_hash.DEFAULT_ALGORITHM))
 
     def check_password(self, password: str) -> bool:
         for mechanism in MECHANISMS:  # SCRAM-SHA-256 first: the cheaper hash
             credential = self.scram.get(mechanism)
             if credential is not None:
                 return password_matches(credential, password)
-        return False
+        return rabbit_hash.check_hash(self.password_hash, self.hashing_algorithm, password)
+
+    def set_password(self, password: str, iterations: int) -> None:
+        self.scram = {m: make_credential(m, password, iterations) for m in MECHANISMS}
+        self.password_hash, self.hashing_algorithm = rabbit_hash.make_hash(password), rabbit_hash.DEFAULT_ALGORITHM
 
 
 def new_user(name: str, password: str | None, iterations: int) -> User:
     user = User(name)
     if password is not None:
-        user.scram = {m: make_credential(m, password, iterations) for m in MECHANISMS}
+        user.set_password(password, iterations)
     return user
 
 
@@ -211,6 +224,8 @@ class UserStore:
             return f"wrong password for user '{name}'"
         if self.loopback_refused(name, peer_host):
             return f"user '{name}' can only connect via localhost"
+        if not user.scram and self.path is not None:  # imported with RabbitMQ's hash only: Kafka's SCRAM
+            self.change_password(name, password)  # logins need credentials made from the password itself
         return None
 
     def scram_credential(self, name: str, mechanism: str) -> ScramCredential | None:
@@ -258,8 +273,15 @@ class UserStore:
 
     def change_password(self, name: str, password: str, iterations: int = 4096) -> None:
         with self.editing() as users:
+            _existing(users, name).set_password(password, iterations)
+
+    def set_password_hash(self, name: str, password_hash: str, algorithm: str) -> None:
+        """A user imported from RabbitMQ definitions: its hash, no SCRAM credentials until a PLAIN login."""
+        rabbit_hash.check_algorithm(algorithm)
+        rabbit_hash.check_hash_text(password_hash)
+        with self.editing() as users:
             user = _existing(users, name)
-            user.scram = {m: make_credential(m, password, iterations) for m in MECHANISMS}
+            user.scram, user.password_hash, user.hashing_algorithm = {}, password_hash, algorithm
 
     def set_permissions(self, name: str, vhost: str, configure: str, write: str, read: str) -> None:
         for pattern in (configure, write, read):

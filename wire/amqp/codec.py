@@ -484,6 +484,11 @@ class ServerCodec:
                               channel, class_id, method_id)
 
 
+def decode_properties(raw: bytes) -> Basic.Properties:
+    """A content header's property section (flags and values) as pamqp's Basic.Properties."""
+    return _decode_properties(raw)
+
+
 def _decode_properties(raw: bytes) -> Basic.Properties:
     flags, pos = 0, 0
     for word in range(8):  # continuation bit: bit 0 of each flag word

@@ -1,23 +1,39 @@
-"""ApiVersions and SASL: PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 against the user store.
+"""ApiVersions and SASL: PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 against the user store, and
+OAUTHBEARER (KIP-255) with a JWT checked by :mod:`gateway.security.oauth` when OAuth is configured.
 
 A failed authentication is answered with SASL_AUTHENTICATION_FAILED and the connection is
 closed after that answer, as Kafka does. Only SaslHandshake v1 with SaslAuthenticate is
 served (the v0 handshake's raw token framing is not).
+
+Re-authentication (KIP-368): an OAUTHBEARER login answers with the token's remaining lifetime
+as ``session_lifetime_ms``; the client then authenticates again on the same connection (a new
+SaslHandshake and SaslAuthenticate with the same mechanism and principal) before it runs out,
+and :class:`gateway.kafka.connection.KafkaConnection` closes a connection whose session has
+expired at its next other request.
 """
 from __future__ import annotations
 
 import logging
+import time
 
 from kio.schema.errors import ErrorCode
 
 from gateway.kafka.apis import handles
 from gateway.logs import fields
+from gateway.security.oauth import TokenError, parse_oauthbearer
 from gateway.security.scram import MECHANISMS, ScramError, ScramServer
 from wire.kafka import ADVERTISED, RequestHeader, build, encode_response, respond, response_class
 
 log = logging.getLogger(__name__)
 
 SASL_MECHANISMS = ("PLAIN", *MECHANISMS)
+OAUTHBEARER = "OAUTHBEARER"
+
+
+def mechanisms(ctx) -> list[str]:
+    """What SaslHandshake offers: OAUTHBEARER only when OAuth is configured (--oauth-jwks)."""
+    return [*SASL_MECHANISMS, OAUTHBEARER] if getattr(ctx, "oauth", None) is not None else list(SASL_MECHANISMS)
+
 
 _API_LIST = [{"api_key": k, "min_version": lo, "max_version": hi} for k, (lo, hi) in sorted(ADVERTISED.items())]
 
@@ -37,40 +53,81 @@ def api_versions_unsupported(h: RequestHeader) -> bytes:
 @handles(17)
 def sasl_handshake(ctx, conn, h, req):
     mechanism = req.mechanism.upper()
+    offered = mechanisms(ctx)
     if conn.sasl_mechanism is not None:
-        return respond(h, {"error_code": ErrorCode.illegal_sasl_state, "mechanisms": list(SASL_MECHANISMS)})
-    ok = mechanism in SASL_MECHANISMS
+        # KIP-368: after a login, a second handshake starts a re-authentication, which must
+        # keep the mechanism (Kafka's rule); anything else is out of order.
+        if not conn.sasl_done or mechanism != conn.sasl_mechanism:
+            return respond(h, {"error_code": ErrorCode.illegal_sasl_state, "mechanisms": offered})
+        conn.sasl_done = False
+        conn.sasl_state = None
+        conn.reauthenticating = True
+        return respond(h, {"error_code": ErrorCode.none, "mechanisms": offered})
+    ok = mechanism in offered
     if ok:
         conn.sasl_mechanism = mechanism
     else:
         log.warning("Kafka SASL mechanism not supported", extra=fields(peer=conn.peer, conn=conn.conn_id, mechanism=req.mechanism))
     return respond(h, {"error_code": ErrorCode.none if ok else ErrorCode.unsupported_sasl_mechanism,
-                       "mechanisms": list(SASL_MECHANISMS)})
+                       "mechanisms": offered})
 
 
-def _sasl_answer(h, token: bytes = b"", error: ErrorCode = ErrorCode.none, message: str | None = None) -> bytes:
-    return respond(h, {"error_code": error, "error_message": message, "auth_bytes": token, "session_lifetime": 0})
+def _sasl_answer(h, token: bytes = b"", error: ErrorCode = ErrorCode.none, message: str | None = None,
+                 lifetime_ms: int = 0) -> bytes:
+    return respond(h, {"error_code": error, "error_message": message, "auth_bytes": token,
+                       "session_lifetime": lifetime_ms})
 
 
-def _sasl_failed(conn, h, user: str | None, reason: str) -> bytes:
-    """Kafka's answer to a failed authentication: SASL_AUTHENTICATION_FAILED, then the connection closes."""
+def _sasl_failed(conn, h, user: str | None, reason: str, detail: str | None = None) -> bytes:
+    """Kafka's answer to a failed authentication: SASL_AUTHENTICATION_FAILED, then the connection
+    closes. ``detail`` is told to the client too (why a token was refused); ``reason`` only to the log."""
     log.warning("Kafka SASL authentication failed: %s", reason,
                 extra=fields(peer=conn.peer, conn=conn.conn_id, user=user, mechanism=conn.sasl_mechanism))
     conn.close_after_response = True
+    message = (f"Authentication failed during authentication due to invalid credentials "
+               f"with SASL mechanism {conn.sasl_mechanism}")
     return _sasl_answer(h, error=ErrorCode.sasl_authentication_failed,
-                        message=f"Authentication failed during authentication due to invalid credentials "
-                                f"with SASL mechanism {conn.sasl_mechanism}")
+                        message=f"{message}: {detail}" if detail else message)
 
 
-def _authenticated(ctx, conn, h, user: str, token: bytes = b"") -> bytes:
-    limit = ctx.max_connections_per_user
-    if limit and sum(1 for c in ctx.connections if c.principal == user and c is not conn) >= limit:
-        return _sasl_failed(conn, h, user, f"user connection limit ({limit}) is reached")
+def _authenticated(ctx, conn, h, user: str, token: bytes = b"", deadline: float | None = None) -> bytes:
+    if getattr(conn, "reauthenticating", False):
+        conn.reauthenticating = False
+        if user != conn.principal:  # Kafka: a re-authentication may not change the principal
+            return _sasl_failed(conn, h, user, f"re-authentication changed the principal from {conn.principal!r}")
+    else:
+        limit = ctx.max_connections_per_user
+        if limit and sum(1 for c in ctx.connections if c.principal == user and c is not conn) >= limit:
+            return _sasl_failed(conn, h, user, f"user connection limit ({limit}) is reached")
     conn.principal = user
     conn.sasl_state = None
     conn.sasl_done = True
-    log.info("Kafka client authenticated", extra=fields(peer=conn.peer, conn=conn.conn_id, user=user, mechanism=conn.sasl_mechanism))
-    return _sasl_answer(h, token)
+    conn.session_deadline = deadline
+    lifetime_ms = 0 if deadline is None else max(1, int((deadline - time.time()) * 1000))
+    log.info("Kafka client authenticated", extra=fields(peer=conn.peer, conn=conn.conn_id, user=user,
+                                                         mechanism=conn.sasl_mechanism,
+                                                         session_lifetime_ms=lifetime_ms))
+    return _sasl_answer(h, token, lifetime_ms=lifetime_ms)
+
+
+def _oauthbearer(ctx, conn, h, message: bytes) -> bytes:
+    """One round, RFC 7628 as Kafka's clients use it: the token in, an empty answer out. A
+    refused token fails at once with the reason in the error message (Kafka itself first sends
+    the RFC's JSON error status and waits for the client's 0x01 byte)."""
+    try:
+        authzid, token = parse_oauthbearer(message)
+    except ValueError as exc:
+        return _sasl_failed(conn, h, None, f"malformed OAUTHBEARER message: {exc}", "malformed OAUTHBEARER message")
+    try:
+        grant = ctx.oauth.validate(token)
+    except TokenError as exc:
+        return _sasl_failed(conn, h, None, f"OAuth 2 token refused: {exc}", f"invalid token: {exc}")
+    if authzid and authzid != grant.username:
+        return _sasl_failed(conn, h, grant.username, f"authorization id {authzid!r} is not the token's user",
+                            "the authorization id differs from the token's principal")
+    if ctx.users.loopback_refused(grant.username, conn.peer_host):
+        return _sasl_failed(conn, h, grant.username, f"user '{grant.username}' can only connect via localhost")
+    return _authenticated(ctx, conn, h, grant.username, deadline=grant.deadline)
 
 
 @handles(36)
@@ -82,6 +139,8 @@ def sasl_authenticate(ctx, conn, h, req):
         return _sasl_answer(h, error=ErrorCode.illegal_sasl_state,
                             message="SaslAuthenticate must follow one SaslHandshake naming a mechanism")
     users.maybe_reload()
+    if mechanism == OAUTHBEARER:
+        return _oauthbearer(ctx, conn, h, token)
     if mechanism == "PLAIN":
         parts = token.split(b"\0")
         if len(parts) != 3:

@@ -770,12 +770,7 @@ function showLogin(message = '') {
   const error = $('[data-testid=login-error]');
   error.textContent = message;
   error.hidden = !message;
-  const user = $('[data-testid=login-user]');
-  const local = ['localhost', '127.0.0.1', '[::1]', '::1'].includes(location.hostname);
-  if (!user.value && local) {
-    user.value = 'guest';
-    $('[data-testid=login-password]').value = 'guest';
-  }
+  const user = $('[data-testid=login-user]');  // left empty, as RabbitMQ's login: no credentials on the page
   user.focus();
 }
 

@@ -1,0 +1,199 @@
+"""The management API's node-level endpoints: ``nodes``, ``health/checks/*``, ``aliveness-test``,
+``feature-flags``, ``extensions``, ``cluster-name`` and ``auth``, shaped as RabbitMQ's.
+
+A failed health check answers 503 with ``{"status": "failed", "reason": ...}``, as RabbitMQ
+does, so that load balancers and Kubernetes probes written for RabbitMQ read it unchanged.
+"""
+from __future__ import annotations
+
+import os
+import resource
+import time
+from typing import TYPE_CHECKING, Callable
+
+from gateway.alarms import resident_bytes
+from gateway.management.errors import bad, not_found
+from wire.amqp.encoding import encode_properties
+
+if TYPE_CHECKING:
+    from gateway.management.api import ManagementApi
+
+# What RabbitMQ's listeners are called, for protocol-listener checks, by our listener names.
+PROTOCOLS = {"amqp": "amqp", "amqp_tls": "amqp/ssl", "http": "http", "kafka": "kafka", "kafka_tls": "kafka/ssl"}
+FEATURE_FLAGS = ("implicit_default_bindings", "maintenance_mode_status", "quorum_queue", "stream_queue",
+                 "user_limits", "virtual_host_metadata", "drop_unroutable_metric", "empty_basic_get_metric")
+EXCHANGE_TYPES = ("direct", "fanout", "topic", "headers")
+UNITS = {"days": 86400, "weeks": 7 * 86400, "months": 30 * 86400, "years": 365 * 86400}
+ALIVENESS_QUEUE = "aliveness-test"
+
+
+def _ok(**extra) -> dict:
+    return {"status": "ok", **extra}
+
+
+def _failed(reason: str, **extra) -> dict:
+    return {"_status": 503, "status": "failed", "reason": reason, **extra}
+
+
+class NodeApi:
+    def __init__(self, api: "ManagementApi"):
+        self.api = api
+        self.broker = api.broker
+
+    def routes(self) -> list[tuple[str, tuple[str, ...], Callable]]:
+        return [
+            ("GET", ("nodes",), lambda user: self.nodes()),
+            ("GET", ("nodes", "*"), self.get_node),
+            ("GET", ("nodes", "*", "memory"), lambda user, name: {"memory": {
+                "total": {"rss": resident_bytes()}, "strategy": "rss"}} if self.get_node(user, name) else None),
+            ("GET", ("health", "checks", "alarms"), lambda user: self.alarms()),
+            ("GET", ("health", "checks", "local-alarms"), lambda user: self.alarms()),
+            ("GET", ("health", "checks", "port-listener", "*"), self.port_listener),
+            ("GET", ("health", "checks", "protocol-listener", "*"), self.protocol_listener),
+            ("GET", ("health", "checks", "virtual-hosts"), lambda user: _ok()),
+            ("GET", ("health", "checks", "node-is-quorum-critical"), lambda user: self.quorum_critical()),
+            ("GET", ("health", "checks", "node-is-mirror-sync-critical"), lambda user: self.quorum_critical()),
+            ("GET", ("health", "checks", "certificate-expiration", "*", "*"), self.certificate_expiration),
+            ("GET", ("health", "checks", "ready-to-serve-clients"), lambda user: _ok()),
+            ("GET", ("health", "checks", "is-in-service"), lambda user: _ok()),
+            ("GET", ("aliveness-test", "*"), self.aliveness),
+            ("GET", ("feature-flags",), lambda user: [
+                {"name": name, "desc": name.replace("_", " "), "doc_url": "", "state": "enabled",
+                 "stability": "stable", "provided_by": "gateway"} for name in FEATURE_FLAGS]),
+            ("GET", ("extensions",), lambda user: []),  # no management UI plugins
+            ("GET", ("cluster-name",), lambda user: {"name": self.broker.amqp.cluster_name}),
+            ("PUT", ("cluster-name",), self.put_cluster_name),
+            ("GET", ("auth",), lambda user: self.auth()),
+        ]
+
+    # --- nodes ------------------------------------------------------------------------
+    def _name(self, node_id: int) -> str:
+        return f"gateway@{node_id}"
+
+    def nodes(self) -> list[dict]:
+        own = self._local()
+        if self.broker.cluster is None:
+            return [own]
+        out = [own]
+        for node_id, info in sorted(self.broker.cluster.view.brokers.items()):
+            if node_id != self.broker.settings.node_id:
+                out.append({"name": self._name(node_id), "type": "disc", "running": True,
+                            "host": info.host, "partitions": [], "being_drained": False})
+        return out
+
+    def _local(self) -> dict:
+        alarms = self.broker.amqp.alarms
+        active = alarms.active if alarms is not None else frozenset()
+        stat = os.statvfs(self.broker.data_dir)
+        soft_fds = _fd_limit()
+        return {
+            "name": self._name(self.broker.settings.node_id), "type": "disc", "running": True,
+            "os_pid": str(os.getpid()), "uptime": int((time.monotonic() - self.broker.started_at) * 1000),
+            "mem_used": resident_bytes(), "mem_limit": alarms.memory_limit if alarms is not None else 0,
+            "mem_alarm": "memory" in active, "disk_free": stat.f_bavail * stat.f_frsize,
+            "disk_free_limit": alarms.disk_free_limit if alarms is not None else 0, "disk_free_alarm": "disk" in active,
+            "fd_used": _fds_open(), "fd_total": soft_fds, "sockets_used": len(self.broker.amqp.connections) +
+            len(getattr(self.broker.kafka, "connections", ())), "sockets_total": soft_fds,
+            "proc_used": 1, "proc_total": 1, "run_queue": 0, "processors": os.cpu_count() or 1,
+            "rates_mode": "basic", "partitions": [], "being_drained": False, "enabled_plugins": [],
+            "exchange_types": [{"name": t, "description": f"AMQP {t} exchange", "enabled": True}
+                               for t in EXCHANGE_TYPES],
+            "auth_mechanisms": [{"name": m, "description": m, "enabled": True} for m in ("PLAIN", "AMQPLAIN")],
+            "listeners": [{"protocol": PROTOCOLS.get(n, n), "port": int(a.rpartition(":")[2]),
+                           "ip_address": a.rpartition(":")[0].strip("[]")}
+                          for n, a in sorted(self.broker.addresses().items())],
+        }
+
+    def get_node(self, user, name):
+        for node in self.nodes():
+            if node["name"] == name:
+                return node
+        raise not_found(f"node '{name}'")
+
+    # --- health checks ------------------------------------------------------------------
+    def alarms(self) -> dict:
+        alarms = self.broker.amqp.alarms
+        active = sorted(alarms.active) if alarms is not None else []
+        if not active:
+            return _ok()
+        node = self._name(self.broker.settings.node_id)
+        return _failed("resource alarm(s) in effect in the cluster",
+                       alarms=[{"node": node, "resource": name} for name in active])
+
+    def _ports(self) -> dict[str, int]:
+        return {n: int(a.rpartition(":")[2]) for n, a in self.broker.addresses().items()}
+
+    def port_listener(self, user, port):
+        try:
+            wanted = int(port)
+        except ValueError:
+            raise bad(f"'{port}' is not a port number") from None
+        ports = sorted(self._ports().values())
+        if wanted in ports:
+            return _ok(port=wanted)
+        return _failed("No active listener", missing=wanted, ports=ports)
+
+    def protocol_listener(self, user, protocol):
+        have = {PROTOCOLS.get(n, n) for n in self._ports()}
+        if protocol.lower() in have:
+            return _ok(protocol=protocol)
+        return _failed("No active listener", missing=protocol, protocols=sorted(have))
+
+    def quorum_critical(self) -> dict:
+        if self.broker.cluster is None:
+            return _ok(reason="single node cluster")
+        return _ok()  # replicated topics keep serving while a minority of their replicas is down
+
+    def certificate_expiration(self, user, within, unit):
+        if unit not in UNITS:
+            raise bad(f"unit must be one of {', '.join(UNITS)}")
+        try:
+            horizon = time.time() + int(within) * UNITS[unit]
+        except ValueError:
+            raise bad(f"'{within}' is not a whole number") from None
+        cert = getattr(self.broker.settings, "tls_cert", None)
+        if cert is None:
+            return _ok()
+        from cryptography import x509  # only with TLS configured
+        with open(cert, "rb") as fh:
+            expires = x509.load_pem_x509_certificate(fh.read()).not_valid_after_utc
+        if expires.timestamp() < horizon:
+            return _failed("Certificates expiring", expired=[{"node": self._name(self.broker.settings.node_id),
+                                                               "file": str(cert),
+                                                               "expires": expires.isoformat()}])
+        return _ok()
+
+    def aliveness(self, user, vhost):
+        """RabbitMQ's aliveness test: declare a queue, publish to it, get the message back."""
+        v = self.api.vhost(vhost)
+        queue = v.declare_queue(ALIVENESS_QUEUE, owner=self.api.owner, durable=False)
+        self.broker.amqp.router.publish(v, "", ALIVENESS_QUEUE, encode_properties(None), b"test_message", None, False)
+        self.api.settle()
+        got = queue.get(self.api.owner, True)
+        if got is None or got[2].value != b"test_message":
+            return _failed("aliveness test failed: the message did not come back")
+        return _ok()
+
+    # --- settings -------------------------------------------------------------------------
+    def put_cluster_name(self, user, body):
+        name = body.get("name")
+        if not isinstance(name, str) or not name:
+            raise bad("cluster-name needs a 'name'")
+        self.broker.amqp.cluster_name = name
+
+    def auth(self) -> dict:
+        oauth = getattr(self.broker, "oauth", None)
+        return {"oauth_enabled": oauth is not None, "enable_uaa": False, "uaa_client_id": "", "uaa_location": "",
+                "oauth_client_id": "", "oauth_provider_url": ""}
+
+
+def _fd_limit() -> int:
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def _fds_open() -> int:
+    try:
+        return len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return 0
+

@@ -1,0 +1,218 @@
+"""The names RabbitMQ's Prometheus plugin (``rabbitmq_prometheus``) exposes, read from this broker.
+
+RabbitMQ's Grafana dashboards, alert rules and exporters' users know these names, so they
+work against this broker unchanged. The label sets and meanings are RabbitMQ's:
+
+- ``rabbitmq_identity_info`` carries ``rabbitmq_node``, ``rabbitmq_cluster`` and
+  ``rabbitmq_cluster_permanent_id``; RabbitMQ's Overview dashboard joins every query on it
+  (``* on(instance, job) group_left(rabbitmq_cluster, rabbitmq_node)``), so without it no panel
+  shows anything. It is on every endpoint, with ``rabbitmq_endpoint`` naming which one.
+- ``rabbitmq_global_*`` are process-lifetime counters (gateway.amqp.counters) labelled
+  ``protocol="amqp091"``; deliveries and acks also by ``queue_type`` (``rabbit_classic_queue``...).
+- Queue metrics are one unlabelled sum on ``/metrics`` and one series per queue (``vhost``,
+  ``queue``) on ``/metrics/per-object``, as RabbitMQ's aggregated and per-object modes.
+
+Where RabbitMQ reports something of the Erlang VM, the Python process stands in: resident
+memory is the process RSS (what the memory alarm compares), ``rabbitmq_build_info`` carries
+``python_version`` instead of ``erlang_version``.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import resource
+from importlib import metadata
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from gateway.alarms import resident_bytes
+from gateway.amqp.counters import AMQP, BY_QUEUE_TYPE, RABBIT_QUEUE_TYPES
+
+PROTOCOL = "amqp091"  # the only AMQP version this broker speaks
+
+
+def node_name(broker) -> str:
+    """The node name, as the management API's ``node`` field shows it."""
+    return f"gateway@{broker.settings.node_id}"
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "0"
+
+
+def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, value=value)
+
+
+def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+    return CounterMetricFamily(name, doc, value=value)
+
+
+def identity(broker, endpoint: str) -> GaugeMetricFamily:
+    info = GaugeMetricFamily("rabbitmq_identity_info", "RabbitMQ node & cluster identity info",
+                             labels=["rabbitmq_node", "rabbitmq_cluster", "rabbitmq_cluster_permanent_id",
+                                     "rabbitmq_endpoint"])
+    # The Kafka cluster id is created once with the data (or the ZooKeeper cluster) and never
+    # changes: what RabbitMQ's permanent id is for.
+    info.add_metric([node_name(broker), broker.amqp.cluster_name, broker.kafka.cluster_id, endpoint], 1)
+    return info
+
+
+class RabbitCollector:
+    """``/metrics`` (``per_object=False``) and ``/metrics/per-object`` in RabbitMQ's names."""
+
+    def __init__(self, broker, per_object: bool = False):
+        self.broker = broker
+        self.per_object = per_object
+
+    def collect(self):
+        b = self.broker
+        yield identity(b, "per-object" if self.per_object else "metrics")
+        yield self._build_info()
+        yield from self._resources(b)
+        yield from self._totals(b)
+        yield from self._churn(b)
+        yield from self._global(b)
+        yield from self._queues(b)
+
+    @staticmethod
+    def _build_info() -> GaugeMetricFamily:
+        info = GaugeMetricFamily("rabbitmq_build_info", "RabbitMQ & Erlang/OTP version info (here: gateway & Python)",
+                                 labels=["rabbitmq_version", "prometheus_plugin_version", "prometheus_client_version",
+                                         "product_name", "product_version", "python_version"])
+        version = _version("gateway-broker")
+        info.add_metric([version, version, _version("prometheus_client"), "gateway", version,
+                         platform.python_version()], 1)
+        return info
+
+    @staticmethod
+    def _resources(b):
+        alarms = b.amqp.alarms
+        active = alarms.active if alarms is not None else frozenset()
+        open_fds = len(os.listdir("/proc/self/fd"))
+        max_fds = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        stat = os.statvfs(b.data_dir)
+        yield _gauge("rabbitmq_alarms_memory_used_watermark", "is 1 if VM memory watermark alarm is in effect",
+                     int("memory" in active))
+        yield _gauge("rabbitmq_alarms_free_disk_space_watermark", "is 1 if free disk space watermark alarm is in effect",
+                     int("disk" in active))
+        # No separate file descriptor alarm here: it is on when the descriptors are all in use.
+        yield _gauge("rabbitmq_alarms_file_descriptor_limit", "is 1 if file descriptor limit alarm is in effect",
+                     int(open_fds >= max_fds))
+        yield _gauge("rabbitmq_process_resident_memory_bytes", "Memory used in bytes", resident_bytes())
+        yield _gauge("rabbitmq_resident_memory_limit_bytes", "Memory high watermark in bytes",
+                     alarms.memory_limit if alarms is not None else 0)
+        yield _gauge("rabbitmq_disk_space_available_bytes", "Disk space available in bytes",
+                     stat.f_bavail * stat.f_frsize)
+        yield _gauge("rabbitmq_disk_space_available_limit_bytes", "Free disk space low watermark in bytes",
+                     alarms.disk_free_limit if alarms is not None else 0)
+        yield _gauge("rabbitmq_process_open_fds", "Open file descriptors", open_fds)
+        yield _gauge("rabbitmq_process_max_fds", "Open file descriptors limit", max_fds)
+        yield _gauge("rabbitmq_process_open_tcp_sockets", "Open TCP sockets (client connections, both protocols)",
+                     len(b.amqp.connections) + len(b.kafka.connections))
+        yield _gauge("rabbitmq_process_max_tcp_sockets", "Open TCP sockets limit (--max-connections, else the fd limit)",
+                     b.settings.max_connections or max_fds)
+
+    @staticmethod
+    def _totals(b):
+        channels = [ch for c in b.amqp.connections for ch in c.channels.values()]
+        yield _gauge("rabbitmq_connections", "Connections currently open", len(b.amqp.connections))
+        yield _gauge("rabbitmq_channels", "Channels currently open", len(channels))
+        yield _gauge("rabbitmq_consumers", "Consumers currently connected", sum(len(ch.consumers) for ch in channels))
+        yield _gauge("rabbitmq_queues", "Queues available", sum(len(v.queues) for v in b.amqp.router.vhosts.values()))
+
+    @staticmethod
+    def _churn(b):
+        router = b.amqp.router
+        yield _counter("rabbitmq_connections_opened_total", "Total number of connections opened",
+                       AMQP.connections_opened)
+        yield _counter("rabbitmq_connections_closed_total", "Total number of connections closed or terminated",
+                       AMQP.connections_closed)
+        yield _counter("rabbitmq_channels_opened_total", "Total number of channels opened", AMQP.channels_opened)
+        yield _counter("rabbitmq_channels_closed_total", "Total number of channels closed", AMQP.channels_closed)
+        yield _counter("rabbitmq_queues_declared_total", "Total number of queues declared", AMQP.queues_declared)
+        # cluster mode rebuilds the router when the AMQP home moves: these start again from 0 then
+        yield _counter("rabbitmq_queues_created_total", "Total number of queues created",
+                       getattr(router, "queues_created", 0))
+        yield _counter("rabbitmq_queues_deleted_total", "Total number of queues deleted",
+                       getattr(router, "queues_deleted", 0))
+
+    @staticmethod
+    def _global(b):
+        proto = [PROTOCOL]
+        for name, doc, value in (
+                ("received", "Total number of messages received from publishers", AMQP.received),
+                ("received_confirm", "Total number of messages received from publishers expecting confirmations",
+                 AMQP.received_confirm),
+                ("routed", "Total number of messages routed to queues or streams", AMQP.routed),
+                ("unroutable_dropped", "Total number of messages published as non-mandatory into an exchange and "
+                                       "dropped as unroutable", AMQP.unroutable_dropped),
+                ("unroutable_returned", "Total number of messages published as mandatory into an exchange and "
+                                        "returned to the publisher as unroutable", AMQP.unroutable_returned),
+                ("confirmed", "Total number of messages confirmed to publishers", AMQP.confirmed)):
+            family = CounterMetricFamily(f"rabbitmq_global_messages_{name}_total", doc, labels=["protocol"])
+            family.add_metric(proto, value)
+            yield family
+        channels = [ch for c in b.amqp.connections for ch in c.channels.values()]
+        publishers = GaugeMetricFamily("rabbitmq_global_publishers", "Publishers currently connected",
+                                       labels=["protocol"])
+        publishers.add_metric(proto, sum(1 for ch in channels if ch.publishing))
+        consumers = GaugeMetricFamily("rabbitmq_global_consumers", "Consumers currently connected", labels=["protocol"])
+        consumers.add_metric(proto, sum(len(ch.consumers) for ch in channels))
+        yield from (publishers, consumers)
+        for name, attr, doc in (
+                ("delivered", "delivered", "Total number of messages delivered to consumers"),
+                ("delivered_consume_manual_ack", "consume_manual_ack", "Total number of messages delivered to "
+                 "consumers using basic.consume with manual acknowledgment"),
+                ("delivered_consume_auto_ack", "consume_auto_ack", "Total number of messages delivered to "
+                 "consumers using basic.consume with automatic acknowledgment"),
+                ("delivered_get_manual_ack", "get_manual_ack", "Total number of messages delivered to consumers "
+                 "using basic.get with manual acknowledgment"),
+                ("delivered_get_auto_ack", "get_auto_ack", "Total number of messages delivered to consumers using "
+                 "basic.get with automatic acknowledgment"),
+                ("get_empty", "get_empty", "Total number of times basic.get operations fetched no message"),
+                ("redelivered", "redelivered", "Total number of messages redelivered to consumers"),
+                ("acknowledged", "acknowledged", "Total number of messages acknowledged by consumers")):
+            family = CounterMetricFamily(f"rabbitmq_global_messages_{name}_total", doc,
+                                         labels=["protocol", "queue_type"])
+            for queue_type, counts in BY_QUEUE_TYPE.items():
+                family.add_metric([PROTOCOL, RABBIT_QUEUE_TYPES[queue_type]], getattr(counts, attr))
+            yield family
+
+    def _queues(self, b):
+        labels = ["vhost", "queue"] if self.per_object else []
+        ready = GaugeMetricFamily("rabbitmq_queue_messages_ready", "Messages ready to be delivered to consumers",
+                                  labels=labels)
+        unacked = GaugeMetricFamily("rabbitmq_queue_messages_unacked",
+                                    "Messages delivered to consumers but not yet acknowledged", labels=labels)
+        depth = GaugeMetricFamily("rabbitmq_queue_messages", "Sum of ready and unacknowledged messages - total queue "
+                                                             "depth", labels=labels)
+        consumers = GaugeMetricFamily("rabbitmq_queue_consumers", "Consumers on a queue", labels=labels)
+        published = CounterMetricFamily("rabbitmq_queue_messages_published_total",
+                                        "Total number of messages published to queues", labels=labels)
+        families = (ready, unacked, depth, consumers, published)
+        sums = [0] * len(families)
+        for row in queue_rows(b):
+            if self.per_object:
+                for family, value in zip(families, row[2:]):
+                    family.add_metric(list(row[:2]), value)
+            else:
+                sums = [s + v for s, v in zip(sums, row[2:])]
+        if not self.per_object:
+            for family, value in zip(families, sums):
+                family.add_metric([], value)
+        yield from families
+
+
+def queue_rows(b, vhosts=None):
+    """(vhost, queue, ready, unacked, messages, consumers, published) per queue, by vhost and name."""
+    for vhost_name in sorted(b.amqp.router.vhosts):
+        if vhosts is not None and vhost_name not in vhosts:
+            continue
+        for name, q in sorted(b.amqp.router.vhosts[vhost_name].queues.items()):
+            ready = q.message_count()
+            unacked = 0 if q.is_stream else len(q.cursor.unacked)
+            yield vhost_name, name, ready, unacked, ready + unacked, q.consumer_count(), q.stats.published
