@@ -172,6 +172,39 @@ def test_declare_list_and_delete_every_object(target):
     assert missing.returncode != 0 and "Not found" in missing.stdout + missing.stderr
 
 
+def test_parameters_purge_and_users_declared_by_hash(target):
+    v, q, u = unique_name("par"), unique_name("purge"), unique_name("hashed")
+    target.admin("declare", "vhost", f"name={v}")
+    target.admin("--vhost", v, "declare", "parameter", "component=vhost-limits", "name=limits",
+                 'value={"max-queues": 9, "max-connections": 4}')
+    assert {"vhost": v, "value": {"max-queues": 9, "max-connections": 4}} in target.rows("list", "vhost_limits")
+    target.admin("--vhost", v, "declare", "parameter", "component=vhost-limits", "name=limits",
+                 'value={"max-queues": 3}')  # the parameter is the whole set: max-connections goes
+    assert {"vhost": v, "value": {"max-queues": 3}} in target.rows("list", "vhost_limits")
+    target.admin("--vhost", v, "delete", "parameter", "component=vhost-limits", "name=limits")
+    assert [row for row in target.rows("list", "vhost_limits") if row["vhost"] == v] == []
+    unknown = target.admin("--vhost", v, "declare", "parameter", "component=federation-upstream", "name=up",
+                           'value={"uri": "amqp://elsewhere"}', ok=False)
+    assert unknown.returncode != 0 and "federation-upstream" in unknown.stdout + unknown.stderr
+
+    target.admin("declare", "queue", f"name={q}")
+    for i in range(3):
+        target.admin("publish", f"routing_key={q}", f"payload=m{i}")
+    target.admin("purge", "queue", f"name={q}")
+    assert target.rows("get", f"queue={q}", "ackmode=ack_requeue_false") == []
+    target.admin("delete", "queue", f"name={q}")
+
+    # a hash of "guest" that RabbitMQ 3.10 made and exported (rabbit_password_hashing_sha256)
+    target.admin("declare", "user", f"name={u}", "password_hash=5rOv6UnHHgHGbeaoVKmbVKwnQB9WsEVimpkI5LnJsk013p5C",
+                 "tags=administrator")
+    target.admin("declare", "permission", "vhost=/", f"user={u}", "configure=.*", "write=.*", "read=.*")
+    assert target.api("GET", "/whoami", auth=(u, "guest")).json()["name"] == u
+    target.amqp(user=(u, "guest")).close()
+    assert target.api("GET", "/whoami", auth=(u, "wrong")).status_code == 401
+    target.admin("delete", "user", f"name={u}")
+    target.admin("delete", "vhost", f"name={v}")
+
+
 def test_publish_and_get_with_every_ack_mode(target):
     q, dlq, dlx = unique_name("get"), unique_name("dlq"), unique_name("dlx")
     target.admin("declare", "exchange", f"name={dlx}", "type=fanout")
