@@ -172,9 +172,11 @@ class VirtualHost:
             self.on_change()
 
     def unbind_exchange(self, destination: str, source: str, routing_key: str, arguments: dict | None) -> None:
+        """Idempotent, as RabbitMQ: unbinding from or to an exchange that is gone is unbind-ok."""
         self._check_bindable(source, destination_exchange=True)
-        self.exchange(destination)
-        src = self.exchange(source)
+        src = self.exchanges.get(source)
+        if src is None or destination not in self.exchanges:
+            return
         if src.unbind(("exchange", destination), routing_key, arguments):
             self._maybe_auto_delete(src)
             self.on_change()
@@ -299,10 +301,14 @@ class VirtualHost:
 
     def unbind_queue(self, queue_name: str, exchange_name: str, routing_key: str, arguments: dict | None,
                      owner: Hashable) -> None:
+        """Idempotent, as RabbitMQ (aio-pika's RPC pattern unbinds its auto-delete reply queue after
+        it is gone): a missing queue or exchange is unbind-ok; another connection's exclusive queue is not."""
         if exchange_name == "":
             raise ChannelError(ACCESS_REFUSED, "operation not permitted on the default exchange")
+        exchange = self.exchanges.get(exchange_name)
+        if queue_name not in self.queues or exchange is None:
+            return
         queue = self.queue(queue_name, owner)
-        exchange = self.exchange(exchange_name)
         if exchange.unbind(_queue_key(queue.name), routing_key, arguments):
             self._maybe_auto_delete(exchange)
             self.on_change()

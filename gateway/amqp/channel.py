@@ -88,6 +88,7 @@ class Channel:
         self.pending_confirms: deque = deque()  # (seq, Publish)
         self.tx: list | None = None  # buffered operations while in tx mode
         self.publishing = False  # has published: a "publisher" in rabbitmq_global_publishers
+        self._held_cancels: list[str] | None = None  # while this channel deletes a queue (see queue_delete)
         COUNTS.channels_opened += 1
 
     def __repr__(self) -> str:
@@ -165,10 +166,18 @@ class Channel:
             self.reply(spec.Queue.PurgeOk(count))
 
     def queue_delete(self, m: spec.Queue.Delete) -> None:
-        count = self.vhost.delete_queue(self._queue_name(m.queue), owner=self.connection, if_unused=m.if_unused,
-                                        if_empty=m.if_empty)
-        if not m.nowait:
-            self.reply(spec.Queue.DeleteOk(count))
+        # As RabbitMQ: this channel's own consumers of the queue hear of it after delete-ok (py-amqp
+        # raises ConsumerCancelled if a cancel comes while it waits for delete-ok); others at once.
+        self._held_cancels = []
+        try:
+            count = self.vhost.delete_queue(self._queue_name(m.queue), owner=self.connection,
+                                            if_unused=m.if_unused, if_empty=m.if_empty)
+            if not m.nowait:
+                self.reply(spec.Queue.DeleteOk(count))
+        finally:
+            held, self._held_cancels = self._held_cancels, None
+        for tag in held:
+            self.reply(spec.Basic.Cancel(tag, nowait=True))
 
     # --- publishing -----------------------------------------------------------------------
     def publish(self, message) -> None:
@@ -293,7 +302,10 @@ class Channel:
         """The queue went away under a consumer: tell the client (consumer_cancel_notify)."""
         self.consumers.pop(consumer.tag, None)
         if not self.closing and self.connection.client_capability("consumer_cancel_notify"):
-            self.reply(spec.Basic.Cancel(consumer.tag, nowait=True))
+            if self._held_cancels is not None:  # this channel is deleting the queue: after delete-ok
+                self._held_cancels.append(consumer.tag)
+            else:
+                self.reply(spec.Basic.Cancel(consumer.tag, nowait=True))
 
     def send_delivery(self, consumer: Consumer, queue: Queue, offset: int, record, redelivered: bool) -> None:
         tag = self.next_tag
