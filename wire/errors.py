@@ -14,3 +14,7 @@ class CorruptBatchError(ValueError):
 
 class FrameError(ValueError):
     """A connection's framing is broken (negative or oversize length): close the connection."""
+
+
+class RequestError(ValueError):
+    """A Kafka request that cannot be parsed; the connection it came on must be closed."""

@@ -31,6 +31,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 from kio.static.primitive import i32Timedelta, i64Timedelta
 
+from wire.errors import RequestError  # noqa: F401 (raised here; importers name it wire.kafka.RequestError)
 from wire.kafka_guard import check_request
 from wire.varint import decode_uvarint
 
@@ -85,10 +86,6 @@ ADVERTISED: dict[int, tuple[int, int]] = {
 REJECTED = {PRODUCE: range(0, 3)}
 
 _HEAD = struct.Struct(">hhih")  # api_key, api_version, correlation_id, client_id length
-
-
-class RequestError(ValueError):
-    """A request that cannot be parsed; the connection it came on must be closed."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,7 @@ process: one malformed request would kill the broker. Strings and bytes are boun
 by kio, but are checked here too.
 
 :func:`check_request` walks the body the way kio will read it and raises
-:class:`wire.kafka.RequestError` as soon as a declared length cannot fit in the bytes left:
+:class:`wire.errors.RequestError` as soon as a declared length cannot fit in the bytes left:
 
 * an array count times the smallest possible element size (every element takes at least a
   byte; a Produce partition at least 4 + 1 + 1);
@@ -48,6 +48,8 @@ from kio.serial._introspect import (
     EntityField, EntityTupleField, PrimitiveField, PrimitiveTupleField, classify_field, get_field_tag,
     get_schema_field_type, is_optional,
 )
+
+from wire.errors import RequestError
 
 __all__ = ["check_request"]
 
@@ -359,7 +361,6 @@ def check_request(cls: type, payload: bytes, pos: int) -> None:
     try:
         walk(payload, pos, len(payload))
     except _TooLong as exc:
-        from wire.kafka import RequestError  # here, not at the top: wire.kafka imports this module
         raise RequestError(f"malformed {cls.__name__} v{cls.__version__}: {exc}") from None
     except (IndexError, struct.error, _Stop):
         return  # the bytes ran out (or kio refuses them right there): kio says so itself

@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import os
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from pamqp import commands as spec
 
@@ -24,8 +24,29 @@ from routing.errors import (
 from routing.queue import Queue
 from wire.amqp import encode_delivery, unchecked
 
-if TYPE_CHECKING:
-    from gateway.amqp.connection import AmqpConnection
+
+
+class ChannelOwner(Protocol):
+    """What a channel uses of its connection (gateway.amqp.connection.AmqpConnection), named here
+    so that this module does not import the connection module that imports it."""
+
+    username: str
+    peer: str
+    vhost: Any
+    router: Any
+    service: Any
+    frame_max: int
+    write_blocked: bool
+    last_queue: str | None
+    confirms_waiting: set
+
+    def send(self, data: bytes) -> None: ...
+
+    def send_method(self, channel: int, method) -> None: ...
+
+    def send_message(self, channel: int, method, properties, body: bytes) -> None: ...
+
+    def client_capability(self, name: str) -> bool: ...
 
 NO_ROUTE = 312
 _USER_ID, _HEADERS = spec.Basic.Properties.flags["user_id"], spec.Basic.Properties.flags["headers"]
@@ -70,7 +91,7 @@ class Consumer:
 
 
 class Channel:
-    def __init__(self, connection: "AmqpConnection", number: int):
+    def __init__(self, connection: ChannelOwner, number: int):
         self.connection = connection
         self.number = number
         self.vhost = connection.vhost

@@ -127,11 +127,14 @@ def add_commands(commands) -> None:
 
 
 def run(args) -> int:
-    from gateway.ctl import http_commands, kafka_commands
+    from gateway.ctl import admin_commands, http_commands, kafka_commands
+    from gateway.ctl.errors import CommandError
     try:
-        if args.command in ("topics", "groups", "acls", "admin"):
+        if args.command == "admin":
+            return kafka_commands.run(args, admin_commands.run)
+        if args.command in ("topics", "groups", "acls"):
             return kafka_commands.run(args)
         return http_commands.run(args)
-    except kafka_commands.CommandError as exc:
+    except CommandError as exc:
         print(f"gateway: error: {exc}", file=sys.stderr)
         return 1

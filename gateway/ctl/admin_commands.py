@@ -11,7 +11,7 @@ import json
 import time
 
 from gateway.ctl.kafka_client import KafkaAdmin
-from gateway.ctl.kafka_commands import CommandError, _check
+from gateway.ctl.errors import CommandError, check as _check
 from gateway.ctl.output import Progress, emit
 
 ALTER_REASSIGNMENTS, LIST_REASSIGNMENTS = 45, 46

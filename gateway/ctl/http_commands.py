@@ -7,7 +7,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from gateway.ctl.kafka_commands import CommandError
+from gateway.ctl.errors import CommandError
 from gateway.ctl.output import emit
 
 

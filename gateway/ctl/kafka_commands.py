@@ -1,8 +1,7 @@
 """``gateway topics|groups|acls ...`` over the Kafka protocol (``--bootstrap``)."""
 from __future__ import annotations
 
-from kio.schema.errors import ErrorCode
-
+from gateway.ctl.errors import CommandError, check as _check
 from gateway.ctl.kafka_client import KafkaAdmin, KafkaClientError
 from gateway.ctl.output import Progress, emit
 from gateway.security.acl import OPERATIONS, PATTERN_TYPES, PERMISSIONS, RESOURCE_TYPES
@@ -14,16 +13,6 @@ DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
 DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 44
 TOPIC_RESOURCE = 2
 EARLIEST, LATEST = -2, -1
-
-
-class CommandError(RuntimeError):
-    """A command that the broker refused; the message names the object and the error."""
-
-
-def _check(error, what: str, message: str | None = None) -> None:
-    code = ErrorCode(int(error))
-    if code != ErrorCode.none:
-        raise CommandError(f"{what}: {code.name.upper()}" + (f" ({message})" if message else ""))
 
 
 def code_of(table: dict[int, str], name: str) -> int:
@@ -278,9 +267,12 @@ def _acl_row(c: dict) -> dict:
             "permission": PERMISSIONS.get(int(c["permission_type"]))}
 
 
-def run(args) -> int:
-    from gateway.ctl import admin_commands
-    command = {"topics": topics, "groups": groups, "acls": acls, "admin": admin_commands.run}[args.command]
+COMMANDS = {"topics": topics, "groups": groups, "acls": acls}
+
+
+def run(args, command=None) -> int:
+    """One Kafka-protocol command (``command``: a handler of (args, admin) from elsewhere, e.g. admin_commands)."""
+    command = command or COMMANDS[args.command]
     try:
         with KafkaAdmin(args.bootstrap) as admin:
             return command(args, admin)

@@ -8,16 +8,13 @@ request body (PUT/POST); :func:`routes` lists them for :class:`ManagementApi`.
 from __future__ import annotations
 
 import base64
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from gateway.management import views
 from gateway.management.errors import ApiError, bad, not_found
 from routing import mapping
 from routing.vhost import VHOST_LIMITS
 from wire.amqp.codec import decode_properties
-
-if TYPE_CHECKING:
-    from gateway.management.api import ManagementApi
 
 ACK_MODES = {"ack_requeue_true": ("ack", True), "ack_requeue_false": ("ack", False),
              "reject_requeue_true": ("reject", True), "reject_requeue_false": ("reject", False)}
@@ -29,7 +26,7 @@ class _ApiGetter:
 
 
 class AmqpObjects:
-    def __init__(self, api: "ManagementApi"):
+    def __init__(self, api):
         self.api = api
         self.broker = api.broker
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from gateway.amqp.service import broker_version
 from gateway.logs import fields
@@ -25,9 +25,6 @@ from gateway.management import views
 from gateway.management.errors import ApiError, bad
 from routing.errors import ChannelError, ConnectionError
 from routing.vhost import DEFAULT_EXCHANGES
-
-if TYPE_CHECKING:
-    from gateway.management.api import ManagementApi
 
 log = logging.getLogger(__name__)
 
@@ -242,7 +239,7 @@ def load_file(broker, path: Path) -> None:
 
 
 class Definitions:
-    def __init__(self, api: "ManagementApi"):
+    def __init__(self, api):
         self.api = api
         self.broker = api.broker
 

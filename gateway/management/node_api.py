@@ -9,14 +9,11 @@ from __future__ import annotations
 import os
 import resource
 import time
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from gateway.alarms import resident_bytes
 from gateway.management.errors import bad, not_found
 from wire.amqp.encoding import encode_properties
-
-if TYPE_CHECKING:
-    from gateway.management.api import ManagementApi
 
 # What RabbitMQ's listeners are called, for protocol-listener checks, by our listener names.
 PROTOCOLS = {"amqp": "amqp", "amqp_tls": "amqp/ssl", "http": "http", "kafka": "kafka", "kafka_tls": "kafka/ssl"}
@@ -36,7 +33,7 @@ def _failed(reason: str, **extra) -> dict:
 
 
 class NodeApi:
-    def __init__(self, api: "ManagementApi"):
+    def __init__(self, api):
         self.api = api
         self.broker = api.broker
 

@@ -9,19 +9,13 @@ from __future__ import annotations
 import logging
 
 from gateway.cluster import coordination
+from gateway.kafka.apis import acls, reassign, scram_admin  # noqa: F401 (their @handles fill the table)
+from gateway.kafka.apis import admin, fetch, groups, metadata, offsets, produce, session, txn  # noqa: F401
+from gateway.kafka.apis.registry import HANDLERS
 from gateway.logs import fields
 from wire.kafka import API_VERSIONS, PRODUCE, REJECTED, legacy_produce_partitions, legacy_produce_refusal
 
 log = logging.getLogger(__name__)
-
-HANDLERS: dict[int, object] = {}
-
-
-def handles(api_key: int):
-    def register(fn):
-        HANDLERS[api_key] = fn
-        return fn
-    return register
 
 
 def dispatch(ctx, conn, request):
@@ -45,5 +39,3 @@ def dispatch(ctx, conn, request):
     return HANDLERS[h.api_key](ctx, conn, h, request.body)
 
 
-from gateway.kafka.apis import admin, fetch, groups, metadata, offsets, produce, session, txn  # noqa: E402,F401
-from gateway.kafka.apis import acls, reassign, scram_admin  # noqa: E402,F401

@@ -9,7 +9,7 @@ import logging
 
 from kio.schema.errors import ErrorCode
 
-from gateway.kafka.apis import handles
+from gateway.kafka.apis.registry import handles
 from gateway.logs import fields
 from gateway.security.acl import (
     OPERATIONS, PATTERN_TYPES, PERMISSIONS, RESOURCE_TYPES, CLUSTER_NAME, AclBinding, AclFilter, code_of, validate,

@@ -9,7 +9,7 @@ from core.config import default_configs, validate_configs
 from core.errors import (InvalidConfigError, InvalidPartitionsError, InvalidReplicationFactorError, InvalidTopicError,
                          LogError, TopicExistsError, UnknownTopicError)
 from core.metadata import check_topic_name
-from gateway.kafka.apis import handles
+from gateway.kafka.apis.registry import handles
 from gateway.kafka.apis.metadata import UNKNOWN_OPERATIONS, broker_list, controller_id
 from gateway.logs import fields
 from wire.kafka import respond

@@ -18,7 +18,7 @@ import struct
 from kio.schema.errors import ErrorCode
 
 from core.errors import OffsetOutOfRangeError
-from gateway.kafka.apis import handles
+from gateway.kafka.apis.registry import handles
 from wire.kafka import respond
 
 READ_COMMITTED = 1

@@ -10,7 +10,7 @@ from kio.schema.errors import ErrorCode
 from twisted.internet import defer
 
 from gateway.cluster import coordination
-from gateway.kafka.apis import handles
+from gateway.kafka.apis.registry import handles
 from gateway.kafka.apis.metadata import UNKNOWN_OPERATIONS
 from wire.kafka import respond
 

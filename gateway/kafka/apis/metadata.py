@@ -10,7 +10,7 @@ from kio.schema.errors import ErrorCode
 
 from core.errors import InvalidTopicError
 from core.metadata import check_topic_name
-from gateway.kafka.apis import handles
+from gateway.kafka.apis.registry import handles
 from wire.kafka import respond
 
 UNKNOWN_OPERATIONS = -(2**31)  # "authorized operations not requested"

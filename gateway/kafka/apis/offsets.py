@@ -4,7 +4,7 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from core.errors import OffsetOutOfRangeError
-from gateway.kafka.apis import handles
+from gateway.kafka.apis.registry import handles
 from gateway.kafka.apis.fetch import READ_COMMITTED
 from wire.kafka import respond
 

@@ -22,7 +22,7 @@ from kio.schema.errors import ErrorCode
 from twisted.internet import task
 
 from core.errors import InvalidRecordError, RecordTooLargeError, StorageError
-from gateway.kafka.apis import handles
+from gateway.kafka.apis.registry import handles
 from gateway.logs import fields
 from wire.errors import CorruptBatchError
 from wire.kafka import respond

@@ -12,7 +12,7 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from core.cluster.view import Reassignment
-from gateway.kafka.apis import handles
+from gateway.kafka.apis.registry import handles
 from wire.kafka import respond
 
 

@@ -15,7 +15,7 @@ import logging
 
 from kio.schema.errors import ErrorCode
 
-from gateway.kafka.apis import handles
+from gateway.kafka.apis.registry import handles
 from gateway.logs import fields
 from gateway.security.scram import (
     MAX_ITERATIONS, MECHANISM_BY_ID, MECHANISMS, MIN_ITERATIONS, credential_from_salted_password,

@@ -18,7 +18,7 @@ import time
 
 from kio.schema.errors import ErrorCode
 
-from gateway.kafka.apis import handles
+from gateway.kafka.apis.registry import handles
 from gateway.logs import fields
 from gateway.security.oauth import TokenError, parse_oauthbearer
 from gateway.security.scram import MECHANISMS, ScramError, ScramServer

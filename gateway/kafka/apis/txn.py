@@ -14,7 +14,7 @@ from twisted.internet import defer
 
 from core.offsets import MAX_METADATA_BYTES, OffsetAndMetadata
 from core.transactions import Step
-from gateway.kafka.apis import handles
+from gateway.kafka.apis.registry import handles
 from wire.kafka import respond
 
 log = logging.getLogger(__name__)
