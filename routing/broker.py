@@ -29,7 +29,7 @@ from typing import Any, Callable
 from core.errors import StorageError
 from core.log import PartitionLog
 from core.log_manager import LogManager
-from routing import mapping
+from routing import amqp_properties, mapping, message_fields
 from routing.dedup import Deduplicator, recent_records
 from routing.errors import FRAME_ERROR, NOT_ALLOWED, ConnectionError
 from routing.queue import Queue
@@ -65,7 +65,7 @@ class _Staged:
     __slots__ = ("sources", "timestamps", "tails", "publishes", "sizes")
 
     def __init__(self) -> None:
-        self.sources: list[mapping.Source] = []  # property section or record: for a de-duplication key
+        self.sources: list[message_fields.Source] = []  # property section or record: for a de-duplication key
         self.timestamps: list[int] = []
         self.tails: list[bytes] = []
         self.publishes: list[Publish | None] = []
@@ -258,7 +258,7 @@ class Router:
             return True  # malformed properties: record_from_amqp refuses them with the right error
         return dedup.admit(key, now_ms)
 
-    def _stage(self, target, source: mapping.Source, timestamp: int, tail: bytes, publish: Publish | None,
+    def _stage(self, target, source: message_fields.Source, timestamp: int, tail: bytes, publish: Publish | None,
                size: int) -> None:
         staged = self._staged.get(target)
         if staged is None:
@@ -340,7 +340,7 @@ class Router:
                 for record in xlog.foreign_records():
                     _, routing_key, properties_raw = mapping.amqp_from_record(record)
                     try:
-                        queues = vhost.route(xlog.name, routing_key, mapping.headers_table(properties_raw))
+                        queues = vhost.route(xlog.name, routing_key, message_fields.headers_table(properties_raw))
                     except Exception:  # the exchange went away meanwhile
                         break
                     for queue in queues:
@@ -367,11 +367,11 @@ class Router:
             return
         exchange, routing_key, properties_raw = mapping.amqp_from_record(record)
         dl_key = queue.args.dead_letter_routing_key
-        new_raw = mapping.dead_lettered(properties_raw, queue=queue.name, reason=reason, exchange=exchange,
+        new_raw = amqp_properties.dead_lettered(properties_raw, queue=queue.name, reason=reason, exchange=exchange,
                                         routing_keys=[routing_key], now_s=int(self.clock()))
         try:
             targets = vhost.route(exchange_name, dl_key if dl_key is not None else routing_key,
-                                  mapping.headers_table(new_raw))
+                                  message_fields.headers_table(new_raw))
         except Exception:  # the dead-letter exchange is missing: RabbitMQ drops the message
             return
         if not targets:

@@ -24,7 +24,7 @@ from collections import OrderedDict
 from typing import Any, Iterable, Iterator
 
 from core.log import PartitionLog
-from routing import mapping
+from routing import mapping, message_fields
 from routing.errors import PRECONDITION_FAILED, ChannelError
 from wire.records import Record
 
@@ -75,11 +75,11 @@ class Deduplicator:
         size = _positive(args, "x-cache-size", what) or DEFAULT_SIZE
         return cls(header, size, _positive(args, "x-cache-ttl", what))
 
-    def key(self, source: mapping.Source) -> bytes | None:
+    def key(self, source: message_fields.Source) -> bytes | None:
         """The de-duplication key of a publish (its property section) or of a stored record."""
         if self.header is not None:
-            return _key_bytes(mapping.headers_table(source).get(self.header))
-        return _key_bytes(mapping.headers_table(source).get(PLUGIN_HEADER)) or mapping.message_id(source)
+            return _key_bytes(message_fields.headers_table(source).get(self.header))
+        return _key_bytes(message_fields.headers_table(source).get(PLUGIN_HEADER)) or message_fields.message_id(source)
 
     def _expire(self, now_ms: int) -> None:
         if self.ttl_ms is None:

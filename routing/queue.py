@@ -18,7 +18,7 @@ import time
 from typing import Any, Callable, Hashable, Protocol
 
 from core.log import PartitionLog
-from routing import mapping
+from routing import message_fields
 from routing.cursor import QueueCursor
 from routing.dedup import Deduplicator
 from routing.errors import PRECONDITION_FAILED, ChannelError
@@ -356,7 +356,7 @@ class Queue:
                 return
             offset, redelivered = taken
             record = self.reader.get(offset)
-            priority = 0 if record is None else min(mapping.priority(record) or 0, self.args.max_priority)
+            priority = 0 if record is None else min(message_fields.priority(record) or 0, self.args.max_priority)
             heapq.heappush(self._staged, (-priority, offset, redelivered))
 
     def _take_by_priority(self, owner: Hashable) -> tuple[int, bool] | None:
@@ -369,7 +369,7 @@ class Queue:
         return None
 
     def _expired(self, record: Record) -> bool:
-        ttl = mapping.expiration(record)
+        ttl = message_fields.expiration(record)
         if self.args.message_ttl is not None:
             ttl = self.args.message_ttl if ttl is None else min(ttl, self.args.message_ttl)
         return ttl is not None and record.timestamp + ttl <= self.clock() * 1000

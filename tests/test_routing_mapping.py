@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from pamqp import decode as pamqp_decode
 from pamqp.commands import Basic
 
-from routing import mapping
+from routing import amqp_properties, mapping, message_fields
 from wire.records import Header, Record
 
 U32 = struct.Struct(">I")
@@ -104,11 +104,11 @@ def test_all_properties_in_wire_order_and_accessors():
         "amqp.correlation-id", "amqp.reply-to", "amqp.expiration", "amqp.message-id", "amqp.timestamp",
         "amqp.type", "amqp.user-id", "amqp.app-id", "amqp.cluster-id", "a"]
     for source in (record, record.headers, raw, bytearray(raw)):
-        assert mapping.priority(source) == 5
-        assert mapping.delivery_mode(source) == 2
-        assert mapping.expiration(source) == 1500
-        assert mapping.timestamp(source) == 1577836800
-    assert mapping.headers_table(record) == mapping.headers_table(raw) == {"a": "b"}
+        assert message_fields.priority(source) == 5
+        assert message_fields.delivery_mode(source) == 2
+        assert message_fields.expiration(source) == 1500
+        assert message_fields.timestamp(source) == 1577836800
+    assert message_fields.headers_table(record) == message_fields.headers_table(raw) == {"a": "b"}
 
 
 def test_no_properties_default_exchange_is_marked_as_amqp():
@@ -117,9 +117,9 @@ def test_no_properties_default_exchange_is_marked_as_amqp():
     assert mapping.amqp_from_record(to_record(result)) == ("", "queue", b"\x00\x00")
     record = amqp_round_trip("", "", b"\x00\x00")
     assert record.key is None  # the empty routing key is a null key
-    for accessor in (mapping.priority, mapping.delivery_mode, mapping.expiration, mapping.timestamp):
+    for accessor in (message_fields.priority, message_fields.delivery_mode, message_fields.expiration, message_fields.timestamp):
         assert accessor(record) is None
-    assert mapping.headers_table(record) == {}
+    assert message_fields.headers_table(record) == {}
 
 
 def test_string_headers_only_on_the_default_exchange_still_marked():
@@ -202,7 +202,7 @@ def test_headers_table_decodes_like_pamqp():
         "s": "text", "n": 42, "neg": -7, "big": 1 << 40, "f": 2.5, "t": True, "v": None,
         "d": decimal.Decimal("1.25"), "ts": datetime.datetime(2021, 5, 6, tzinfo=datetime.timezone.utc),
         "tbl": {"inner": [1, "two", {"x": False}]}, "bin": bytearray(b"\xff\x00")}).marshal()
-    ours = mapping.headers_table(raw)
+    ours = message_fields.headers_table(raw)
     _, theirs = pamqp_decode.field_table(raw[2:])
     assert ours == {k: bytes(v) if isinstance(v, bytearray) else v for k, v in theirs.items()}
 
@@ -221,14 +221,14 @@ def test_headers_table_decodes_like_pamqp():
 def test_unrepresentable_sections_are_stored_verbatim(raw):
     record = amqp_round_trip("", "k", raw)
     assert record.headers == (Header("amqp.exchange", b""), Header("amqp.properties", raw))
-    mapping.headers_table(record)  # decodable
+    message_fields.headers_table(record)  # decodable
 
 
 def test_verbatim_sections_still_answer_accessors():
     raw = b"\x08\x01\x00\x00\x07"  # priority 7, then an empty continuation word
     record = amqp_round_trip("ex", "k", raw)
-    assert mapping.priority(record) == 7 and mapping.priority(raw) == 7
-    assert mapping.expiration(record) is None
+    assert message_fields.priority(record) == 7 and message_fields.priority(raw) == 7
+    assert message_fields.expiration(record) is None
 
 
 # --- malformed sections ---------------------------------------------------------------------
@@ -278,9 +278,9 @@ def test_kafka_record_delivery_bytes():
     properties.unmarshal(0x2040, raw[2:])  # a stock client reads it
     assert properties.headers == {"trace": "t-1", "flag": None, "x-kafka-timestamp": 1_700_000_000_123}
     assert properties.timestamp == datetime.datetime(2023, 11, 14, 22, 13, 20, tzinfo=datetime.timezone.utc)
-    assert mapping.headers_table(record) == properties.headers
-    assert mapping.timestamp(record) == 1_700_000_000
-    assert mapping.priority(record) is None and mapping.expiration(record) is None
+    assert message_fields.headers_table(record) == properties.headers
+    assert message_fields.timestamp(record) == 1_700_000_000
+    assert message_fields.priority(record) is None and message_fields.expiration(record) is None
     # re-published verbatim: the same record again, create time included
     assert mapping.record_from_amqp(exchange, routing_key, raw, b"{}", NOW) == (
         b"order-1", b"{}", record.headers, 1_700_000_000_123)
@@ -298,7 +298,7 @@ def test_kafka_keys(key, routing_key, marker):
     record = Record(0, 0, key, b"v", ())
     exchange, got_key, raw = mapping.amqp_from_record(record)
     assert got_key == routing_key
-    headers = mapping.headers_table(raw)
+    headers = message_fields.headers_table(raw)
     assert headers.get("x-kafka-key") == marker
     assert mapping.record_from_amqp(exchange, got_key, raw, b"v", NOW) == (key, b"v", (), 0)
 
@@ -307,7 +307,7 @@ def test_kafka_tombstone_and_negative_timestamp():
     record = Record(0, -1, b"k", None, (Header("h", b"1"),))
     exchange, routing_key, raw = mapping.amqp_from_record(record)
     assert raw[:2] == b"\x20\x00"  # no timestamp property for a negative timestamp
-    assert mapping.headers_table(raw)["x-kafka-tombstone"] is True
+    assert message_fields.headers_table(raw)["x-kafka-tombstone"] is True
     assert mapping.record_from_amqp(exchange, routing_key, raw, b"", NOW) == (b"k", None, record.headers, -1)
     # the same properties with a body are not a tombstone: stored AMQP-form
     stored = amqp_round_trip(exchange, routing_key, raw, b"not empty")
@@ -318,7 +318,7 @@ def test_kafka_header_names_too_long_for_a_table_key():
     headers = (Header("n" * 300, b"v"), Header("short", None))
     record = Record(0, 1000, None, b"v", headers)
     exchange, routing_key, raw = mapping.amqp_from_record(record)
-    assert mapping.headers_table(raw)["x-kafka-headers"] == [["n" * 300, "v"], ["short", None]]
+    assert message_fields.headers_table(raw)["x-kafka-headers"] == [["n" * 300, "v"], ["short", None]]
     assert mapping.record_from_amqp(exchange, routing_key, raw, b"v", NOW) == (None, b"v", headers, 1000)
 
 
@@ -342,7 +342,7 @@ def test_kafka_producer_may_set_properties_with_amqp_headers():
     assert raw == Basic.Properties(content_type="text/plain", priority=3).marshal()[:2].replace(
         b"\x88", b"\xa8") + shortstr(b"text/plain") + table((b"app", b"S" + longstr(b"x")),
                                                            (b"retries", b"I\x00\x00\x00\x04")) + b"\x03"
-    assert mapping.priority(record) == 3
+    assert message_fields.priority(record) == 3
 
 
 @pytest.mark.parametrize("header", [
@@ -359,19 +359,19 @@ def test_reserved_headers_that_do_not_decode_become_string_entries(header):
     exchange, routing_key, raw = mapping.amqp_from_record(record)
     assert exchange == "" and routing_key == ""
     wanted = "" if header.value is None else header.value.decode("utf-8", "replace")
-    got = mapping.headers_table(raw)
+    got = message_fields.headers_table(raw)
     assert list(got) == [header.key] and (got[header.key] == header.value if header.value is None
                                           else got[header.key] in (header.value, wanted))
-    assert mapping.priority(record) is None
+    assert message_fields.priority(record) is None
 
 
 def test_duplicate_property_headers_first_valid_wins():
     record = Record(0, 0, None, b"", (Header("amqp.priority", b"x"), Header("amqp.priority", b"4"),
                                       Header("amqp.priority", b"5")))
-    assert mapping.priority(record) == 4
+    assert message_fields.priority(record) == 4
     raw = mapping.amqp_from_record(record)[2]
-    assert mapping.priority(raw) == 4
-    assert list(mapping.headers_table(raw)) == ["amqp.priority"]
+    assert message_fields.priority(raw) == 4
+    assert list(message_fields.headers_table(raw)) == ["amqp.priority"]
 
 
 def test_amqp_form_with_a_key_that_is_not_utf8_gets_a_lossy_routing_key():
@@ -385,24 +385,24 @@ def test_amqp_form_with_a_key_that_is_not_utf8_gets_a_lossy_routing_key():
 def test_dead_lettered_adds_x_death_and_drops_expiration():
     raw = Basic.Properties(content_type="a", expiration="500", priority=1,
                            headers={"keep": "me", "w": 1}).marshal()
-    once = mapping.dead_lettered(raw, queue="work", reason="expired", exchange="ex", routing_keys=["rk"],
+    once = amqp_properties.dead_lettered(raw, queue="work", reason="expired", exchange="ex", routing_keys=["rk"],
                                  now_s=100)
-    assert mapping.expiration(once) is None and mapping.priority(once) == 1
-    table_ = mapping.headers_table(once)
+    assert message_fields.expiration(once) is None and message_fields.priority(once) == 1
+    table_ = message_fields.headers_table(once)
     assert table_["keep"] == "me" and table_["w"] == 1
     assert table_["x-death"] == [{"count": 1, "reason": "expired", "queue": "work",
                                   "time": datetime.datetime.fromtimestamp(100, datetime.timezone.utc),
                                   "exchange": "ex", "routing-keys": ["rk"], "original-expiration": "500"}]
     assert table_["x-first-death-queue"] == "work" and table_["x-last-death-reason"] == "expired"
-    twice = mapping.dead_lettered(once, queue="work", reason="expired", exchange="ex", routing_keys=["rk"],
+    twice = amqp_properties.dead_lettered(once, queue="work", reason="expired", exchange="ex", routing_keys=["rk"],
                                   now_s=200)
-    other = mapping.dead_lettered(twice, queue="retry", reason="rejected", exchange="", routing_keys=["a", "b"],
+    other = amqp_properties.dead_lettered(twice, queue="retry", reason="rejected", exchange="", routing_keys=["a", "b"],
                                   now_s=300)
-    deaths = mapping.headers_table(other)["x-death"]
+    deaths = message_fields.headers_table(other)["x-death"]
     assert [(d["queue"], d["reason"], d["count"]) for d in deaths] == [("retry", "rejected", 1), ("work", "expired", 2)]
-    again = mapping.dead_lettered(other, queue="work", reason="expired", exchange="ex", routing_keys=["rk"],
+    again = amqp_properties.dead_lettered(other, queue="work", reason="expired", exchange="ex", routing_keys=["rk"],
                                   now_s=400)
-    final = mapping.headers_table(again)
+    final = message_fields.headers_table(again)
     assert [(d["queue"], d["count"]) for d in final["x-death"]] == [("work", 3), ("retry", 1)]
     assert final["x-first-death-queue"] == "work" and final["x-last-death-queue"] == "work"
     assert final["x-last-death-exchange"] == "ex"
@@ -415,26 +415,26 @@ def test_dead_lettered_adds_x_death_and_drops_expiration():
 def test_dead_lettered_a_kafka_record_without_headers():
     record = Record(0, 5000, b"k", b"v", ())
     _, routing_key, raw = mapping.amqp_from_record(record)
-    new = mapping.dead_lettered(raw, queue="q", reason="maxlen", exchange="", routing_keys=[routing_key],
+    new = amqp_properties.dead_lettered(raw, queue="q", reason="maxlen", exchange="", routing_keys=[routing_key],
                                 now_s=9)
-    assert mapping.headers_table(new)["x-death"][0]["reason"] == "maxlen"
-    assert mapping.timestamp(new) == 5
+    assert message_fields.headers_table(new)["x-death"][0]["reason"] == "maxlen"
+    assert message_fields.timestamp(new) == 5
 
 
 def test_with_headers():
     raw = b"\x81\x01\x00\x00" + shortstr(b"ct") + shortstr(b"60") + b"tail"
-    new = mapping.with_headers(raw, mapping.encode_table([("a", "I", 1)]), drop_expiration=True)
+    new = amqp_properties.with_headers(raw, amqp_properties.encode_table([("a", "I", 1)]), drop_expiration=True)
     assert new == b"\xa0\x01\x00\x00" + shortstr(b"ct") + table((b"a", b"I\x00\x00\x00\x01")) + b"tail"
-    assert mapping.with_headers(raw) == raw
+    assert amqp_properties.with_headers(raw) == raw
 
 
 def test_encode_table_types():
-    encoded = mapping.encode_table([
+    encoded = amqp_properties.encode_table([
         ("s", "S", "x"), ("b", "b", -1), ("t", "t", True), ("d", "D", decimal.Decimal("1.25")),
         ("T", "T", datetime.datetime(1970, 1, 1, 0, 0, 7, tzinfo=datetime.timezone.utc)), ("v", "V", None),
         ("f", "F", [("in", "l", 2)]), ("a", "A", [("S", "q"), ("u", 3)]), ("x", "x", b"\x00"),
         ("fl", "f", 0.5), ("db", "d", 0.25)])
-    assert mapping.headers_table(section(0x2000, encoded)) == {
+    assert message_fields.headers_table(section(0x2000, encoded)) == {
         "s": "x", "b": -1, "t": True, "d": decimal.Decimal("1.25"),
         "T": datetime.datetime(1970, 1, 1, 0, 0, 7, tzinfo=datetime.timezone.utc), "v": None,
         "f": {"in": 2}, "a": ["q", 3], "x": b"\x00", "fl": 0.5, "db": 0.25}
@@ -509,9 +509,9 @@ _ROUTING_KEYS = st.text(max_size=20).filter(lambda s: len(s.encode()) <= 255)
 def test_amqp_record_amqp_is_byte_exact(exchange, routing_key, raw, body):
     record = amqp_round_trip(exchange, routing_key, raw, body)
     assert not any(h.key == "amqp.properties" for h in record.headers)  # the readable form suffices
-    mapping.headers_table(record)
+    message_fields.headers_table(record)
     # the accessors agree with the property section
-    for accessor in (mapping.priority, mapping.delivery_mode, mapping.expiration, mapping.timestamp):
+    for accessor in (message_fields.priority, message_fields.delivery_mode, message_fields.expiration, message_fields.timestamp):
         assert accessor(record) == accessor(raw)
 
 
@@ -582,8 +582,8 @@ def test_any_record_is_deliverable(headers, key):
     assert len(exchange.encode()) <= 255 and len(routing_key.encode()) <= 255
     properties = Basic.Properties()
     properties.unmarshal(struct.unpack(">H", raw[:2])[0], raw[2:])
-    mapping.headers_table(record)
-    for accessor in (mapping.priority, mapping.delivery_mode, mapping.expiration):
+    message_fields.headers_table(record)
+    for accessor in (message_fields.priority, message_fields.delivery_mode, message_fields.expiration):
         assert accessor(record) == accessor(raw)
     # what a client would publish back is stored, and delivered again identically
     amqp_round_trip(exchange, routing_key, raw) if any(h.key.startswith("amqp.") for h in headers) else None
@@ -623,4 +623,4 @@ def _normal(value):
 def test_headers_table_matches_pamqp(entries):
     encoded = table(*entries)
     _, theirs = pamqp_decode.field_table(encoded)
-    assert mapping.headers_table(section(0x2000, encoded)) == _normal(theirs)
+    assert message_fields.headers_table(section(0x2000, encoded)) == _normal(theirs)

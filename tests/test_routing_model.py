@@ -231,11 +231,11 @@ def test_dead_letter_on_reject_with_x_death(make_router):
     work.dispatch()
     work.reject([0], requeue=False)
     flush(router)
-    from routing import mapping
+    from routing import mapping, message_fields
     record = dead.reader.get(0)
     assert record.value == b"bad"
     exchange, key, raw = mapping.amqp_from_record(record)
-    death = mapping.headers_table(raw)["x-death"][0]
+    death = message_fields.headers_table(raw)["x-death"][0]
     assert death["reason"] == "rejected" and death["queue"] == "work" and death["count"] == 1
 
 

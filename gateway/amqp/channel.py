@@ -17,7 +17,7 @@ from pamqp import commands as spec
 
 from gateway.amqp import permissions
 from gateway.amqp.counters import AMQP as COUNTS, BY_QUEUE_TYPE
-from routing import mapping
+from routing import amqp_properties, mapping
 from routing.errors import (
     ACCESS_REFUSED, NOT_ALLOWED, NOT_FOUND, NOT_IMPLEMENTED, PRECONDITION_FAILED, ChannelError, ConnectionError,
 )
@@ -343,7 +343,7 @@ class Channel:
             counts.consume_auto_ack += 1
         exchange, routing_key, properties_raw = mapping.amqp_from_record(record)
         if queue.is_stream:  # as RabbitMQ: stream deliveries say where they are in the stream
-            properties_raw = mapping.with_entry(properties_raw, "x-stream-offset", "l", offset)
+            properties_raw = amqp_properties.with_entry(properties_raw, "x-stream-offset", "l", offset)
         connection = self.connection
         connection.send(encode_delivery(self.number, consumer.tag, tag, redelivered, exchange, routing_key,
                                         properties_raw, record.value or b"", connection.frame_max))
