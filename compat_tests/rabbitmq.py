@@ -159,6 +159,12 @@ class RabbitMQNode:
         })
         return env
 
+    def ctl(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+        """``rabbitmqctl -n <this node> ARGS...`` (raises CalledProcessError on failure)."""
+        ctl = Path(self.script).with_name("rabbitmqctl")
+        return subprocess.run([str(ctl), "-n", self.node_name, *args], env=self._env(), check=True,
+                              capture_output=True, text=True, timeout=timeout)
+
     # ------------------------------------------------------------------ life cycle
 
     @property

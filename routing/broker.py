@@ -185,6 +185,8 @@ class Router:
             for queue in vhost.queues.values():
                 if queue.durable:
                     floors[queue.topic] = {"floor": queue.ack_floor}
+                    if queue.delivery_counts:
+                        floors[queue.topic]["deliveries"] = queue.delivery_counts_json()
                     if clean_stop:
                         floors[queue.topic]["delivered"] = queue.delivered_bound
         if floors != self._floors_written:
@@ -368,7 +370,7 @@ class Router:
         exchange, routing_key, properties_raw = mapping.amqp_from_record(record)
         dl_key = queue.args.dead_letter_routing_key
         new_raw = amqp_properties.dead_lettered(properties_raw, queue=queue.name, reason=reason, exchange=exchange,
-                                        routing_keys=[routing_key], now_s=int(self.clock()))
+                                                 routing_keys=[routing_key], now_s=int(self.clock()))
         try:
             targets = vhost.route(exchange_name, dl_key if dl_key is not None else routing_key,
                                   message_fields.headers_table(new_raw))

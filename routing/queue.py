@@ -49,6 +49,9 @@ class Consumer(Protocol):
     def deliver(self, queue: "Queue", offset: int, record: Record, redelivered: bool) -> None: ...
 
 
+DEFAULT_DELIVERY_LIMIT = 20  # RabbitMQ 4's default for quorum queues (x-delivery-limit / policy delivery-limit)
+
+
 def _int_arg(args: dict, name: str, queue: str, vhost: str, minimum: int = 0) -> int | None:
     value = args.get(name)
     if value is None:
@@ -117,12 +120,15 @@ class QueueArguments:
                                                     f"'{vhost}': {{invalid_max_age,{max_age!r}}}")
         self.max_age_ms = None if max_age is None else parse_interval(
             max_age.decode() if isinstance(max_age, bytes) else max_age)
+        # quorum queues: returns of a message before it is dead-lettered ("delivery_limit"); < 0: no limit
+        self.delivery_limit = _int_arg(args, "x-delivery-limit", queue, vhost, minimum=-1)
 
 
 class Queue:
     def __init__(self, vhost: str, name: str, topic: str, plog: PartitionLog | None, *, durable: bool,
                  exclusive_owner, auto_delete: bool, arguments: dict[str, Any], ack_floor: int = 0,
-                 delivered_bound: int | None = None, clock: Callable[[], float] = time.time):
+                 delivered_bound: int | None = None, clock: Callable[[], float] = time.time,
+                 delivery_counts: dict[int, int] | None = None):
         """``plog`` may come later through :meth:`attach` (the arguments are validated first)."""
         self.vhost = vhost
         self.name = name
@@ -146,6 +152,10 @@ class Queue:
         self._staged: list[tuple[int, int, bool]] = []  # priority queues: (-priority, offset, redelivered)
         self._sizes: dict[int, int] = {}  # body sizes of ready messages, for x-max-length-bytes
         self.stats = QueueStats()
+        # quorum queues: offset -> times returned (reject/nack with requeue, channel closed), the
+        # x-delivery-count of its next delivery; saved with the ack floor (routing.broker.checkpoint)
+        self.delivery_counts: dict[int, int] = dict(delivery_counts or {})
+        self.policy_delivery_limit: Callable[[], int | None] = lambda: None  # the vhost's delivery-limit policy
 
         if plog is not None:
             self.attach(plog)
@@ -444,20 +454,25 @@ class Queue:
     # --- settling ----------------------------------------------------------------------
     def ack(self, offsets) -> None:
         if not self.is_stream:  # a stream keeps its messages: an ack only gives credit back
-            self.stats.acked += len(self.cursor.ack(offsets))
+            done = self.cursor.ack(offsets)
+            self.stats.acked += len(done)
+            if self.delivery_counts:
+                for offset in done:
+                    self.delivery_counts.pop(offset, None)
 
     def reject(self, offsets, requeue: bool) -> None:
         if self.is_stream:
             return
         offsets = list(offsets)
         if requeue:
-            self.cursor.requeue(offsets)
+            self._return(offsets)
             return
         for offset in offsets:
             if self.cursor.owner_of(offset) is None:
                 continue
             record = self.reader.get(offset)
             self.cursor.skip(offset)
+            self.delivery_counts.pop(offset, None)
             if record is not None:
                 self._dead_letter(record, "rejected")
 
@@ -465,7 +480,52 @@ class Queue:
         """A channel closed: its unacked deliveries go back to the queue, in offset order."""
         if self.is_stream:
             return []
-        return self.cursor.release_owner(owner)
+        mine = sorted(o for o, who in self.cursor.unacked.items() if who == owner)
+        self._return(mine)
+        return mine
+
+    @property
+    def counts_deliveries(self) -> bool:
+        return self.args.queue_type == "quorum"
+
+    def delivery_limit(self) -> int | None:
+        """The argument, else the vhost's ``delivery-limit`` policy, else RabbitMQ 4's default; None: no limit."""
+        limit = self.args.delivery_limit
+        if limit is None:
+            limit = self.policy_delivery_limit()
+        if limit is None:
+            limit = DEFAULT_DELIVERY_LIMIT
+        return None if limit < 0 else limit
+
+    def _return(self, offsets: list[int]) -> None:
+        """Delivered messages come back to the queue. A quorum queue counts each return and
+        dead-letters (reason ``delivery_limit``) a message returned more than its limit allows,
+        as RabbitMQ does with poison messages."""
+        if not self.counts_deliveries:
+            self.cursor.requeue(offsets)
+            return
+        limit, back = self.delivery_limit(), []
+        for offset in offsets:
+            if self.cursor.owner_of(offset) is None:
+                continue
+            count = self.delivery_counts.get(offset, 0) + 1
+            if limit is not None and count > limit:
+                record = self.reader.get(offset)
+                self.cursor.skip(offset)
+                self.delivery_counts.pop(offset, None)
+                if record is not None:
+                    self._dead_letter(record, "delivery_limit")
+            else:
+                self.delivery_counts[offset] = count
+                back.append(offset)
+        self.cursor.requeue(back)
+
+    def delivery_counts_json(self) -> dict[str, int]:
+        """The counts still of use (messages not yet settled), for the checkpoint."""
+        floor = self.cursor.ack_floor
+        for offset in [o for o in self.delivery_counts if o < floor]:
+            del self.delivery_counts[offset]
+        return {str(o): n for o, n in sorted(self.delivery_counts.items())}
 
     def purge(self) -> int:
         self.sync_end()

@@ -266,7 +266,18 @@ class VirtualHost:
     def _install(self, queue: Queue) -> None:
         queue.dead_letter = self.dead_letter
         queue.on_empty_auto_delete = self._auto_delete_queue
+        queue.policy_delivery_limit = lambda: self._policy_value(queue.name, "delivery-limit")
         self.queues[queue.name] = queue
+
+    def _policy_value(self, queue_name: str, key: str):
+        """``key`` of the highest-priority policy (RabbitMQ's rule) that applies to a queue, or None."""
+        best = None
+        for policy in self.policies.values():
+            if policy["apply-to"] in ("all", "queues") and key in policy["definition"] and \
+                    re.search(policy["pattern"], queue_name) and (best is None or policy["priority"] > best["priority"]):
+                best = policy
+        value = best["definition"][key] if best is not None else None
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
 
     def _auto_delete_queue(self, queue: Queue) -> None:
         if queue.name in self.queues and not queue.deleted:
@@ -474,7 +485,8 @@ class VirtualHost:
             position = positions.get(topic, {})
             queue = Queue(self.name, q["name"], topic, None, durable=True, exclusive_owner=None,
                           auto_delete=q["auto_delete"], arguments=q["arguments"],
-                          ack_floor=position.get("floor", 0), delivered_bound=position.get("delivered"))
+                          ack_floor=position.get("floor", 0), delivered_bound=position.get("delivered"),
+                          delivery_counts={int(o): n for o, n in position.get("deliveries", {}).items()})
             try:
                 queue.attach(self._queue_log(topic, True, None, q["arguments"], q["name"]))
             except UnknownTopicError:  # cluster mode: its only replica is on a broker that is down

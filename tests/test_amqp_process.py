@@ -64,3 +64,34 @@ def test_silent_client_is_dropped_after_two_missed_heartbeats(broker_with):
         pass
     assert time.monotonic() - started < 6
     assert "missed heartbeats from client" in broker.output()
+
+
+def test_quorum_queues_have_rabbitmq_4s_default_delivery_limit_of_20(broker_with):
+    """RabbitMQ 4 gives every quorum queue a delivery limit of 20 (the suite's RabbitMQ 3.10 has
+    none, so this runs against our broker only); -1 turns it off."""
+    broker = broker_with()
+    host, port = broker.address("amqp")
+    connection = pika.BlockingConnection(pika.ConnectionParameters(host, port))
+    channel = connection.channel()
+    channel.exchange_declare("dlx", "fanout")
+    channel.queue_declare("dead")
+    channel.queue_bind("dead", "dlx")
+    channel.queue_declare("poisoned", durable=True, arguments={"x-queue-type": "quorum",
+                                                               "x-dead-letter-exchange": "dlx"})
+    channel.queue_declare("unlimited", durable=True, arguments={"x-queue-type": "quorum", "x-delivery-limit": -1})
+    for queue in ("poisoned", "unlimited"):
+        channel.basic_publish("", queue, b"again")
+    seen = []
+    for _ in range(21):
+        method, props, _ = channel.basic_get("poisoned")
+        seen.append(props.headers["x-delivery-count"])
+        channel.basic_reject(method.delivery_tag, requeue=True)
+    assert seen == list(range(21))
+    assert channel.basic_get("poisoned")[0] is None
+    method, props, body = channel.basic_get("dead", auto_ack=True)
+    assert body == b"again" and props.headers["x-death"][0]["reason"] == "delivery_limit"
+    for _ in range(30):
+        method, props, _ = channel.basic_get("unlimited")
+        channel.basic_reject(method.delivery_tag, requeue=True)
+    assert props.headers["x-delivery-count"] == 29 and channel.basic_get("unlimited")[0] is not None
+    connection.close()

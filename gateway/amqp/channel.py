@@ -344,6 +344,9 @@ class Channel:
         exchange, routing_key, properties_raw = mapping.amqp_from_record(record)
         if queue.is_stream:  # as RabbitMQ: stream deliveries say where they are in the stream
             properties_raw = amqp_properties.with_entry(properties_raw, "x-stream-offset", "l", offset)
+        elif queue.counts_deliveries:  # quorum queues: how often it came back (RabbitMQ's x-delivery-count)
+            properties_raw = amqp_properties.with_entry(properties_raw, "x-delivery-count", "l",
+                                                        queue.delivery_counts.get(offset, 0))
         connection = self.connection
         connection.send(encode_delivery(self.number, consumer.tag, tag, redelivered, exchange, routing_key,
                                         properties_raw, record.value or b"", connection.frame_max))
@@ -372,6 +375,9 @@ class Channel:
         if not m.no_ack:
             self.unacked[tag] = (queue, offset, None)
         exchange, routing_key, properties_raw = mapping.amqp_from_record(record)
+        if queue.counts_deliveries:
+            properties_raw = amqp_properties.with_entry(properties_raw, "x-delivery-count", "l",
+                                                        queue.delivery_counts.get(offset, 0))
         self.connection.send_message(self.number, unchecked(spec.Basic.GetOk, tag, redelivered, exchange, routing_key,
                                                             queue.message_count()),
                                      properties_raw, record.value or b"")

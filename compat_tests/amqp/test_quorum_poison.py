@@ -1,0 +1,144 @@
+"""Quorum queues and poison messages: ``x-delivery-limit`` (argument or ``delivery-limit``
+policy), the ``x-delivery-count`` header, and dead-lettering with reason ``delivery_limit`` once
+a message has come back more often than the limit allows; counts survive a restart. The same
+expectations run against RabbitMQ (``[rabbitmq]``).
+"""
+from __future__ import annotations
+
+import json
+import time
+
+import pika
+import pytest
+import requests
+
+from .helpers import connect, unique
+
+
+def _quorum(ch, name: str, dlx: str | None = None, **arguments) -> None:
+    args = {"x-queue-type": "quorum", **arguments}
+    if dlx is not None:
+        args["x-dead-letter-exchange"] = dlx
+    ch.queue_declare(name, durable=True, arguments=args)
+
+
+def _dead_letter_target(ch) -> tuple[str, str]:
+    dlx, dlq = unique("dlx"), unique("dlq")
+    ch.exchange_declare(dlx, "fanout")
+    ch.queue_declare(dlq)
+    ch.queue_bind(dlq, dlx)
+    return dlx, dlq
+
+
+def _get(ch, queue: str, tries: int = 50):
+    """basic.get, waiting a little for a requeued message to be back (RabbitMQ returns it async)."""
+    for _ in range(tries):
+        method, props, body = ch.basic_get(queue)
+        if method is not None:
+            return method, props, body
+        time.sleep(0.05)
+    return None, None, None
+
+
+@pytest.fixture
+def channel(amqp_broker):
+    conn = connect(amqp_broker)
+    ch = conn.channel()
+    ch.confirm_delivery()
+    try:
+        yield ch
+    finally:
+        if conn.is_open:
+            conn.close()
+
+
+def test_delivery_limit_dead_letters_a_poison_message(channel):
+    dlx, dlq = _dead_letter_target(channel)
+    q = unique("qq")
+    _quorum(channel, q, dlx, **{"x-delivery-limit": 2})
+    channel.basic_publish("", q, b"poison", pika.BasicProperties(headers={"a": 1}))
+    counts = []
+    for _ in range(3):
+        method, props, body = _get(channel, q)
+        assert body == b"poison"
+        counts.append((method.redelivered, props.headers["x-delivery-count"]))
+        channel.basic_reject(method.delivery_tag, requeue=True)
+    assert counts == [(False, 0), (True, 1), (True, 2)]
+    method, props, body = _get(channel, dlq)
+    assert body == b"poison"
+    death = props.headers["x-death"][0]
+    assert (death["reason"], death["queue"], death["count"]) == ("delivery_limit", q, 1)
+    assert props.headers["x-first-death-reason"] == "delivery_limit" and props.headers["a"] == 1
+    assert channel.basic_get(q)[0] is None
+
+
+def test_a_consumer_that_dies_holding_it_counts_too(amqp_broker, channel):
+    q = unique("qq")
+    _quorum(channel, q, **{"x-delivery-limit": 5})
+    channel.basic_publish("", q, b"m")
+    conn = connect(amqp_broker)
+    other = conn.channel()
+    assert _get(other, q)[2] == b"m"
+    conn.close()  # unacked: it goes back, and counts as a delivery attempt
+    method, props, _ = _get(channel, q)
+    assert method.redelivered and props.headers["x-delivery-count"] == 1
+    channel.basic_nack(method.delivery_tag, requeue=True)
+    method, props, _ = _get(channel, q)
+    assert props.headers["x-delivery-count"] == 2
+    channel.basic_ack(method.delivery_tag)
+
+
+def test_delivery_limit_from_a_policy(amqp_broker, channel):
+    dlx, dlq = _dead_letter_target(channel)
+    q = unique("polq")
+    _quorum(channel, q, dlx)
+    undo = _set_policy(amqp_broker, f"dl-{q}", f"^{q}$", {"delivery-limit": 1})
+    try:
+        channel.basic_publish("", q, b"p")
+        for _ in range(2):
+            method, props, _ = _get(channel, q)
+            channel.basic_reject(method.delivery_tag, requeue=True)
+        assert _get(channel, dlq)[2] == b"p"
+    finally:
+        undo()
+
+
+def _set_policy(amqp_broker, name: str, pattern: str, definition: dict):
+    """A queue policy set with the broker's own tool (rabbitmqctl, or our management API); returns the undo."""
+    if amqp_broker.target == "rabbitmq":
+        node = amqp_broker.node
+        node.ctl("set_policy", "--apply-to", "queues", name, pattern, json.dumps(definition))
+        time.sleep(1)  # quorum queues pick up a policy change asynchronously
+        return lambda: node.ctl("clear_policy", name)
+    url = f"{amqp_broker.process.http_url}/api/policies/%2F/{name}"
+    r = requests.put(url, json={"pattern": pattern, "definition": definition, "apply-to": "queues"},
+                     auth=("guest", "guest"), timeout=10)
+    assert r.status_code in (201, 204), r.text
+    return lambda: requests.delete(url, auth=("guest", "guest"), timeout=10)
+
+
+def test_counts_survive_a_restart(amqp_broker):
+    conn = connect(amqp_broker)
+    ch = conn.channel()
+    ch.confirm_delivery()
+    dlx, dq, q = unique("dlx"), unique("dlqq"), unique("qq")
+    ch.exchange_declare(dlx, "fanout", durable=True)
+    ch.queue_declare(dq, durable=True, arguments={"x-queue-type": "quorum"})  # the dead letters outlive it too
+    ch.queue_bind(dq, dlx)
+    _quorum(ch, q, dlx, **{"x-delivery-limit": 3})
+    ch.basic_publish("", q, b"survivor", pika.BasicProperties(delivery_mode=2))
+    for _ in range(2):
+        method, _, _ = _get(ch, q)
+        ch.basic_reject(method.delivery_tag, requeue=True)
+    conn.close()
+    amqp_broker.restart()
+    conn = connect(amqp_broker)
+    ch = conn.channel()
+    method, props, _ = _get(ch, q, tries=200)
+    assert props.headers["x-delivery-count"] == 2
+    ch.basic_reject(method.delivery_tag, requeue=True)
+    method, props, _ = _get(ch, q)
+    assert props.headers["x-delivery-count"] == 3
+    ch.basic_reject(method.delivery_tag, requeue=True)
+    assert _get(ch, dq)[2] == b"survivor"
+    conn.close()
