@@ -125,6 +125,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("max_connections_per_user", _int_at_least(0), 0, "N",
            "connections one user may hold (AMQP at connection.open, Kafka at SASL login); 0: no limit"),
     Option("channel_max", _int_at_least(1), 2047, "N", "AMQP channels per connection (offered in connection.tune)"),
+    Option("delayed_messages_max", _int_at_least(1), 100000, "N",
+           "messages an x-delayed-message exchange may hold (more: 406 PRECONDITION_FAILED)"),
     Option("definitions", _optional_path, "", "FILE",
            "import this definitions file (RabbitMQ's JSON format) at start-up, as load_definitions"),
     Option("max_message_bytes", _int_at_least(1), 134217728, "BYTES",
@@ -211,6 +213,7 @@ class Settings:
     max_connections: int
     max_connections_per_user: int
     channel_max: int
+    delayed_messages_max: int
     definitions: Path | None
     max_message_bytes: int
     kafka_throttle_ms: int

@@ -31,7 +31,8 @@ from core.log import PartitionLog
 from core.log_manager import LogManager
 from routing import amqp_properties, mapping, message_fields
 from routing.dedup import Deduplicator, recent_records
-from routing.errors import FRAME_ERROR, NOT_ALLOWED, ConnectionError
+from routing.delayed import DelayLog, delay_of
+from routing.errors import FRAME_ERROR, NOT_ALLOWED, PRECONDITION_FAILED, ChannelError, ConnectionError
 from routing.queue import Queue
 from routing.state import FileState, LogState
 from routing.vhost import VirtualHost
@@ -90,6 +91,7 @@ class Router:
         self._batching = 0  # inside definitions_batch(): the files are written once, at its end
         self.on_appended: Callable[[], None] = lambda: None  # the gateway asks for a flush
         self.queues_created = self.queues_deleted = 0
+        self.delayed_max = 100_000  # held messages per delayed-message exchange (--delayed-messages-max)
         # a log write failed: the gateway raises the disk alarm (True the first time, to log it once)
         self.on_storage_error: Callable[[], bool] = lambda: True
 
@@ -182,6 +184,8 @@ class Router:
         messages that were in fact delivered come back flagged redelivered."""
         floors = {}
         for vhost in self.vhosts.values():
+            for delay_log in vhost.delay_logs.values():
+                floors[delay_log.topic] = {"delayed": delay_log.state()}
             for queue in vhost.queues.values():
                 if queue.durable:
                     floors[queue.topic] = {"floor": queue.ack_floor}
@@ -213,6 +217,9 @@ class Router:
 
         Raises ChannelError for a missing (404) or internal (403) exchange.
         """
+        delay_log = vhost.delay_logs.get(exchange) if vhost.delay_logs else None
+        if delay_log is not None and delay_of(headers) > 0:
+            return self._hold(vhost, delay_log, routing_key, properties_raw, body, headers, confirm)
         queues = vhost.route(exchange, routing_key, headers)
         publish = Publish() if confirm else None
         xlog = vhost.exchange_logs.get(exchange) if vhost.exchange_logs else None
@@ -243,6 +250,48 @@ class Router:
                 continue
             self._stage(queue, properties_raw, timestamp, tail, publish, size)
         return publish, bool(queues)
+
+    def _hold(self, vhost: VirtualHost, delay_log: DelayLog, routing_key: str, properties_raw: bytes, body: bytes,
+              headers: dict, confirm: bool) -> tuple[Publish | None, bool]:
+        """A publish with x-delay > 0 to a delayed-message exchange: appended to its delay log."""
+        vhost.route(delay_log.name, routing_key, headers)  # 404/403 as for any publish to it
+        if delay_log.held >= self.delayed_max:
+            raise ChannelError(PRECONDITION_FAILED, f"delayed-message exchange '{delay_log.name}' in vhost "
+                                                    f"'{vhost.name}' holds {delay_log.held} messages, its limit "
+                                                    f"(--delayed-messages-max): publish later or raise the limit")
+        now_ms = int(self.clock() * 1000)
+        try:
+            key, value, record_headers, timestamp, encoded_headers = mapping.stored_form(
+                delay_log.name, routing_key, properties_raw, body, now_ms)
+        except ValueError as exc:
+            raise ConnectionError(FRAME_ERROR, f"cannot decode content properties: {exc}") from None
+        publish = Publish() if confirm else None
+        delay_log.expect(timestamp + delay_of(headers))
+        self._stage(delay_log, properties_raw, timestamp, record_tail(key, value, record_headers, encoded_headers),
+                    publish, len(body))
+        return publish, True  # held messages count as routed (RabbitMQ's plugin does not return them)
+
+    def next_delayed_due(self) -> int | None:
+        """The earliest due time (ms) of any held delayed message, for the one release timer."""
+        dues = [d.next_due() for v in self.vhosts.values() for d in v.delay_logs.values()]
+        dues = [d for d in dues if d is not None]
+        return min(dues) if dues else None
+
+    def release_delayed(self) -> int:
+        """Route every held message now due (and durable) through its exchange; returns how many."""
+        now_ms, released = int(self.clock() * 1000), 0
+        for vhost in self.vhosts.values():
+            for delay_log in list(vhost.delay_logs.values()):
+                for record in delay_log.take_due(now_ms):
+                    _, routing_key, properties_raw = mapping.amqp_from_record(record)
+                    try:
+                        queues = vhost.route(delay_log.name, routing_key, message_fields.headers_table(properties_raw))
+                    except Exception:  # the exchange went away meanwhile
+                        break
+                    for queue in queues:
+                        self.stage_record(queue, Record(0, record.timestamp, record.key, record.value, record.headers))
+                    released += 1
+        return released
 
     @staticmethod
     def _admitted(vhost: VirtualHost, exchange: str | None, dedup: Deduplicator, properties_raw: bytes,
@@ -297,6 +346,8 @@ class Router:
                 for publish in staged.publishes:
                     if publish is not None:
                         publish.rejected = True  # nack: the publisher must not think it is stored
+                if isinstance(queue, DelayLog):
+                    queue.append_failed(count)
                 if queue.dedup is not None:
                     for source in staged.sources:
                         queue.dedup.forget(queue.dedup.key(source))
@@ -323,12 +374,14 @@ class Router:
 
     # --- the log moved ----------------------------------------------------------------
     def log_moved(self) -> None:
-        """High watermarks may have moved: let the queues with consumers and something new deliver.
+        """High watermarks may have moved: let the queues with consumers and something new deliver
+        (and held delayed messages that came due before they were durable go).
 
         Runs after every group-commit fsync; with thousands of queues, most of which did not move,
         a queue is dispatched only if its log grew behind its back (a Kafka producer appended)
         or it still holds ready messages."""
         self._forward_exchange_logs()
+        self.release_delayed()
         for vhost in self.vhosts.values():
             for queue in list(vhost.queues.values()):
                 if queue.consumers and queue.may_deliver():

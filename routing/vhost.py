@@ -22,6 +22,7 @@ from routing.errors import (
     ConnectionError, inequivalent, not_found,
 )
 from routing.dedup import Deduplicator
+from routing.delayed import DELAYED_TYPE, DelayLog
 from routing.exchange_log import ExchangeLog
 from routing.exchanges import EXCHANGE_TYPES, Exchange, route_through
 from routing.queue import Queue
@@ -43,6 +44,23 @@ _LOCKED = ("cannot obtain exclusive access to locked queue '{name}' in vhost '{v
 
 
 VHOST_LIMITS = ("max-connections", "max-queues")
+DELAY_LOG_PREFIX = "amq.delayed."  # + exchange name: the queue-topic name of a delay log (reserved prefix)
+
+
+def _exchange_class(type_name: str, arguments: dict):
+    """The routing class of a declared type; x-delayed-message routes as its x-delayed-type."""
+    if type_name == DELAYED_TYPE:
+        inner = arguments.get("x-delayed-type")
+        if isinstance(inner, bytes):
+            inner = inner.decode("utf-8", "replace")
+        if inner not in EXCHANGE_TYPES:
+            raise ChannelError(PRECONDITION_FAILED, "Invalid argument, 'x-delayed-type' must be an existing "
+                                                    "exchange type")
+        return EXCHANGE_TYPES[inner]
+    cls = EXCHANGE_TYPES.get(type_name)
+    if cls is None:
+        raise ConnectionError(COMMAND_INVALID, f"unknown exchange type '{type_name}'")
+    return cls
 
 
 def _check_pattern(name: str, pattern: str) -> None:
@@ -71,6 +89,7 @@ class VirtualHost:
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}
         self.exchange_logs: dict[str, ExchangeLog] = {}  # exchanges declared with x-log: true
+        self.delay_logs: dict[str, DelayLog] = {}  # exchanges of type x-delayed-message
         self.dead_letter: Callable | None = None  # installed on every queue (see routing.broker)
         # cluster mode: extra create_topic arguments (replicas) for a queue with these arguments
         self.placement: Callable[[dict], dict] = lambda arguments: {}
@@ -96,9 +115,7 @@ class VirtualHost:
             raise ChannelError(ACCESS_REFUSED, "operation not permitted on the default exchange")
         if passive:
             return self.exchange(name)
-        cls = EXCHANGE_TYPES.get(type_name)
-        if cls is None:
-            raise ConnectionError(COMMAND_INVALID, f"unknown exchange type '{type_name}'")
+        cls = _exchange_class(type_name, arguments or {})
         existing = self.exchanges.get(name)
         if existing is None and name.startswith("amq."):
             raise ChannelError(ACCESS_REFUSED, f"exchange name '{name}' contains reserved prefix 'amq.*'")
@@ -117,6 +134,9 @@ class VirtualHost:
         exchange.dedup = dedup
         if exchange.arguments.get("x-log") is True:
             self._open_exchange_log(name)
+        if type_name == DELAYED_TYPE:
+            exchange.type_name = DELAYED_TYPE  # routes as its x-delayed-type, reports its declared type
+            self._open_delay_log(name)
         self.exchanges[name] = exchange
         if durable:
             self.on_change()
@@ -137,6 +157,11 @@ class VirtualHost:
         gone_log = self.exchange_logs.pop(name, None)
         if gone_log is not None:
             gone_log.deleted = True  # the topic stays: it is the record of the traffic
+        delay_log = self.delay_logs.pop(name, None)
+        if delay_log is not None:  # RabbitMQ's plugin drops held messages with their exchange
+            delay_log.deleted = True
+            if self.logs.store.get_topic(delay_log.topic) is not None:
+                self.logs.delete_topic(delay_log.topic)
         for other in list(self.exchanges.values()):
             if other.unbind_destination(("exchange", name)):
                 self._maybe_auto_delete(other)
@@ -155,6 +180,15 @@ class VirtualHost:
                                                     f"exchange name")
         plog = self._queue_log(topic, True)
         self.exchange_logs[name] = ExchangeLog(self.name, name, topic, plog)
+
+    def _open_delay_log(self, name: str, state: dict | None = None) -> None:
+        try:
+            topic = queue_topic(self.name, DELAY_LOG_PREFIX + name)
+        except InvalidTopicError as exc:
+            raise ChannelError(PRECONDITION_FAILED, str(exc)) from None
+        state = state or {}
+        self.delay_logs[name] = DelayLog(self.name, name, topic, self._queue_log(topic, True),
+                                         floor=state.get("floor", 0), released=state.get("released"))
 
     def _bound_as_destination(self, name: str) -> bool:
         key = ("exchange", name)
@@ -372,11 +406,12 @@ class VirtualHost:
         """The vhost is being deleted: its queues and exchange logs go, with their topics."""
         for queue in list(self.queues.values()):
             self._remove(queue)
-        for xlog in self.exchange_logs.values():
+        for xlog in [*self.exchange_logs.values(), *self.delay_logs.values()]:
             xlog.deleted = True
             if self.logs.store.get_topic(xlog.topic) is not None:
                 self.logs.delete_topic(xlog.topic)
         self.exchange_logs.clear()
+        self.delay_logs.clear()
 
     def owner_gone(self, owner: Hashable) -> None:
         """A connection closed: its exclusive queues go with it."""
@@ -474,12 +509,16 @@ class VirtualHost:
         self.metadata.update(definitions.get("metadata", {}))
         for e in definitions.get("exchanges", ()):
             if e["name"] not in self.exchanges:
-                exchange = self.exchanges[e["name"]] = EXCHANGE_TYPES[e["type"]](
+                exchange = self.exchanges[e["name"]] = _exchange_class(e["type"], e["arguments"])(
                     e["name"], durable=True, auto_delete=e["auto_delete"], internal=e["internal"],
                     arguments=e["arguments"])
                 exchange.dedup = Deduplicator.from_arguments(e["arguments"], f"exchange '{e['name']}'")
                 if e["arguments"].get("x-log") is True:
                     self._open_exchange_log(e["name"])
+                if e["type"] == DELAYED_TYPE:
+                    exchange.type_name = DELAYED_TYPE
+                    topic = queue_topic(self.name, DELAY_LOG_PREFIX + e["name"])
+                    self._open_delay_log(e["name"], positions.get(topic, {}).get("delayed"))
         for q in definitions.get("queues", ()):
             topic = queue_topic(self.name, q["name"])
             position = positions.get(topic, {})

@@ -46,12 +46,24 @@ class AmqpService:
         self._request_flush = request_flush
         router.on_appended = request_flush
         router.on_storage_error = self.storage_failed
+        self._delayed_max = router.delayed_max
+        self._delay_timer = None  # the one timer of the next delayed-message release
+        self._delay_due: int | None = None
 
     def use_router(self, router: Router) -> None:
         """Cluster mode: the AMQP model is rebuilt when this broker becomes (or stops being) the AMQP home."""
         router.on_appended = self._request_flush
         router.on_storage_error = self.storage_failed
+        router.delayed_max = self._delayed_max
         self.router = router
+
+    @property
+    def delayed_max(self) -> int:
+        return self._delayed_max
+
+    @delayed_max.setter
+    def delayed_max(self, value: int) -> None:
+        self._delayed_max = self.router.delayed_max = value
 
     def server_properties(self, capabilities: dict) -> dict:
         return {"product": PRODUCT, "version": broker_version(), "platform": "Python/Twisted",
@@ -62,6 +74,7 @@ class AmqpService:
         """A connection handled what it received: append, deliver what was appended, confirm."""
         self.router.settle_appends()
         self._send_confirms()
+        self.schedule_delayed()
 
     def _send_confirms(self) -> None:
         for connection in list(self.confirming):
@@ -71,17 +84,43 @@ class AmqpService:
 
     def log_moved(self) -> None:
         """An fsync moved high watermarks: confirms may go out; Kafka-produced records may be in queues."""
-        self.router.log_moved()
+        self.router.log_moved()  # releases held delayed messages that came due before they were durable
         self._send_confirms()
+        self.schedule_delayed()
 
     def tick(self) -> None:
         try:
             self.router.tick()
+            self._release_delayed()  # e.g. what came due while the broker was down
             self.router.checkpoint()
             self._check_alarms()
             self._send_confirms()
         except Exception:
             log.exception("AMQP housekeeping failed; will retry at the next tick")
+
+    # --- delayed messages (routing.delayed) -------------------------------------------------
+    def schedule_delayed(self) -> None:
+        """One reactor timer for the earliest held delayed message; nothing polls."""
+        due = self.router.next_delayed_due()
+        if due is None:
+            return
+        if self._delay_timer is not None and self._delay_timer.active():
+            if self._delay_due is not None and self._delay_due <= due:
+                return
+            self._delay_timer.cancel()
+        self._delay_due = due
+        self._delay_timer = self.reactor.callLater(max(0.0, due / 1000 - self.router.clock()), self._release_delayed)
+
+    def _release_delayed(self) -> None:
+        if self._delay_timer is not None and self._delay_timer.active():
+            self._delay_timer.cancel()
+        self._delay_timer = None
+        if self.router.release_delayed():
+            self.after_input()  # append, deliver, and schedule the next release
+            return
+        due = self.router.next_delayed_due()  # not durable yet: log_moved releases it after the fsync
+        if due is not None and due > self.router.clock() * 1000:
+            self.schedule_delayed()
 
     def storage_failed(self) -> bool:
         """A log write failed for want of space: block publishers now, not at the next tick.

@@ -98,7 +98,8 @@ def export_definitions(broker, vhost=None) -> dict:
 def _topics(broker) -> list[dict]:
     """Kafka topics that are neither internal nor the storage of an AMQP queue or exchange log."""
     backing = {q.topic for v in broker.amqp.router.vhosts.values() for q in v.queues.values()}
-    backing |= {x.topic for v in broker.amqp.router.vhosts.values() for x in v.exchange_logs.values()}
+    backing |= {x.topic for v in broker.amqp.router.vhosts.values()
+                for x in (*v.exchange_logs.values(), *v.delay_logs.values())}
     return [{"name": md.name, "partitions": md.partitions, "configs": dict(md.configs)}
             for md in sorted(broker.kafka.logs.store.topics().values(), key=lambda md: md.name)
             if md.name not in backing and not md.name.startswith("__")]

@@ -1,0 +1,129 @@
+"""Delayed messages: RabbitMQ's delayed-message exchange (type ``x-delayed-message``).
+
+An exchange of that type routes like its ``x-delayed-type`` (direct, fanout, topic, headers),
+but a message published with an ``x-delay`` header of N > 0 milliseconds is held first and
+routed N ms after its publish time. Held messages are records of the exchange's delay log, a
+one-partition topic (the queue-topic name of ``amq.delayed.<exchange>``, a name no client may
+declare): in the AMQP form of :mod:`routing.mapping`, so the due time is the record's
+timestamp (publish time) plus its ``x-delay``; the publisher's confirm follows the append
+and its fsync, as for a queue. Nothing polls: a heap of (due, offset) says when the next
+release is, and the AMQP service sets one reactor timer for it
+(:meth:`gateway.amqp.service.AmqpService.schedule_delayed`).
+
+Released offsets are remembered as a floor plus the released ones above it, saved with the
+queues' ack floors; after a restart the log from the floor on is read back into the heap and
+whatever came due while the broker was down is routed at once. A crash between a release and
+the next checkpoint can release a message twice (at least once, never lost). Equal due times
+release in publish order; precision is the reactor's timer (milliseconds), a release may come
+late by the time one reactor turn takes.
+"""
+from __future__ import annotations
+
+import heapq
+
+from core.log import PartitionLog
+from routing.message_fields import headers_table
+from routing.queue import QueueStats
+from routing.reader import LogReader
+from wire.records import Record
+
+DELAYED_TYPE = "x-delayed-message"
+
+
+def delay_of(headers: dict | None) -> int:
+    """The ``x-delay`` of a publish in ms; absent, not a number or <= 0: no delay (routed at once)."""
+    if not headers:
+        return 0
+    value = headers.get("x-delay")
+    if isinstance(value, bool) or not isinstance(value, (int, float, str, bytes)):
+        return 0
+    try:
+        return max(int(value), 0)
+    except ValueError:
+        return 0
+
+
+class DelayLog:
+    """The held messages of one delayed-message exchange; an append target of the router."""
+
+    consumers = ()  # the router's commit loop asks every append target for its consumers
+    dedup = None
+
+    def __init__(self, vhost: str, exchange: str, topic: str, plog: PartitionLog, *, floor: int = 0,
+                 released: list[int] | None = None):
+        self.vhost = vhost
+        self.name = exchange
+        self.topic = topic
+        self.plog = plog
+        self.deleted = False
+        self.reader = LogReader(plog)
+        self.stats = QueueStats()
+        self.floor = max(min(floor, plog.next_offset), plog.log_start_offset)  # every offset below is released
+        self.released: set[int] = {o for o in (released or ()) if o >= self.floor}
+        self._due: list[tuple[int, int]] = []  # (due ms, offset), the held messages
+        self._pending: list[int] = []  # due times of staged messages, in staging order, until appended
+        self._load()
+
+    def __repr__(self) -> str:
+        return f"<DelayLog {self.name!r} vhost={self.vhost!r} topic={self.topic!r} held={len(self._due)}>"
+
+    def _load(self) -> None:
+        for offset in range(self.floor, self.plog.next_offset):
+            if offset in self.released:
+                continue
+            record = self.reader.get(offset)
+            if record is not None:
+                self._due.append((due_time(record), offset))
+            else:
+                self.released.add(offset)  # a transaction marker or a gap: nothing to release
+        heapq.heapify(self._due)
+        self._advance_floor()
+
+    @property
+    def held(self) -> int:
+        return len(self._due) + len(self._pending)
+
+    def next_due(self) -> int | None:
+        return self._due[0][0] if self._due else None
+
+    # --- the append-target interface of the router's commit ---------------------------
+    def expect(self, due_ms: int) -> None:
+        """A message was staged for this log with this due time (called in staging order)."""
+        self._pending.append(due_ms)
+
+    def appended(self, first_offset: int, sizes: list[int]) -> None:
+        dues, self._pending = self._pending[:len(sizes)], self._pending[len(sizes):]
+        for i, due in enumerate(dues):
+            heapq.heappush(self._due, (due, first_offset + i))
+
+    def append_failed(self, count: int) -> None:
+        del self._pending[:count]
+
+    def appended_limits(self) -> None:
+        pass
+
+    # --- releasing ------------------------------------------------------------------
+    def take_due(self, now_ms: int) -> list[Record]:
+        """The held messages due by ``now_ms`` that are durable (below the high watermark), in due order."""
+        out = []
+        durable_end = self.plog.high_watermark
+        while self._due and self._due[0][0] <= now_ms and self._due[0][1] < durable_end:
+            _, offset = heapq.heappop(self._due)
+            record = self.reader.get(offset)
+            self.released.add(offset)
+            if record is not None:
+                out.append(record)
+        self._advance_floor()
+        return out
+
+    def _advance_floor(self) -> None:
+        while self.floor in self.released:
+            self.released.discard(self.floor)
+            self.floor += 1
+
+    def state(self) -> dict:
+        return {"floor": self.floor, "released": sorted(self.released)}
+
+
+def due_time(record: Record) -> int:
+    return record.timestamp + delay_of(headers_table(record))
