@@ -125,6 +125,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("max_connections_per_user", _int_at_least(0), 0, "N",
            "connections one user may hold (AMQP at connection.open, Kafka at SASL login); 0: no limit"),
     Option("channel_max", _int_at_least(1), 2047, "N", "AMQP channels per connection (offered in connection.tune)"),
+    Option("consumer_timeout_ms", _int_at_least(0), 1800000, "MS",
+           "AMQP: close a channel whose delivery stays unacknowledged this long (406; RabbitMQ's "
+           "consumer_timeout; 0: never; a queue's x-consumer-timeout wins)"),
     Option("delayed_messages_max", _int_at_least(1), 100000, "N",
            "messages an x-delayed-message exchange may hold (more: 406 PRECONDITION_FAILED)"),
     Option("definitions", _optional_path, "", "FILE",
@@ -213,6 +216,7 @@ class Settings:
     max_connections: int
     max_connections_per_user: int
     channel_max: int
+    consumer_timeout_ms: int
     delayed_messages_max: int
     definitions: Path | None
     max_message_bytes: int

@@ -239,6 +239,7 @@ class Broker:
         self.amqp.max_connections_per_user = self.kafka.max_connections_per_user = s.max_connections_per_user
         self.amqp.channel_max, self.amqp.max_message_bytes = s.channel_max, s.max_message_bytes
         self.amqp.delayed_max = s.delayed_messages_max
+        self.amqp.consumer_timeout_ms = s.consumer_timeout_ms
         self.kafka.throttle_ms = lambda: s.kafka_throttle_ms if self.amqp.alarm_reason else 0
 
     def _listen(self, name: str, address: HostPort, factory):

@@ -122,6 +122,7 @@ class QueueArguments:
             max_age.decode() if isinstance(max_age, bytes) else max_age)
         # quorum queues: returns of a message before it is dead-lettered ("delivery_limit"); < 0: no limit
         self.delivery_limit = _int_arg(args, "x-delivery-limit", queue, vhost, minimum=-1)
+        self.consumer_timeout = _int_arg(args, "x-consumer-timeout", queue, vhost, minimum=1)  # ms, RabbitMQ 3.12+
 
 
 class Queue:

@@ -95,3 +95,58 @@ def test_quorum_queues_have_rabbitmq_4s_default_delivery_limit_of_20(broker_with
         channel.basic_reject(method.delivery_tag, requeue=True)
     assert props.headers["x-delivery-count"] == 29 and channel.basic_get("unlimited")[0] is not None
     connection.close()
+
+
+def _hold_one_unacked(host, port, queue: str, arguments: dict | None = None):
+    """A consumer that takes one message and never acks it; returns (connection, channel, closed-by info)."""
+    connection = pika.BlockingConnection(pika.ConnectionParameters(host, port))
+    channel = connection.channel()
+    channel.queue_declare(queue, arguments=arguments or {})
+    channel.basic_publish("", queue, b"slow")
+    channel.basic_qos(prefetch_count=1)
+    got = []
+    channel.basic_consume(queue, lambda ch, method, props, body: got.append(body))
+    return connection, channel, got
+
+
+@pytest.mark.parametrize("where", ["setting", "queue argument"])
+def test_consumer_timeout_closes_the_channel_and_returns_the_message(broker_with, where):
+    """RabbitMQ's consumer_timeout (and x-consumer-timeout, 3.12+): a delivery left unacked past
+    the timeout closes its channel with 406; the message goes back to the queue."""
+    broker = broker_with(GATEWAY_CONSUMER_TIMEOUT_MS=1500) if where == "setting" else broker_with()
+    host, port = broker.address("amqp")
+    connection, channel, got = _hold_one_unacked(host, port, "slowpoke",
+                                                 None if where == "setting" else {"x-consumer-timeout": 1500})
+    reasons = []
+    channel._impl.add_on_close_callback(lambda ch, reason: reasons.append(reason))  # pika's Channel API
+    started = time.monotonic()
+    while not reasons and time.monotonic() - started < 10:
+        connection.process_data_events(time_limit=0.05)
+    closed_after = time.monotonic() - started
+    assert got == [b"slow"] and reasons and 1.5 <= closed_after < 4.0, (closed_after, reasons)
+    assert isinstance(reasons[0], pika.exceptions.ChannelClosedByBroker)
+    assert reasons[0].reply_code == 406 and "timed out. Timeout value used: 1500 ms" in reasons[0].reply_text
+    other = connection.channel()
+    method, _, body = other.basic_get("slowpoke", auto_ack=True)
+    assert body == b"slow" and method.redelivered
+    connection.close()
+
+
+def test_consumer_timeout_spares_a_consumer_that_acks(broker_with):
+    broker = broker_with(GATEWAY_CONSUMER_TIMEOUT_MS=1000)
+    host, port = broker.address("amqp")
+    connection = pika.BlockingConnection(pika.ConnectionParameters(host, port))
+    channel = connection.channel()
+    channel.queue_declare("steady")
+    acked = []
+
+    def on_message(ch, method, props, body):
+        ch.basic_ack(method.delivery_tag)
+        acked.append(body)
+    channel.basic_consume("steady", on_message)
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline:
+        channel.basic_publish("", "steady", b"m")
+        connection.process_data_events(time_limit=0.2)
+    assert channel.is_open and len(acked) >= 10
+    connection.close()

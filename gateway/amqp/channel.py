@@ -110,6 +110,9 @@ class Channel:
         self.tx: list | None = None  # buffered operations while in tx mode
         self.publishing = False  # has published: a "publisher" in rabbitmq_global_publishers
         self._held_cancels: list[str] | None = None  # while this channel deletes a queue (see queue_delete)
+        # (next delivery tag, time) noted about once a second: bounds on when each delivery was made,
+        # for the consumer timeout, without a timestamp per delivery (see check_consumer_timeout)
+        self._tag_marks: deque = deque()
         COUNTS.channels_opened += 1
 
     def __repr__(self) -> str:
@@ -494,6 +497,40 @@ class Channel:
             raise ChannelError(PRECONDITION_FAILED, "channel is not transactional")
         self.tx = []
         self.reply(spec.Tx.RollbackOk())
+
+    # --- the consumer timeout -----------------------------------------------------------------
+    def check_consumer_timeout(self, now: float, default_ms: int) -> None:
+        """RabbitMQ's consumer timeout: a delivery unacknowledged for longer than its queue's
+        ``x-consumer-timeout`` (else ``--consumer-timeout-ms``) closes the channel with 406, and
+        its unacknowledged messages go back to their queues. Ages are known to about a second: a
+        tag delivered before a mark is at least as old as the mark (never closed early)."""
+        marks = self._tag_marks
+        if not marks or marks[-1][0] != self.next_tag:
+            marks.append((self.next_tag, now))
+        if not self.unacked:
+            while len(marks) > 1:
+                marks.popleft()
+            return
+        oldest = next(iter(self.unacked))
+        while len(marks) > 1 and marks[1][0] <= oldest:
+            marks.popleft()
+        limits = [t for t in (default_ms, *(c.queue.args.consumer_timeout for c in self.consumers.values())) if t]
+        if not limits:
+            return
+        smallest, i = min(limits), 0
+        for tag, (queue, _offset, _consumer) in self.unacked.items():  # in delivery order: oldest first
+            while i < len(marks) and marks[i][0] <= tag:
+                i += 1
+            if i == len(marks):
+                return
+            age_ms = (now - marks[i][1]) * 1000
+            if age_ms <= smallest:
+                return  # this one and every later delivery are younger than any timeout
+            timeout = queue.args.consumer_timeout or default_ms
+            if timeout and age_ms > timeout:
+                raise ChannelError(PRECONDITION_FAILED, f"delivery acknowledgement on channel {self.number} timed "
+                                                        f"out. Timeout value used: {timeout} ms. This timeout value "
+                                                        f"can be configured, see consumers doc guide to learn more")
 
     # --- closing --------------------------------------------------------------------------
     def release(self) -> None:

@@ -498,6 +498,15 @@ class AmqpConnection(SecretsMixin, protocol.Protocol):
             index = getattr(type(m), "index", 0)
             self.close_connection(exc.reply_code, exc.reply_text, index >> 16, index & 0xFFFF, prefixed=True)
 
+    def check_consumer_timeouts(self, now: float, default_ms: int) -> None:
+        for channel in list(self.channels.values()):
+            try:
+                channel.check_consumer_timeout(now, default_ms)
+            except ChannelError as exc:
+                log.warning("AMQP consumer timeout: closing the channel", extra=fields(
+                    peer=self.peer, conn=self.conn_id, channel=channel.number, user=self.username))
+                self._channel_error(channel, exc, None)
+
     def _channel_error(self, channel: Channel, exc: ChannelError, method_cls) -> None:
         index = getattr(method_cls, "index", 0)
         log.info("closing AMQP channel", extra=fields(peer=self.peer, conn=self.conn_id, channel=channel.number,

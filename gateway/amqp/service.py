@@ -8,8 +8,9 @@ each group-commit fsync (:meth:`log_moved`) it does the same for everything that
 from __future__ import annotations
 
 import logging
-from typing import Callable
+import time
 from importlib import metadata
+from typing import Callable
 
 from gateway.security.users import UserStore
 from routing.broker import Router
@@ -17,6 +18,7 @@ from routing.broker import Router
 log = logging.getLogger(__name__)
 
 PRODUCT = "gateway"
+CONSUMER_TIMEOUT_CHECK_S = 1.0  # how often unacknowledged deliveries are checked against their timeout
 
 
 def broker_version() -> str:
@@ -49,6 +51,8 @@ class AmqpService:
         self._delayed_max = router.delayed_max
         self._delay_timer = None  # the one timer of the next delayed-message release
         self._delay_due: int | None = None
+        self.consumer_timeout_ms = 1_800_000  # --consumer-timeout-ms (RabbitMQ's consumer_timeout); 0: none
+        self._timeouts_checked = 0.0
 
     def use_router(self, router: Router) -> None:
         """Cluster mode: the AMQP model is rebuilt when this broker becomes (or stops being) the AMQP home."""
@@ -92,6 +96,11 @@ class AmqpService:
         try:
             self.router.tick()
             self._release_delayed()  # e.g. what came due while the broker was down
+            now = time.monotonic()
+            if now - self._timeouts_checked >= CONSUMER_TIMEOUT_CHECK_S:
+                self._timeouts_checked = now
+                for connection in list(self.connections):
+                    connection.check_consumer_timeouts(now, self.consumer_timeout_ms)
             self.router.checkpoint()
             self._check_alarms()
             self._send_confirms()
