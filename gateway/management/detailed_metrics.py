@@ -19,12 +19,12 @@ QUEUE = ["vhost", "queue"]
 
 
 def _coarse(b, vhosts):
-    ready = GaugeMetricFamily("rabbitmq_detailed_queue_messages_ready", "Messages ready to be delivered to consumers",
+    ready = GaugeMetricFamily("rabbitmq_detailed_queue_messages_ready", "messages waiting for a consumer",
                               labels=QUEUE)
     unacked = GaugeMetricFamily("rabbitmq_detailed_queue_messages_unacked",
-                                "Messages delivered to consumers but not yet acknowledged", labels=QUEUE)
+                                "messages delivered and not yet acknowledged", labels=QUEUE)
     depth = GaugeMetricFamily("rabbitmq_detailed_queue_messages",
-                              "Sum of ready and unacknowledged messages - total queue depth", labels=QUEUE)
+                              "messages in the queue, waiting or unacknowledged", labels=QUEUE)
     for vhost, name, r, u, m, _c, _p in queue_rows(b, vhosts):
         ready.add_metric([vhost, name], r)
         unacked.add_metric([vhost, name], u)
@@ -33,14 +33,14 @@ def _coarse(b, vhosts):
 
 
 def _consumers(b, vhosts):
-    family = GaugeMetricFamily("rabbitmq_detailed_queue_consumers", "Consumers on a queue", labels=QUEUE)
+    family = GaugeMetricFamily("rabbitmq_detailed_queue_consumers", "consumers subscribed to the queue", labels=QUEUE)
     for vhost, name, _r, _u, _m, consumers, _p in queue_rows(b, vhosts):
         family.add_metric([vhost, name], consumers)
     return [family]
 
 
 def _vhost_status(b, vhosts):
-    family = GaugeMetricFamily("rabbitmq_cluster_vhost_status", "Whether a given vhost is running", labels=["vhost"])
+    family = GaugeMetricFamily("rabbitmq_cluster_vhost_status", "1 for each vhost that serves clients", labels=["vhost"])
     for name in sorted(b.amqp.router.vhosts):
         if vhosts is None or name in vhosts:
             family.add_metric([name], 1)
@@ -49,9 +49,9 @@ def _vhost_status(b, vhosts):
 
 def _exchanges(b, vhosts):
     labels = ["vhost", "exchange", "type"]
-    names = GaugeMetricFamily("rabbitmq_cluster_exchange_name", "Enumerates exchanges without any additional info",
+    names = GaugeMetricFamily("rabbitmq_cluster_exchange_name", "1 per exchange (its name and vhost are the labels)",
                               labels=labels)
-    bindings = GaugeMetricFamily("rabbitmq_cluster_exchange_bindings", "Number of bindings for an exchange",
+    bindings = GaugeMetricFamily("rabbitmq_cluster_exchange_bindings", "bindings whose source is the exchange",
                                  labels=labels)
     for vhost_name, vhost in sorted(b.amqp.router.vhosts.items()):
         if vhosts is not None and vhost_name not in vhosts:

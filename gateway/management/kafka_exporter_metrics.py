@@ -35,8 +35,8 @@ class KafkaExporterCollector:
         else:
             host, port = b.kafka.advertised()
             members = [(b.settings.node_id, f"{host}:{port}")]
-        yield GaugeMetricFamily("kafka_brokers", "Number of Brokers in the Kafka Cluster.", value=len(members))
-        info = GaugeMetricFamily("kafka_broker_info", "Information about the Kafka Broker.", labels=["id", "address"])
+        yield GaugeMetricFamily("kafka_brokers", "brokers in the cluster", value=len(members))
+        info = GaugeMetricFamily("kafka_broker_info", "1 per broker, with its id and address", labels=["id", "address"])
         for node_id, address in members:
             info.add_metric([str(node_id), address], 1)
         yield info
@@ -54,17 +54,17 @@ class KafkaExporterCollector:
                 yield topic, partition, plog, rep.state.leader, tuple(rep.replicas), tuple(rep.state.isr)
 
     def _topics(self, b):
-        count = GaugeMetricFamily("kafka_topic_partitions", "Number of partitions for this Topic", labels=["topic"])
+        count = GaugeMetricFamily("kafka_topic_partitions", "partitions of the topic", labels=["topic"])
         for name, md in sorted(b.kafka.logs.store.topics().items()):
             count.add_metric([name], md.partitions)
         yield count
         families = {
-            "current_offset": "Current Offset of a Broker at Topic/Partition",
-            "oldest_offset": "Oldest Offset of a Broker at Topic/Partition",
-            "in_sync_replica": "Number of In-Sync Replicas for this Topic/Partition",
-            "leader": "Leader Broker ID of this Topic/Partition",
+            "current_offset": "the partition's high watermark (next offset to be read)",
+            "oldest_offset": "the partition's log start offset",
+            "in_sync_replica": "replicas of the partition in sync with its leader",
+            "leader": "the broker id leading the partition",
             "leader_is_preferred": "1 if Topic/Partition is using the Preferred Broker",
-            "replicas": "Number of Replicas for this Topic/Partition",
+            "replicas": "replicas assigned to the partition",
             "under_replicated_partition": "1 if Topic/Partition is under Replicated",
         }
         out = {key: GaugeMetricFamily(f"kafka_topic_partition_{key}", doc, labels=PARTITION)
@@ -82,16 +82,16 @@ class KafkaExporterCollector:
     @staticmethod
     def _groups(b):
         current = GaugeMetricFamily("kafka_consumergroup_current_offset",
-                                    "Current Offset of a ConsumerGroup at Topic/Partition", labels=GROUP_PARTITION)
+                                    "the group's committed offset for the partition", labels=GROUP_PARTITION)
         current_sum = GaugeMetricFamily("kafka_consumergroup_current_offset_sum",
-                                        "Current Offset of a ConsumerGroup at Topic for all partitions",
+                                        "the group's committed offsets on the topic, summed",
                                         labels=["consumergroup", "topic"])
-        lag = GaugeMetricFamily("kafka_consumergroup_lag", "Current Approximate Lag of a ConsumerGroup at "
-                                                           "Topic/Partition", labels=GROUP_PARTITION)
-        lag_sum = GaugeMetricFamily("kafka_consumergroup_lag_sum", "Current Approximate Lag of a ConsumerGroup at "
-                                                                   "Topic for all partitions",
+        lag = GaugeMetricFamily("kafka_consumergroup_lag", "records the group has still to read: high watermark minus committed offset, "
+                                                           "per partition", labels=GROUP_PARTITION)
+        lag_sum = GaugeMetricFamily("kafka_consumergroup_lag_sum", "records the group has still to read: high watermark minus committed offset, "
+                                                                   "summed over the topic",
                                     labels=["consumergroup", "topic"])
-        members = GaugeMetricFamily("kafka_consumergroup_members", "Amount of members in a consumer group",
+        members = GaugeMetricFamily("kafka_consumergroup_members", "members of the group",
                                     labels=["consumergroup"])
         groups = b.kafka.groups
         for group_id in sorted(listing[0] for listing in groups.list_groups()):

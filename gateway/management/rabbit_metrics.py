@@ -52,7 +52,7 @@ def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
 
 
 def identity(broker, endpoint: str) -> GaugeMetricFamily:
-    info = GaugeMetricFamily("rabbitmq_identity_info", "RabbitMQ node & cluster identity info",
+    info = GaugeMetricFamily("rabbitmq_identity_info", "which node and cluster these series come from (join key of RabbitMQ's dashboards)",
                              labels=["rabbitmq_node", "rabbitmq_cluster", "rabbitmq_cluster_permanent_id",
                                      "rabbitmq_endpoint"])
     # The Kafka cluster id is created once with the data (or the ZooKeeper cluster) and never
@@ -80,7 +80,7 @@ class RabbitCollector:
 
     @staticmethod
     def _build_info() -> GaugeMetricFamily:
-        info = GaugeMetricFamily("rabbitmq_build_info", "RabbitMQ & Erlang/OTP version info (here: gateway & Python)",
+        info = GaugeMetricFamily("rabbitmq_build_info", "versions of this broker and of its Python",
                                  labels=["rabbitmq_version", "prometheus_plugin_version", "prometheus_client_version",
                                          "product_name", "product_version", "python_version"])
         version = _version("gateway-broker")
@@ -95,87 +95,87 @@ class RabbitCollector:
         open_fds = len(os.listdir("/proc/self/fd"))
         max_fds = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         stat = os.statvfs(b.data_dir)
-        yield _gauge("rabbitmq_alarms_memory_used_watermark", "is 1 if VM memory watermark alarm is in effect",
+        yield _gauge("rabbitmq_alarms_memory_used_watermark", "1 while the memory alarm blocks publishers",
                      int("memory" in active))
-        yield _gauge("rabbitmq_alarms_free_disk_space_watermark", "is 1 if free disk space watermark alarm is in effect",
+        yield _gauge("rabbitmq_alarms_free_disk_space_watermark", "1 while the disk alarm blocks publishers",
                      int("disk" in active))
         # No separate file descriptor alarm here: it is on when the descriptors are all in use.
-        yield _gauge("rabbitmq_alarms_file_descriptor_limit", "is 1 if file descriptor limit alarm is in effect",
+        yield _gauge("rabbitmq_alarms_file_descriptor_limit", "1 when every allowed file descriptor is in use",
                      int(open_fds >= max_fds))
-        yield _gauge("rabbitmq_process_resident_memory_bytes", "Memory used in bytes", resident_bytes())
-        yield _gauge("rabbitmq_resident_memory_limit_bytes", "Memory high watermark in bytes",
+        yield _gauge("rabbitmq_process_resident_memory_bytes", "resident memory of the broker process, bytes", resident_bytes())
+        yield _gauge("rabbitmq_resident_memory_limit_bytes", "resident memory at which the memory alarm goes on, bytes",
                      alarms.memory_limit if alarms is not None else 0)
-        yield _gauge("rabbitmq_disk_space_available_bytes", "Disk space available in bytes",
+        yield _gauge("rabbitmq_disk_space_available_bytes", "free bytes on the data directory's file system",
                      stat.f_bavail * stat.f_frsize)
-        yield _gauge("rabbitmq_disk_space_available_limit_bytes", "Free disk space low watermark in bytes",
+        yield _gauge("rabbitmq_disk_space_available_limit_bytes", "free bytes below which the disk alarm goes on",
                      alarms.disk_free_limit if alarms is not None else 0)
-        yield _gauge("rabbitmq_process_open_fds", "Open file descriptors", open_fds)
-        yield _gauge("rabbitmq_process_max_fds", "Open file descriptors limit", max_fds)
-        yield _gauge("rabbitmq_process_open_tcp_sockets", "Open TCP sockets (client connections, both protocols)",
+        yield _gauge("rabbitmq_process_open_fds", "file descriptors the broker holds open", open_fds)
+        yield _gauge("rabbitmq_process_max_fds", "the broker's soft limit on open file descriptors", max_fds)
+        yield _gauge("rabbitmq_process_open_tcp_sockets", "client connections open, AMQP and Kafka",
                      len(b.amqp.connections) + len(b.kafka.connections))
-        yield _gauge("rabbitmq_process_max_tcp_sockets", "Open TCP sockets limit (--max-connections, else the fd limit)",
+        yield _gauge("rabbitmq_process_max_tcp_sockets", "connections allowed (--max-connections, else the descriptor limit)",
                      b.settings.max_connections or max_fds)
 
     @staticmethod
     def _totals(b):
         channels = [ch for c in b.amqp.connections for ch in c.channels.values()]
-        yield _gauge("rabbitmq_connections", "Connections currently open", len(b.amqp.connections))
-        yield _gauge("rabbitmq_channels", "Channels currently open", len(channels))
-        yield _gauge("rabbitmq_consumers", "Consumers currently connected", sum(len(ch.consumers) for ch in channels))
-        yield _gauge("rabbitmq_queues", "Queues available", sum(len(v.queues) for v in b.amqp.router.vhosts.values()))
+        yield _gauge("rabbitmq_connections", "AMQP connections open now", len(b.amqp.connections))
+        yield _gauge("rabbitmq_channels", "AMQP channels open now", len(channels))
+        yield _gauge("rabbitmq_consumers", "AMQP consumers subscribed now", sum(len(ch.consumers) for ch in channels))
+        yield _gauge("rabbitmq_queues", "AMQP queues that exist now", sum(len(v.queues) for v in b.amqp.router.vhosts.values()))
 
     @staticmethod
     def _churn(b):
         router = b.amqp.router
-        yield _counter("rabbitmq_connections_opened_total", "Total number of connections opened",
+        yield _counter("rabbitmq_connections_opened_total", "AMQP connections accepted since start",
                        AMQP.connections_opened)
-        yield _counter("rabbitmq_connections_closed_total", "Total number of connections closed or terminated",
+        yield _counter("rabbitmq_connections_closed_total", "AMQP connections ended since start, closed or dropped",
                        AMQP.connections_closed)
-        yield _counter("rabbitmq_channels_opened_total", "Total number of channels opened", AMQP.channels_opened)
-        yield _counter("rabbitmq_channels_closed_total", "Total number of channels closed", AMQP.channels_closed)
-        yield _counter("rabbitmq_queues_declared_total", "Total number of queues declared", AMQP.queues_declared)
+        yield _counter("rabbitmq_channels_opened_total", "AMQP channels opened since start", AMQP.channels_opened)
+        yield _counter("rabbitmq_channels_closed_total", "AMQP channels ended since start", AMQP.channels_closed)
+        yield _counter("rabbitmq_queues_declared_total", "queue.declare calls answered since start", AMQP.queues_declared)
         # cluster mode rebuilds the router when the AMQP home moves: these start again from 0 then
-        yield _counter("rabbitmq_queues_created_total", "Total number of queues created",
+        yield _counter("rabbitmq_queues_created_total", "queues that came into being since start",
                        getattr(router, "queues_created", 0))
-        yield _counter("rabbitmq_queues_deleted_total", "Total number of queues deleted",
+        yield _counter("rabbitmq_queues_deleted_total", "queues removed since start (deleted, expired, auto-deleted)",
                        getattr(router, "queues_deleted", 0))
 
     @staticmethod
     def _global(b):
         proto = [PROTOCOL]
         for name, doc, value in (
-                ("received", "Total number of messages received from publishers", AMQP.received),
-                ("received_confirm", "Total number of messages received from publishers expecting confirmations",
+                ("received", "messages published since start", AMQP.received),
+                ("received_confirm", "messages published on confirm-mode channels since start",
                  AMQP.received_confirm),
-                ("routed", "Total number of messages routed to queues or streams", AMQP.routed),
-                ("unroutable_dropped", "Total number of messages published as non-mandatory into an exchange and "
-                                       "dropped as unroutable", AMQP.unroutable_dropped),
-                ("unroutable_returned", "Total number of messages published as mandatory into an exchange and "
-                                        "returned to the publisher as unroutable", AMQP.unroutable_returned),
-                ("confirmed", "Total number of messages confirmed to publishers", AMQP.confirmed)):
+                ("routed", "published messages that reached at least one queue", AMQP.routed),
+                ("unroutable_dropped", "published messages that reached no queue and were "
+                                       "discarded (not mandatory)", AMQP.unroutable_dropped),
+                ("unroutable_returned", "published messages that reached no queue and went "
+                                        "back to their publisher (mandatory)", AMQP.unroutable_returned),
+                ("confirmed", "publisher confirms sent since start", AMQP.confirmed)):
             family = CounterMetricFamily(f"rabbitmq_global_messages_{name}_total", doc, labels=["protocol"])
             family.add_metric(proto, value)
             yield family
         channels = [ch for c in b.amqp.connections for ch in c.channels.values()]
-        publishers = GaugeMetricFamily("rabbitmq_global_publishers", "Publishers currently connected",
+        publishers = GaugeMetricFamily("rabbitmq_global_publishers", "channels that have published",
                                        labels=["protocol"])
         publishers.add_metric(proto, sum(1 for ch in channels if ch.publishing))
-        consumers = GaugeMetricFamily("rabbitmq_global_consumers", "Consumers currently connected", labels=["protocol"])
+        consumers = GaugeMetricFamily("rabbitmq_global_consumers", "AMQP consumers subscribed now", labels=["protocol"])
         consumers.add_metric(proto, sum(len(ch.consumers) for ch in channels))
         yield from (publishers, consumers)
         for name, attr, doc in (
-                ("delivered", "delivered", "Total number of messages delivered to consumers"),
-                ("delivered_consume_manual_ack", "consume_manual_ack", "Total number of messages delivered to "
-                 "consumers using basic.consume with manual acknowledgment"),
-                ("delivered_consume_auto_ack", "consume_auto_ack", "Total number of messages delivered to "
-                 "consumers using basic.consume with automatic acknowledgment"),
-                ("delivered_get_manual_ack", "get_manual_ack", "Total number of messages delivered to consumers "
-                 "using basic.get with manual acknowledgment"),
-                ("delivered_get_auto_ack", "get_auto_ack", "Total number of messages delivered to consumers using "
-                 "basic.get with automatic acknowledgment"),
-                ("get_empty", "get_empty", "Total number of times basic.get operations fetched no message"),
-                ("redelivered", "redelivered", "Total number of messages redelivered to consumers"),
-                ("acknowledged", "acknowledged", "Total number of messages acknowledged by consumers")):
+                ("delivered", "delivered", "deliveries since start, consume and get"),
+                ("delivered_consume_manual_ack", "consume_manual_ack", "deliveries through basic.consume "
+                 "that await an ack"),
+                ("delivered_consume_auto_ack", "consume_auto_ack", "deliveries through basic.consume "
+                 "without acks"),
+                ("delivered_get_manual_ack", "get_manual_ack", "deliveries through basic.get "
+                 "that await an ack"),
+                ("delivered_get_auto_ack", "get_auto_ack", "deliveries through basic.get "
+                 "without acks"),
+                ("get_empty", "get_empty", "basic.get calls that found the queue empty"),
+                ("redelivered", "redelivered", "deliveries flagged redelivered"),
+                ("acknowledged", "acknowledged", "deliveries acknowledged by their consumers")):
             family = CounterMetricFamily(f"rabbitmq_global_messages_{name}_total", doc,
                                          labels=["protocol", "queue_type"])
             for queue_type, counts in BY_QUEUE_TYPE.items():
@@ -184,15 +184,15 @@ class RabbitCollector:
 
     def _queues(self, b):
         labels = ["vhost", "queue"] if self.per_object else []
-        ready = GaugeMetricFamily("rabbitmq_queue_messages_ready", "Messages ready to be delivered to consumers",
+        ready = GaugeMetricFamily("rabbitmq_queue_messages_ready", "messages waiting for a consumer",
                                   labels=labels)
         unacked = GaugeMetricFamily("rabbitmq_queue_messages_unacked",
-                                    "Messages delivered to consumers but not yet acknowledged", labels=labels)
-        depth = GaugeMetricFamily("rabbitmq_queue_messages", "Sum of ready and unacknowledged messages - total queue "
-                                                             "depth", labels=labels)
-        consumers = GaugeMetricFamily("rabbitmq_queue_consumers", "Consumers on a queue", labels=labels)
+                                    "messages delivered and not yet acknowledged", labels=labels)
+        depth = GaugeMetricFamily("rabbitmq_queue_messages", "messages in the queue, waiting or "
+                                                             "unacknowledged", labels=labels)
+        consumers = GaugeMetricFamily("rabbitmq_queue_consumers", "consumers subscribed to the queue", labels=labels)
         published = CounterMetricFamily("rabbitmq_queue_messages_published_total",
-                                        "Total number of messages published to queues", labels=labels)
+                                        "messages appended to the queue since start", labels=labels)
         families = (ready, unacked, depth, consumers, published)
         sums = [0] * len(families)
         for row in queue_rows(b):
