@@ -34,6 +34,34 @@ _SPEC: dict[str, tuple[str, type, object, int | None]] = {
     "compression.type": ("compression_type", str, "producer", None),
 }
 
+# Kafka's other topic configs: checked and kept (DescribeConfigs shows them), not acted on here.
+# key -> (type, default, minimum); "list" is a comma-separated list (APPEND/SUBTRACT apply).
+_ACCEPTED: dict[str, tuple[str, object, float | None]] = {
+    "file.delete.delay.ms": ("long", 60000, 0),
+    "follower.replication.throttled.replicas": ("list", "", None),
+    "leader.replication.throttled.replicas": ("list", "", None),
+    "local.retention.bytes": ("long", -2, -2),
+    "local.retention.ms": ("long", -2, -2),
+    "max.compaction.lag.ms": ("long", _MAX_LONG, 1),
+    "min.cleanable.dirty.ratio": ("double", 0.5, 0.0),
+    "min.compaction.lag.ms": ("long", 0, 0),
+    "message.timestamp.after.max.ms": ("long", _MAX_LONG, 0),
+    "message.timestamp.before.max.ms": ("long", _MAX_LONG, 0),
+    "message.timestamp.difference.max.ms": ("long", _MAX_LONG, 0),
+    "message.downconversion.enable": ("bool", True, None),
+    "preallocate": ("bool", False, None),
+    "remote.storage.enable": ("bool", False, None),
+    "remote.log.copy.disable": ("bool", False, None),
+    "remote.log.delete.on.disable": ("bool", False, None),
+    "segment.index.bytes": ("int", 10485760, 4),
+    "segment.jitter.ms": ("long", 0, 0),
+    "compression.gzip.level": ("int", -1, -1),
+    "compression.lz4.level": ("int", 9, 1),
+    "compression.zstd.level": ("int", 3, -131072),
+}
+LIST_CONFIGS = frozenset({"cleanup.policy", "follower.replication.throttled.replicas",
+                          "leader.replication.throttled.replicas"})
+
 _CHOICES = {
     "cleanup.policy": {"delete", "compact", "compact,delete", "delete,compact"},
     "message.timestamp.type": {"CreateTime", "LogAppendTime"},
@@ -78,15 +106,19 @@ class TopicConfig:
             if raw is None:
                 continue
             attr, value = parse_config(key, raw)
-            values[attr] = value
+            if attr is not None:
+                values[attr] = value
         return cls(**values)
 
 
-def parse_config(key: str, raw: str) -> tuple[str, object]:
-    """Parse one ``key=value``; raise InvalidConfigError naming the key and the accepted values."""
+def parse_config(key: str, raw: str) -> tuple[str | None, object]:
+    """Parse one ``key=value``; raise InvalidConfigError naming the key and the accepted values.
+    A config this broker keeps but does not act on comes back with attribute None."""
     spec = _SPEC.get(key)
     if spec is None:
-        raise InvalidConfigError(f"unknown topic config {key!r}; known keys: {', '.join(sorted(_SPEC))}")
+        if key in _ACCEPTED:
+            return None, _parse_accepted(key, raw)
+        raise InvalidConfigError(f"unknown topic config {key!r}; known keys: {', '.join(sorted({*_SPEC, *_ACCEPTED}))}")
     attr, typ, _default, minimum = spec
     text = str(raw).strip()
     if typ is bool:
@@ -106,6 +138,26 @@ def parse_config(key: str, raw: str) -> tuple[str, object]:
     return attr, text.replace("delete,compact", "compact,delete")
 
 
+def _parse_accepted(key: str, raw: str) -> object:
+    kind, _default, minimum = _ACCEPTED[key]
+    text = str(raw).strip()
+    if kind == "bool":
+        if text.lower() not in ("true", "false"):
+            raise InvalidConfigError(f"config {key} must be true or false, not {raw!r}")
+        return text.lower() == "true"
+    if kind == "list":
+        return text
+    try:
+        value = float(text) if kind == "double" else int(text)
+    except ValueError:
+        raise InvalidConfigError(f"config {key} must be {'a number' if kind == 'double' else 'an integer'}, "
+                                 f"not {raw!r}") from None
+    top = 1.0 if kind == "double" else (2**31 - 1 if kind == "int" else _MAX_LONG)
+    if minimum is not None and value < minimum or value > top:
+        raise InvalidConfigError(f"config {key}={value} is out of range ({minimum}..{top})")
+    return value
+
+
 def validate_configs(configs: Mapping[str, str | None]) -> dict[str, str]:
     """Check every entry and return them as a plain dict of strings (None entries dropped)."""
     out = {}
@@ -122,6 +174,8 @@ def default_configs() -> dict[str, str]:
     out = {}
     for key, (_attr, typ, default, _min) in _SPEC.items():
         out[key] = str(default).lower() if typ is bool else str(default)
+    for key, (kind, default, _min) in _ACCEPTED.items():
+        out[key] = str(default).lower() if kind == "bool" else str(default)
     return out
 
 

@@ -125,6 +125,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("max_connections_per_user", _int_at_least(0), 0, "N",
            "connections one user may hold (AMQP at connection.open, Kafka at SASL login); 0: no limit"),
     Option("channel_max", _int_at_least(1), 2047, "N", "AMQP channels per connection (offered in connection.tune)"),
+    Option("group_min_session_timeout_ms", _int_at_least(1), 6000, "MS",
+           "Kafka: the shortest session.timeout.ms a group member may ask for (INVALID_SESSION_TIMEOUT below)"),
+    Option("group_max_session_timeout_ms", _int_at_least(1), 1800000, "MS",
+           "Kafka: the longest session.timeout.ms a group member may ask for"),
     Option("consumer_timeout_ms", _int_at_least(0), 1800000, "MS",
            "AMQP: close a channel whose delivery stays unacknowledged this long (406; RabbitMQ's "
            "consumer_timeout; 0: never; a queue's x-consumer-timeout wins)"),
@@ -216,6 +220,8 @@ class Settings:
     max_connections: int
     max_connections_per_user: int
     channel_max: int
+    group_min_session_timeout_ms: int
+    group_max_session_timeout_ms: int
     consumer_timeout_ms: int
     delayed_messages_max: int
     definitions: Path | None

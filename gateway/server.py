@@ -162,7 +162,8 @@ class Broker:
         # cluster mode: producer ids are unique across brokers (node id + a multiple of MAX_NODES)
         producers = ProducerStates(self.data_dir, node_id=self.settings.node_id,
                                    stride=MAX_NODES if self.cluster is not None else 1)
-        groups = GroupCoordinator(self.logs)
+        groups = GroupCoordinator(self.logs, min_session_timeout_ms=self.settings.group_min_session_timeout_ms,
+                                  max_session_timeout_ms=self.settings.group_max_session_timeout_ms)
         transactions = TransactionCoordinator(self.logs, producers, groups.offsets)
         self.kafka = KafkaContext(
             logs=self.logs, producers=producers, groups=groups, transactions=transactions,

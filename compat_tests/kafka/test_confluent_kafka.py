@@ -224,6 +224,37 @@ def test_admin_describe_configs(bootstrap, topic_name):
     assert int(configs["max.message.bytes"].value) > 0
 
 
+def test_admin_takes_every_kafka_topic_config_and_list_operations(bootstrap, topic_name):
+    """Valid Kafka topic configs this broker does not act on are kept, not refused; APPEND and
+    SUBTRACT work on list configs from their current (or default) value, and only on those."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry
+    create_topic(bootstrap, topic_name, config={"file.delete.delay.ms": "30000", "min.cleanable.dirty.ratio": "0.3",
+                                                "preallocate": "true"})
+    admin = make_admin(bootstrap)
+    res = ConfigResource(ResourceType.TOPIC, topic_name)
+    configs = admin.describe_configs([res])[res].result(30)
+    assert configs["file.delete.delay.ms"].value == "30000" and configs["min.cleanable.dirty.ratio"].value == "0.3"
+    assert configs["segment.index.bytes"].value == "10485760"  # a default, shown
+    append = ConfigResource(ResourceType.TOPIC, topic_name, incremental_configs=[
+        ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.APPEND)])
+    admin.incremental_alter_configs([append])[append].result(30)
+    assert admin.describe_configs([res])[res].result(30)["cleanup.policy"].value == "delete,compact"
+    subtract = ConfigResource(ResourceType.TOPIC, topic_name, incremental_configs=[
+        ConfigEntry("cleanup.policy", "delete", incremental_operation=AlterConfigOpType.SUBTRACT)])
+    admin.incremental_alter_configs([subtract])[subtract].result(30)
+    assert admin.describe_configs([res])[res].result(30)["cleanup.policy"].value == "compact"
+    wrong = ConfigResource(ResourceType.TOPIC, topic_name, incremental_configs=[
+        ConfigEntry("retention.ms", "5", incremental_operation=AlterConfigOpType.APPEND)])
+    with pytest.raises(KafkaException) as info:
+        admin.incremental_alter_configs([wrong])[wrong].result(30)
+    assert info.value.args[0].code() == KafkaError.INVALID_CONFIG
+    bad = ConfigResource(ResourceType.TOPIC, topic_name, incremental_configs=[
+        ConfigEntry("min.cleanable.dirty.ratio", "1.5", incremental_operation=AlterConfigOpType.SET)])
+    with pytest.raises(KafkaException) as info:
+        admin.incremental_alter_configs([bad])[bad].result(30)
+    assert info.value.args[0].code() == KafkaError.INVALID_CONFIG
+
+
 def test_admin_delete_records_moves_low_watermark(bootstrap, topic_name):
     create_topic(bootstrap, topic_name)
     producer = make_producer(bootstrap)

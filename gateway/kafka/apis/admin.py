@@ -5,7 +5,7 @@ import logging
 
 from kio.schema.errors import ErrorCode
 
-from core.config import default_configs, validate_configs
+from core.config import LIST_CONFIGS, default_configs, validate_configs
 from core.errors import (InvalidConfigError, InvalidPartitionsError, InvalidReplicationFactorError, InvalidTopicError,
                          LogError, TopicExistsError, UnknownTopicError)
 from core.metadata import check_topic_name
@@ -125,9 +125,20 @@ def create_partitions(ctx, conn, h, req):
 
 
 def _broker_configs(ctx) -> dict[str, str]:
+    """The broker keys clients and tools read (Kafka's names), from this broker's settings."""
+    me = next((b for b in broker_list(ctx) if b["node_id"] == ctx.node_id), None)
+    advertised = f"PLAINTEXT://{me['host']}:{me['port']}" if me is not None else ""
+    groups = ctx.groups
+    replication = str(ctx.cluster.store.default_replication_factor) if ctx.cluster is not None else "1"
     return {"auto.create.topics.enable": str(ctx.auto_create_topics).lower(), "num.partitions": str(ctx.num_partitions),
             "socket.request.max.bytes": str(ctx.max_request_bytes), "broker.id": str(ctx.node_id),
-            "default.replication.factor": "1", "offsets.topic.replication.factor": "1"}
+            "node.id": str(ctx.node_id), "default.replication.factor": replication,
+            "offsets.topic.replication.factor": replication, "advertised.listeners": advertised,
+            "listeners": advertised, "group.min.session.timeout.ms": str(groups.min_session_timeout_ms),
+            "group.max.session.timeout.ms": str(groups.max_session_timeout_ms),
+            "group.initial.rebalance.delay.ms": str(groups.initial_rebalance_delay_ms),
+            "message.max.bytes": default_configs()["max.message.bytes"],
+            "log.retention.ms": default_configs()["retention.ms"]}
 
 
 @handles(32)
@@ -200,8 +211,14 @@ def incremental_alter_configs(ctx, conn, h, req):
                     out[c.name] = c.value
                 elif c.config_operation == DELETE:
                     out[c.name] = None
-                else:  # APPEND/SUBTRACT apply to list configs: cleanup.policy is the one we have
-                    items = [x for x in (current.get(c.name) or "").split(",") if x]
+                else:  # APPEND/SUBTRACT: list configs only, starting from the current value or the default
+                    if c.name not in LIST_CONFIGS:
+                        raise InvalidConfigError(f"Config value append is not allowed for config key: {c.name}"
+                                                 if c.config_operation == APPEND else
+                                                 f"Config value subtract is not allowed for config key: {c.name}")
+                    base = current.get(c.name)
+                    base = default_configs().get(c.name, "") if base is None else base
+                    items = [x for x in base.split(",") if x]
                     value = [x for x in (c.value or "").split(",") if x]
                     items = items + [x for x in value if x not in items] if c.config_operation == APPEND \
                         else [x for x in items if x not in value]
