@@ -140,5 +140,5 @@ def test_counts_survive_a_restart(amqp_broker):
     method, props, _ = _get(ch, q)
     assert props.headers["x-delivery-count"] == 3
     ch.basic_reject(method.delivery_tag, requeue=True)
-    assert _get(ch, dq)[2] == b"survivor"
+    assert _get(ch, dq, tries=400)[2] == b"survivor"  # RabbitMQ dead-letters asynchronously: give it time
     conn.close()

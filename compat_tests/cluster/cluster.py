@@ -30,10 +30,19 @@ LAG_MS = 3000  # --replica-lag-time-max-ms for every test broker: ISR changes wi
 _live: set["ClusterBroker"] = set()
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port free now and not handed out before in this run: brokers pick theirs up front and
+    bind later, so the OS may offer one port twice meanwhile (seen: two brokers given one port)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 class ClusterBroker:
