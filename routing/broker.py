@@ -283,15 +283,21 @@ class Router:
         for vhost in self.vhosts.values():
             for delay_log in list(vhost.delay_logs.values()):
                 for record in delay_log.take_due(now_ms):
-                    _, routing_key, properties_raw = mapping.amqp_from_record(record)
-                    try:
-                        queues = vhost.route(delay_log.name, routing_key, message_fields.headers_table(properties_raw))
-                    except Exception:  # the exchange went away meanwhile
+                    if not self._route_stored(vhost, delay_log.name, record):
                         break
-                    for queue in queues:
-                        self.stage_record(queue, Record(0, record.timestamp, record.key, record.value, record.headers))
                     released += 1
         return released
+
+    def _route_stored(self, vhost: VirtualHost, exchange: str, record: Record) -> bool:
+        """Publish a stored record (AMQP form) through ``exchange``; False if the exchange is gone."""
+        _, routing_key, properties_raw = mapping.amqp_from_record(record)
+        try:
+            queues = vhost.route(exchange, routing_key, message_fields.headers_table(properties_raw))
+        except Exception:  # the exchange went away meanwhile
+            return False
+        for queue in queues:
+            self.stage_record(queue, Record(0, record.timestamp, record.key, record.value, record.headers))
+        return True
 
     @staticmethod
     def _admitted(vhost: VirtualHost, exchange: str | None, dedup: Deduplicator, properties_raw: bytes,
@@ -393,14 +399,8 @@ class Router:
         for vhost in self.vhosts.values():
             for xlog in list(vhost.exchange_logs.values()):
                 for record in xlog.foreign_records():
-                    _, routing_key, properties_raw = mapping.amqp_from_record(record)
-                    try:
-                        queues = vhost.route(xlog.name, routing_key, message_fields.headers_table(properties_raw))
-                    except Exception:  # the exchange went away meanwhile
+                    if not self._route_stored(vhost, xlog.name, record):
                         break
-                    for queue in queues:
-                        self.stage_record(queue, Record(0, record.timestamp, record.key, record.value,
-                                                        record.headers))
 
     def tick(self) -> None:
         """Periodic: expire messages at queue heads, drop unused queues (x-expires)."""
