@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import resource
 from pathlib import Path
 
 from gateway.logs import fields
@@ -23,6 +24,19 @@ FULL_CLEAR_BYTES = 16 << 20
 def resident_bytes() -> int:
     with open("/proc/self/statm") as fh:
         return int(fh.read().split()[1]) * _PAGE
+
+
+def open_fds() -> int:
+    """File descriptors the process holds open now."""
+    try:
+        return len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return 0
+
+
+def fd_limit() -> int:
+    """The process's soft limit on open file descriptors."""
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
 def total_memory_bytes() -> int:

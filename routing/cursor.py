@@ -107,9 +107,13 @@ class QueueCursor:
 
     def release_owner(self, owner: Hashable) -> list[int]:
         """Return every delivery of ``owner`` (a closed channel) to the queue; returns them sorted."""
-        mine = sorted(o for o, who in self.unacked.items() if who == owner)
+        mine = self.owned_by(owner)
         self.requeue(mine)
         return mine
+
+    def owned_by(self, owner: Hashable) -> list[int]:
+        """The offsets delivered to ``owner`` and not yet settled, sorted."""
+        return sorted(o for o, who in self.unacked.items() if who == owner)
 
     def settle(self, offsets: Iterable[int]) -> None:
         for offset in offsets:

@@ -481,7 +481,7 @@ class Queue:
         """A channel closed: its unacked deliveries go back to the queue, in offset order."""
         if self.is_stream:
             return []
-        mine = sorted(o for o, who in self.cursor.unacked.items() if who == owner)
+        mine = self.cursor.owned_by(owner)
         self._return(mine)
         return mine
 

@@ -7,11 +7,11 @@ does, so that load balancers and Kubernetes probes written for RabbitMQ read it 
 from __future__ import annotations
 
 import os
-import resource
 import time
 from typing import Callable
 
-from gateway.alarms import resident_bytes
+from gateway.alarms import fd_limit, open_fds, resident_bytes
+from gateway.management import views
 from gateway.management.errors import bad, not_found
 from wire.amqp.encoding import encode_properties
 
@@ -65,7 +65,7 @@ class NodeApi:
 
     # --- nodes ------------------------------------------------------------------------
     def _name(self, node_id: int) -> str:
-        return f"gateway@{node_id}"
+        return views.node_name(node_id)
 
     def nodes(self) -> list[dict]:
         own = self._local()
@@ -82,14 +82,14 @@ class NodeApi:
         alarms = self.broker.amqp.alarms
         active = alarms.active if alarms is not None else frozenset()
         stat = os.statvfs(self.broker.data_dir)
-        soft_fds = _fd_limit()
+        soft_fds = fd_limit()
         return {
             "name": self._name(self.broker.settings.node_id), "type": "disc", "running": True,
             "os_pid": str(os.getpid()), "uptime": int((time.monotonic() - self.broker.started_at) * 1000),
             "mem_used": resident_bytes(), "mem_limit": alarms.memory_limit if alarms is not None else 0,
             "mem_alarm": "memory" in active, "disk_free": stat.f_bavail * stat.f_frsize,
             "disk_free_limit": alarms.disk_free_limit if alarms is not None else 0, "disk_free_alarm": "disk" in active,
-            "fd_used": _fds_open(), "fd_total": soft_fds, "sockets_used": len(self.broker.amqp.connections) +
+            "fd_used": open_fds(), "fd_total": soft_fds, "sockets_used": len(self.broker.amqp.connections) +
             len(getattr(self.broker.kafka, "connections", ())), "sockets_total": soft_fds,
             "proc_used": 1, "proc_total": 1, "run_queue": 0, "processors": os.cpu_count() or 1,
             "rates_mode": "basic", "partitions": [], "being_drained": False, "enabled_plugins": [],
@@ -182,15 +182,3 @@ class NodeApi:
         oauth = getattr(self.broker, "oauth", None)
         return {"oauth_enabled": oauth is not None, "enable_uaa": False, "uaa_client_id": "", "uaa_location": "",
                 "oauth_client_id": "", "oauth_provider_url": ""}
-
-
-def _fd_limit() -> int:
-    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-
-
-def _fds_open() -> int:
-    try:
-        return len(os.listdir("/proc/self/fd"))
-    except OSError:
-        return 0
-

@@ -20,20 +20,21 @@ from __future__ import annotations
 
 import os
 import platform
-import resource
 from importlib import metadata
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from gateway.alarms import resident_bytes
+from gateway.alarms import fd_limit, open_fds, resident_bytes
 from gateway.amqp.counters import AMQP, BY_QUEUE_TYPE, RABBIT_QUEUE_TYPES
+from gateway.amqp.service import broker_version
+from gateway.management import views
 
 PROTOCOL = "amqp091"  # the only AMQP version this broker speaks
 
 
 def node_name(broker) -> str:
     """The node name, as the management API's ``node`` field shows it."""
-    return f"gateway@{broker.settings.node_id}"
+    return views.node_name(broker.settings.node_id)
 
 
 def _version(package: str) -> str:
@@ -83,7 +84,7 @@ class RabbitCollector:
         info = GaugeMetricFamily("rabbitmq_build_info", "versions of this broker and of its Python",
                                  labels=["rabbitmq_version", "prometheus_plugin_version", "prometheus_client_version",
                                          "product_name", "product_version", "python_version"])
-        version = _version("gateway-broker")
+        version = broker_version()
         info.add_metric([version, version, _version("prometheus_client"), "gateway", version,
                          platform.python_version()], 1)
         return info
@@ -92,8 +93,7 @@ class RabbitCollector:
     def _resources(b):
         alarms = b.amqp.alarms
         active = alarms.active if alarms is not None else frozenset()
-        open_fds = len(os.listdir("/proc/self/fd"))
-        max_fds = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        fds, max_fds = open_fds(), fd_limit()
         stat = os.statvfs(b.data_dir)
         yield _gauge("rabbitmq_alarms_memory_used_watermark", "1 while the memory alarm blocks publishers",
                      int("memory" in active))
@@ -101,7 +101,7 @@ class RabbitCollector:
                      int("disk" in active))
         # No separate file descriptor alarm here: it is on when the descriptors are all in use.
         yield _gauge("rabbitmq_alarms_file_descriptor_limit", "1 when every allowed file descriptor is in use",
-                     int(open_fds >= max_fds))
+                     int(fds >= max_fds))
         yield _gauge("rabbitmq_process_resident_memory_bytes", "resident memory of the broker process, bytes", resident_bytes())
         yield _gauge("rabbitmq_resident_memory_limit_bytes", "resident memory at which the memory alarm goes on, bytes",
                      alarms.memory_limit if alarms is not None else 0)
@@ -109,7 +109,7 @@ class RabbitCollector:
                      stat.f_bavail * stat.f_frsize)
         yield _gauge("rabbitmq_disk_space_available_limit_bytes", "free bytes below which the disk alarm goes on",
                      alarms.disk_free_limit if alarms is not None else 0)
-        yield _gauge("rabbitmq_process_open_fds", "file descriptors the broker holds open", open_fds)
+        yield _gauge("rabbitmq_process_open_fds", "file descriptors the broker holds open", fds)
         yield _gauge("rabbitmq_process_max_fds", "the broker's soft limit on open file descriptors", max_fds)
         yield _gauge("rabbitmq_process_open_tcp_sockets", "client connections open, AMQP and Kafka",
                      len(b.amqp.connections) + len(b.kafka.connections))

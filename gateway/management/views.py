@@ -18,8 +18,13 @@ from core.offsets import OFFSETS_TOPIC
 from core.transactions import TXN_TOPIC
 
 
+def node_name(node_id: int) -> str:
+    """A broker's name as the management API and the metrics show it (RabbitMQ's ``node``)."""
+    return f"gateway@{node_id}"
+
+
 def _node(broker) -> str:
-    return f"gateway@{broker.settings.node_id}"
+    return node_name(broker.settings.node_id)
 
 
 # --- AMQP ---------------------------------------------------------------------------------
