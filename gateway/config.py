@@ -100,6 +100,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("amqp_listen", parse_host_port, "127.0.0.1:5672", "HOST:PORT", "AMQP 0-9-1 listener"),
     Option("http_listen", parse_host_port, "127.0.0.1:15672", "HOST:PORT",
            "HTTP listener: /healthz, management API /api/, /metrics, dashboard"),
+    Option("stream_listen", parse_host_port, "127.0.0.1:5552", "HOST:PORT", "RabbitMQ stream protocol listener"),
     Option("node_id", _int_at_least(0), 0, "N", "this broker's id"),
     Option("log_level", _choice("debug", "info", "warning", "error"), "info", "LEVEL",
            "debug, info, warning or error"),
@@ -143,6 +144,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("kafka_tls_listen", _optional_host_port, "", "HOST:PORT",
            "Kafka listener over TLS (security.protocol SSL and SASL_SSL); off unless set"),
     Option("amqp_tls_listen", _optional_host_port, "", "HOST:PORT", "AMQP 0-9-1 over TLS (amqps); off unless set"),
+    Option("stream_tls_listen", _optional_host_port, "", "HOST:PORT",
+           "RabbitMQ stream protocol over TLS (rabbitmq-stream+tls); off unless set"),
     Option("tls_cert", _optional_path, "", "FILE", "PEM certificate (and chain) of the TLS listeners"),
     Option("tls_key", _optional_path, "", "FILE", "PEM private key of --tls-cert"),
     Option("tls_client_ca", _optional_path, "", "FILE",
@@ -206,6 +209,7 @@ class Settings:
     kafka_listen: HostPort
     amqp_listen: HostPort
     http_listen: HostPort
+    stream_listen: HostPort
     node_id: int
     log_level: str
     log_format: str
@@ -229,6 +233,7 @@ class Settings:
     kafka_throttle_ms: int
     kafka_tls_listen: HostPort | None
     amqp_tls_listen: HostPort | None
+    stream_tls_listen: HostPort | None
     tls_cert: Path | None
     tls_key: Path | None
     tls_client_ca: Path | None
@@ -253,8 +258,9 @@ class Settings:
 
     @property
     def listeners(self) -> dict[str, HostPort]:
-        out = {"kafka": self.kafka_listen, "amqp": self.amqp_listen, "http": self.http_listen}
-        for name in ("kafka_tls", "amqp_tls"):
+        out = {"kafka": self.kafka_listen, "amqp": self.amqp_listen, "http": self.http_listen,
+               "stream": self.stream_listen}
+        for name in ("kafka_tls", "amqp_tls", "stream_tls"):
             if getattr(self, f"{name}_listen") is not None:
                 out[name] = getattr(self, f"{name}_listen")
         return out
@@ -301,8 +307,10 @@ def load_settings(cli: Mapping[str, Any], environ: Mapping[str, str], config_fil
             values[option.name] = option.parse(raw)
         except (ValueError, TypeError) as exc:
             raise ConfigError(f"{source}: {exc}") from None
-    if (values["kafka_tls_listen"] or values["amqp_tls_listen"]) and not (values["tls_cert"] and values["tls_key"]):
-        raise ConfigError("a TLS listener (--kafka-tls-listen, --amqp-tls-listen) needs --tls-cert and --tls-key")
+    if (values["kafka_tls_listen"] or values["amqp_tls_listen"] or values["stream_tls_listen"]) and \
+            not (values["tls_cert"] and values["tls_key"]):
+        raise ConfigError("a TLS listener (--kafka-tls-listen, --amqp-tls-listen, --stream-tls-listen) needs "
+                          "--tls-cert and --tls-key")
     if values["zookeeper"] and values["node_id"] >= 1024:
         raise ConfigError(f"--node-id {values['node_id']}: in cluster mode (--zookeeper) node ids must be below 1024 "
                           "(producer ids are made unique across brokers with them)")

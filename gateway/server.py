@@ -44,6 +44,8 @@ from gateway import http
 from gateway.alarms import Alarms
 from gateway.amqp.connection import AmqpFactory
 from gateway.amqp.service import AmqpService
+from gateway.stream.connection import StreamFactory
+from gateway.stream.service import StreamService
 from gateway.cluster.amqp_home import AmqpHome
 from gateway.cluster.node import ClusterNode
 from gateway.config import HostPort, Settings
@@ -118,6 +120,7 @@ class Broker:
         self._flush_again = False
         self.kafka: KafkaContext | None = None
         self.amqp: AmqpService | None = None
+        self.streams: StreamService | None = None
         self._starting: defer.Deferred | None = None
         self.management_history = history.History(self)
         self.users: UserStore | None = None
@@ -179,6 +182,8 @@ class Broker:
         self.amqp = AmqpService(router, self.reactor, self.request_flush, alarms,
                                 users=self.users)
         self.amqp.oauth = self.oauth
+        self.streams = StreamService(self.amqp, groups.offsets, self.reactor, self._stream_advertised,
+                                     self.request_flush)
         self.kafka.topic_deleted = lambda name: self.amqp.router.topic_deleted(name)
         self.kafka.storage_failed = self.amqp.storage_failed
         if self.cluster is not None:
@@ -192,6 +197,8 @@ class Broker:
             "kafka_tls": _Gate(KafkaFactory(self.kafka, advertised=lambda: self._kafka_advertised("kafka_tls"),
                                             require_auth=self.settings.kafka_require_auth), lambda: self.ready),
             "amqp_tls": _Gate(self._amqp_factory(), lambda: self.ready),
+            "stream": _Gate(StreamFactory(self.streams), lambda: self.ready),
+            "stream_tls": _Gate(StreamFactory(self.streams), lambda: self.ready),
         }
         for factory in factories.values():
             getattr(factory, "factory", factory).noisy = False
@@ -284,6 +291,14 @@ class Broker:
             cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
             write_atomic(path, cluster_id.encode())
             return cluster_id
+
+    def _stream_advertised(self) -> tuple[str, int]:
+        """Host and port stream clients are told (Open's advertised_host/port, Metadata's broker)."""
+        port = self.ports.get("stream")
+        if port is None:
+            return "localhost", 5552
+        host = port.getHost()
+        return ("localhost" if host.host in ("0.0.0.0", "::") else host.host), host.port
 
     def _kafka_advertised(self, listener: str = "kafka") -> tuple[str, int]:
         given = self.settings.kafka_advertised
@@ -430,6 +445,7 @@ class Broker:
         if self.kafka is not None:
             self.kafka.accepting = False
         if self.amqp is not None and self._logs_open:
+            self.streams.stop()
             self.amqp.stop()
         yield self._close_ports()
         for loop in self._loops:

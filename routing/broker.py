@@ -33,7 +33,7 @@ from routing import amqp_properties, mapping, message_fields
 from routing.dedup import Deduplicator, recent_records
 from routing.delayed import DelayLog, delay_of
 from routing.errors import FRAME_ERROR, NOT_ALLOWED, PRECONDITION_FAILED, ChannelError, ConnectionError
-from routing.queue import Queue
+from routing.queue import Queue, position_key
 from routing.state import FileState, LogState
 from routing.vhost import VirtualHost
 from wire.records import Record, batch_of_tails, record_tail
@@ -188,11 +188,11 @@ class Router:
                 floors[delay_log.topic] = {"delayed": delay_log.state()}
             for queue in vhost.queues.values():
                 if queue.durable:
-                    floors[queue.topic] = {"floor": queue.ack_floor}
+                    floor = floors[position_key(queue.topic, queue.partition)] = {"floor": queue.ack_floor}
                     if queue.delivery_counts:
-                        floors[queue.topic]["deliveries"] = queue.delivery_counts_json()
+                        floor["deliveries"] = queue.delivery_counts_json()
                     if clean_stop:
-                        floors[queue.topic]["delivered"] = queue.delivered_bound
+                        floor["delivered"] = queue.delivered_bound
         if floors != self._floors_written:
             self.state.write("ack-floors", floors)
             self._floors_written = floors
@@ -332,6 +332,11 @@ class Router:
 
     def stage_record(self, queue: Queue, record: Record) -> None:
         self._stage(queue, record, record.timestamp, record_tail(record.key, record.value, record.headers), None,
+                    len(record.value or b""))
+
+    def stage_stored(self, queue: Queue, record: Record, publish: Publish | None) -> None:
+        """Stage a record made elsewhere (a stream-protocol publish) on a queue, with its confirm."""
+        self._stage(queue, record, record.timestamp, record_tail(record.key, record.value, record.headers), publish,
                     len(record.value or b""))
 
     def commit(self) -> list[Queue]:

@@ -125,7 +125,14 @@ class QueueArguments:
         self.consumer_timeout = _int_arg(args, "x-consumer-timeout", queue, vhost, minimum=1)  # ms, RabbitMQ 3.12+
 
 
+def position_key(topic: str, partition: int) -> str:
+    """The key of a queue's saved position (ack floor...): its topic, with the partition of a
+    super stream's partition stream (those share one topic)."""
+    return topic if partition == 0 else f"{topic}#{partition}"
+
+
 class Queue:
+    partition = 0  # the partition of ``topic`` that holds it: 0 but for a super stream's partition streams
     def __init__(self, vhost: str, name: str, topic: str, plog: PartitionLog | None, *, durable: bool,
                  exclusive_owner, auto_delete: bool, arguments: dict[str, Any], ack_floor: int = 0,
                  delivered_bound: int | None = None, clock: Callable[[], float] = time.time,
@@ -312,6 +319,10 @@ class Queue:
         end = self.plog.next_offset
         delivered = 0
         for consumer in list(self.consumers):
+            pull = getattr(consumer, "pull", None)
+            if pull is not None:  # a stream-protocol subscription reads whole chunks itself
+                delivered += pull(self)
+                continue
             position = consumer.stream_position
             while position < end and consumer.has_credit():
                 if position < self.plog.log_start_offset:

@@ -25,7 +25,7 @@ from routing.dedup import Deduplicator
 from routing.delayed import DELAYED_TYPE, DelayLog
 from routing.exchange_log import ExchangeLog
 from routing.exchanges import EXCHANGE_TYPES, Exchange, route_through
-from routing.queue import Queue
+from routing.queue import Queue, position_key
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +98,9 @@ class VirtualHost:
         self.operator_policies: dict[str, dict] = {}  # the same shape; kept and listed, as RabbitMQ's
         self.limits: dict[str, int] = {}  # "max-connections", "max-queues" (RabbitMQ's vhost limits)
         self.metadata: dict[str, Any] = {}  # description, tags, default_queue_type (RabbitMQ's vhost metadata)
+        # super streams (routing.super_streams): name -> its partition streams, in partition order;
+        # partition stream i is a stream queue over partition i of the super stream's topic
+        self.super_streams: dict[str, list[str]] = {}
         for exchange_name, type_name in DEFAULT_EXCHANGES:
             self.exchanges[exchange_name] = EXCHANGE_TYPES[type_name](exchange_name, durable=True)
 
@@ -262,7 +265,7 @@ class VirtualHost:
                 raise ChannelError(PRECONDITION_FAILED, f"invalid property '{what}' for queue '{name}' in vhost "
                                                         f"'{self.name}'")
         try:
-            topic = queue_topic(self.name, name)
+            topic, partition = self.backing(name)
         except InvalidTopicError as exc:
             raise ChannelError(PRECONDITION_FAILED, str(exc)) from None
         for xlog in self.exchange_logs.values():
@@ -271,15 +274,27 @@ class VirtualHost:
                                                         f"'{self.name}': choose another queue name")
         queue = Queue(self.name, name, topic, None, durable=durable, exclusive_owner=owner if exclusive else None,
                       auto_delete=auto_delete, arguments=arguments, ack_floor=ack_floor)  # validates arguments
-        queue.attach(self._queue_log(topic, durable, _stream_configs(queue), arguments, name))
+        queue.partition = partition
+        queue.attach(self._queue_log(topic, durable, _stream_configs(queue), arguments, name, partition))
         self._install(queue)
         self.on_queue(queue, True)
         if durable:
             self.on_change()
         return queue
 
+    def backing(self, queue_name: str) -> tuple[str, int]:
+        """(topic, partition) that holds a queue: its own topic, or a super stream's partition."""
+        for super_name, partitions in self.super_streams.items():
+            if queue_name in partitions:
+                return queue_topic(self.name, super_name), partitions.index(queue_name)
+        return queue_topic(self.name, queue_name), 0
+
     def _queue_log(self, topic: str, durable: bool, extra: dict | None = None, arguments: dict | None = None,
-                   name: str | None = None):
+                   name: str | None = None, partition: int = 0):
+        if partition or (name is not None and any(name in p for p in self.super_streams.values())):
+            if not self.available(topic):  # a super stream's partition: its topic is made with all of them
+                raise UnknownTopicError(f"topic {topic!r} is led by another broker")
+            return self.logs.get_log(topic, partition)
         configs = {**(QUEUE_TOPIC_CONFIGS if durable else TRANSIENT_TOPIC_CONFIGS), **(extra or {})}
         existing = self.logs.store.get_topic(topic)
         if existing is not None and existing.partitions != 1:
@@ -386,7 +401,8 @@ class VirtualHost:
             if cancelled is not None:
                 cancelled(queue)
         try:
-            self.logs.delete_topic(queue.topic)
+            if not any(queue.name in p for p in self.super_streams.values()):  # the super stream owns that topic
+                self.logs.delete_topic(queue.topic)
         except Exception:  # already gone (a Kafka client deleted the topic): nothing left to remove
             pass
         self.on_queue(queue, False)
@@ -397,6 +413,9 @@ class VirtualHost:
         """The topic behind a queue or an exchange log was deleted (through Kafka)."""
         for queue in [q for q in self.queues.values() if q.topic == topic]:
             self._remove(queue)  # consumers get basic.cancel, bindings go
+        for name in [n for n in self.super_streams if queue_topic(self.name, n) == topic]:
+            del self.super_streams[name]
+            self.on_change()
         for name, xlog in list(self.exchange_logs.items()):
             if xlog.topic == topic:
                 xlog.deleted = True
@@ -406,6 +425,9 @@ class VirtualHost:
         """The vhost is being deleted: its queues and exchange logs go, with their topics."""
         for queue in list(self.queues.values()):
             self._remove(queue)
+        for name in self.super_streams:
+            if self.logs.store.get_topic(queue_topic(self.name, name)) is not None:
+                self.logs.delete_topic(queue_topic(self.name, name))
         for xlog in [*self.exchange_logs.values(), *self.delay_logs.values()]:
             xlog.deleted = True
             if self.logs.store.get_topic(xlog.topic) is not None:
@@ -456,7 +478,8 @@ class VirtualHost:
         policies = [{"name": name, **policy} for name, policy in sorted(self.policies.items())]
         operator = [{"name": name, **policy} for name, policy in sorted(self.operator_policies.items())]
         return {"exchanges": exchanges, "queues": queues, "bindings": bindings, "policies": policies,
-                "operator_policies": operator, "limits": dict(self.limits), "metadata": dict(self.metadata)}
+                "operator_policies": operator, "limits": dict(self.limits), "metadata": dict(self.metadata),
+                "super_streams": {k: list(v) for k, v in self.super_streams.items()}}
 
     def set_policy(self, name: str, pattern: str, definition: dict, priority: int = 0, apply_to: str = "all",
                    *, operator: bool = False) -> None:
@@ -519,15 +542,17 @@ class VirtualHost:
                     exchange.type_name = DELAYED_TYPE
                     topic = queue_topic(self.name, DELAY_LOG_PREFIX + e["name"])
                     self._open_delay_log(e["name"], positions.get(topic, {}).get("delayed"))
+        self.super_streams.update(definitions.get("super_streams", {}))
         for q in definitions.get("queues", ()):
-            topic = queue_topic(self.name, q["name"])
-            position = positions.get(topic, {})
+            topic, partition = self.backing(q["name"])
+            position = positions.get(position_key(topic, partition), {})
             queue = Queue(self.name, q["name"], topic, None, durable=True, exclusive_owner=None,
                           auto_delete=q["auto_delete"], arguments=q["arguments"],
                           ack_floor=position.get("floor", 0), delivered_bound=position.get("delivered"),
                           delivery_counts={int(o): n for o, n in position.get("deliveries", {}).items()})
+            queue.partition = partition
             try:
-                queue.attach(self._queue_log(topic, True, None, q["arguments"], q["name"]))
+                queue.attach(self._queue_log(topic, True, None, q["arguments"], q["name"], partition))
             except UnknownTopicError:  # cluster mode: its only replica is on a broker that is down
                 log.warning("queue %s in vhost %s is unavailable: none of its replicas is on this broker",
                             q["name"], self.name)

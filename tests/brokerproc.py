@@ -59,7 +59,7 @@ def spawn(data_dir: Path, *args: str, env: dict | None = None, ports: bool = Tru
     ``prefix`` runs it through a wrapper that execs it (``ip netns exec <ns>``)."""
     argv = [*(prefix or ()), sys.executable, "-m", "gateway", "serve", "--data-dir", str(data_dir)]
     if ports:
-        for name in ("kafka", "amqp", "http"):
+        for name in ("kafka", "amqp", "http", "stream"):
             if f"--{name}-listen" not in args:
                 argv += [f"--{name}-listen", "127.0.0.1:0"]
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}

@@ -1,0 +1,282 @@
+"""The stream protocol's commands on an open connection: streams, publishers, subscriptions.
+
+Mixed into :class:`gateway.stream.connection.StreamConnection`; each handler takes a decoded
+:class:`wire.stream_codec.Request`. Errors from the AMQP model (ChannelError) become the
+request's response code in the connection's frame loop.
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+from core.offsets import OffsetAndMetadata
+from gateway.logs import fields
+from gateway.stream.subscriptions import Subscription, start_offset
+from routing import stream_message, streams
+from routing.broker import Publish
+from routing.errors import ACCESS_REFUSED, ChannelError
+from wire import stream_codec as sc
+from wire.records import Record
+
+log = logging.getLogger(__name__)
+
+MAX_PUBLISHERS = MAX_SUBSCRIPTIONS = 256  # ids are one octet
+
+
+class StreamCommands:
+    # --- permissions ------------------------------------------------------------------------
+    def check(self, name: str, permission: str) -> None:
+        granted = self.permission(self.vhost.name)
+        if granted is None or not granted.allows(permission, name):
+            raise ChannelError(ACCESS_REFUSED, f"{permission} access to stream '{name}' in vhost '{self.vhost.name}' "
+                                               f"refused for user '{self.username}'")
+
+    # --- streams ----------------------------------------------------------------------------
+    def on_create(self, r) -> None:
+        self.check(r.stream, "configure")
+        if r.stream in self.vhost.queues:
+            self.write(sc.response(sc.CREATE, r.correlation_id, sc.STREAM_ALREADY_EXISTS))
+            return
+        streams.create(self.vhost, r.stream, r.arguments)
+        log.info("stream created", extra=fields(vhost=self.vhost.name, stream=r.stream, user=self.username))
+        self.write(sc.response(sc.CREATE, r.correlation_id))
+
+    def on_delete(self, r) -> None:
+        self.check(r.stream, "configure")
+        queue = streams.stream(self.vhost, r.stream)
+        self.service.writers.forget(queue)
+        streams.delete(self.vhost, r.stream)
+        self.write(sc.response(sc.DELETE, r.correlation_id))
+        self.service.stream_deleted(self.vhost.name, r.stream)
+
+    def on_create_super_stream(self, r) -> None:
+        self.check(r.super_stream, "configure")
+        if r.super_stream in self.vhost.super_streams:
+            self.write(sc.response(sc.CREATE_SUPER_STREAM, r.correlation_id, sc.STREAM_ALREADY_EXISTS))
+            return
+        streams.create_super(self.vhost, r.super_stream, r.partitions, r.binding_keys, r.arguments)
+        log.info("super stream created", extra=fields(vhost=self.vhost.name, super_stream=r.super_stream,
+                                                      partitions=len(r.partitions), user=self.username))
+        self.write(sc.response(sc.CREATE_SUPER_STREAM, r.correlation_id))
+
+    def on_delete_super_stream(self, r) -> None:
+        self.check(r.super_stream, "configure")
+        partitions = list(self.vhost.super_streams.get(r.super_stream, ()))
+        streams.delete_super(self.vhost, r.super_stream)
+        self.write(sc.response(sc.DELETE_SUPER_STREAM, r.correlation_id))
+        for name in partitions:
+            self.service.stream_deleted(self.vhost.name, name)
+
+    def on_metadata(self, r) -> None:
+        host, port = self.service.advertised()
+        out = []
+        for name in r.streams:
+            queue = self.vhost.queues.get(name or "")
+            if queue is not None and queue.is_stream:
+                out.append((name, sc.OK, 0, [0]))
+            else:
+                out.append((name, sc.STREAM_DOES_NOT_EXIST, 0xFFFF, []))
+        self.write(sc.encode_metadata(r.correlation_id, [(0, host, port)], out))
+
+    def on_route(self, r) -> None:
+        names = streams.route(self.vhost, r.super_stream, r.routing_key)
+        self.write(sc.encode_streams(sc.ROUTE, r.correlation_id, sc.OK, names))
+
+    def on_partitions(self, r) -> None:
+        names = streams.partitions(self.vhost, r.super_stream)
+        self.write(sc.encode_streams(sc.PARTITIONS, r.correlation_id, sc.OK, names))
+
+    def on_stream_stats(self, r) -> None:
+        queue = streams.stream(self.vhost, r.stream)
+        plog = queue.plog
+        stats = {"first_chunk_id": plog.log_start_offset if plog.high_watermark > plog.log_start_offset else -1,
+                 "committed_chunk_id": plog.high_watermark - 1 if plog.high_watermark > plog.log_start_offset else -1}
+        self.write(sc.encode_stream_stats(r.correlation_id, sc.OK, stats))
+
+    def on_exchange_command_versions(self, r) -> None:
+        for key, _, high in r.versions:
+            if key == sc.DELIVER:
+                self.deliver_version = min(high, sc.VERSIONS[sc.DELIVER][1])
+        self.write(sc.encode_command_versions(r.correlation_id))
+
+    # --- publishing ---------------------------------------------------------------------------
+    def on_declare_publisher(self, r) -> None:
+        if r.publisher_id in self.publishers:
+            raise ChannelError(406, f"publisher {r.publisher_id} is already declared on this connection")
+        queue = streams.stream(self.vhost, r.stream)
+        self.check(r.stream, "write")
+        reference = r.reference or None
+        if reference is not None and any(ref == reference and q is queue for q, ref in self.publishers.values()):
+            raise ChannelError(406, f"publisher name '{reference}' is already in use on stream '{r.stream}'")
+        self.publishers[r.publisher_id] = (queue, reference)
+        self.write(sc.response(sc.DECLARE_PUBLISHER, r.correlation_id))
+
+    def on_delete_publisher(self, r) -> None:
+        if self.publishers.pop(r.publisher_id, None) is None:
+            self.write(sc.response(sc.DELETE_PUBLISHER, r.correlation_id, sc.PUBLISHER_DOES_NOT_EXIST))
+            return
+        self.write(sc.response(sc.DELETE_PUBLISHER, r.correlation_id))
+
+    def on_query_publisher_sequence(self, r) -> None:
+        queue = streams.stream(self.vhost, r.stream)
+        sequence = self.service.writers.sequence(queue, r.reference or "")
+        self.write(sc.encode_u64_response(sc.QUERY_PUBLISHER_SEQUENCE, r.correlation_id, sc.OK, sequence))
+
+    def on_publish(self, r) -> None:
+        publisher = self.publishers.get(r.publisher_id)
+        if publisher is None:
+            self.write(sc.encode_publish_error(r.publisher_id, [(pid, sc.PUBLISHER_DOES_NOT_EXIST)
+                                                                for pid, _, _ in r.messages]))
+            return
+        queue, reference = publisher
+        if queue.deleted:
+            self.write(sc.encode_publish_error(r.publisher_id, [(pid, sc.STREAM_DOES_NOT_EXIST)
+                                                                for pid, _, _ in r.messages]))
+            return
+        router, writers = self.service.router, self.service.writers
+        last = writers.sequence(queue, reference) if reference is not None else 0
+        now_ms = int(time.time() * 1000)
+        errors, duplicates, staged = [], [], []
+        limit = self.service.max_message_bytes
+        if self.service.alarm_reason:  # publishing is blocked while a resource alarm is on
+            errors = [(pid, sc.PRECONDITION_FAILED) for pid, _, _ in r.messages]
+        else:
+            for pid, filter_value, message in r.messages:
+                if reference is not None and pid <= last:
+                    duplicates.append(pid)  # stored before: confirmed, not stored again
+                    continue
+                if len(message) > limit:
+                    errors.append((pid, sc.PRECONDITION_FAILED))
+                    continue
+                key, value, headers, timestamp = stream_message.record_from_stream(message, now_ms)
+                if filter_value is not None:
+                    headers = (*headers, streams.Header(streams.FILTER_HEADER, filter_value.encode()))
+                staged.append((pid, Record(0, timestamp, key, value, headers)))
+                last = max(last, pid)
+        if staged and reference is not None:  # the batch's last record names the publisher's progress
+            pid, record = staged[-1]
+            staged[-1] = (pid, Record(0, record.timestamp, record.key, record.value,
+                                      (*record.headers, streams.writer_header(reference, last))))
+            writers.stored(queue, reference, last)
+        for pid, record in staged:
+            publish = Publish()
+            router.stage_stored(queue, record, publish)
+            self.pending.append((r.publisher_id, pid, publish, queue))
+        if duplicates:
+            self.write(sc.encode_publish_confirm(r.publisher_id, duplicates))
+        if errors:
+            self.write(sc.encode_publish_error(r.publisher_id, errors))
+        if staged:
+            self.service.confirming.add(self)
+
+    @property
+    def confirms_waiting(self) -> bool:
+        return bool(self.pending)
+
+    def send_confirms(self) -> None:
+        """Confirm (or refuse) every publish whose records are durable, in order, one frame per publisher."""
+        confirms: dict[int, list[int]] = {}
+        errors: dict[int, list[tuple[int, int]]] = {}
+        done = 0
+        for publisher_id, pid, publish, queue in self.pending:
+            if publish.rejected or (queue.deleted and not publish.targets):
+                errors.setdefault(publisher_id, []).append((pid, sc.INTERNAL_ERROR))
+                self.service.writers.forget(queue)  # re-learn what is really stored
+            elif publish.targets and publish.durable():
+                confirms.setdefault(publisher_id, []).append(pid)
+            else:
+                break  # confirms go out in publish order
+            done += 1
+        if not done:
+            return
+        del self.pending[:done]
+        for publisher_id, ids in confirms.items():
+            self.write(sc.encode_publish_confirm(publisher_id, ids))
+        for publisher_id, errs in errors.items():
+            self.write(sc.encode_publish_error(publisher_id, errs))
+
+    # --- consuming ----------------------------------------------------------------------------
+    def on_subscribe(self, r) -> None:
+        if r.subscription_id in self.subscriptions:
+            self.write(sc.response(sc.SUBSCRIBE, r.correlation_id, sc.SUBSCRIPTION_ID_ALREADY_EXISTS))
+            return
+        queue = streams.stream(self.vhost, r.stream)
+        self.check(r.stream, "read")
+        sub = Subscription(self, r.subscription_id, queue, start_offset(queue, r.offset_spec), r.credit,
+                           r.properties)
+        self.subscriptions[r.subscription_id] = sub
+        self.write(sc.response(sc.SUBSCRIBE, r.correlation_id))
+        queue.add_consumer(sub)
+        if sub.sac_name is not None:
+            self.service.active.join(self.vhost.name, r.stream, sub)
+        sub.pull(queue)
+
+    def on_unsubscribe(self, r) -> None:
+        sub = self.subscriptions.pop(r.subscription_id, None)
+        if sub is None:
+            self.write(sc.response(sc.UNSUBSCRIBE, r.correlation_id, sc.SUBSCRIPTION_ID_DOES_NOT_EXIST))
+            return
+        self.drop_subscription(sub)
+        self.write(sc.response(sc.UNSUBSCRIBE, r.correlation_id))
+
+    def drop_subscription(self, sub: Subscription) -> None:
+        sub.queue.remove_consumer(sub)
+        if sub.sac_name is not None:
+            self.service.active.leave(self.vhost.name, sub.queue.name, sub)
+
+    def on_credit(self, r) -> None:
+        sub = self.subscriptions.get(r.subscription_id)
+        if sub is None:
+            self.write(sc.encode_credit_error(sc.SUBSCRIPTION_ID_DOES_NOT_EXIST, r.subscription_id))
+            return
+        sub.credit = min(sub.credit + r.credit, 0xFFFF)
+        sub.pull(sub.queue)
+
+    def pull_all(self) -> None:
+        for sub in list(self.subscriptions.values()):
+            sub.pull(sub.queue)
+
+    def consumer_update(self, sub: Subscription, active: bool) -> None:
+        """Tell a single-active-consumer subscription it became active (or passive)."""
+        cid = self.next_correlation()
+        sub.awaiting_update = cid if active else None
+        self.write(sc.encode_consumer_update(cid, sub.id, active))
+
+    def on_response(self, r) -> None:
+        if r.command == sc.CONSUMER_UPDATE:
+            for sub in self.subscriptions.values():
+                if sub.awaiting_update == r.correlation_id:
+                    sub.awaiting_update = None
+                    sub.position = start_offset(sub.queue, r.offset_spec)
+                    sub.pull(sub.queue)
+        elif r.command == sc.CLOSE:
+            self.closing = True
+            self.transport.loseConnection()
+
+    def on_store_offset(self, r) -> None:
+        queue = self.vhost.queues.get(r.stream or "")
+        if queue is None or not queue.is_stream or not r.reference:
+            return  # no response is defined for StoreOffset: RabbitMQ ignores it too
+        self.check(r.stream, "read")
+        self.service.offsets.commit(r.reference, {(queue.topic, queue.partition): OffsetAndMetadata(r.offset + 1)})
+        self.service.request_flush()
+
+    def on_query_offset(self, r) -> None:
+        queue = streams.stream(self.vhost, r.stream)
+        found = self.service.offsets.fetch(r.reference or "", [(queue.topic, queue.partition)])
+        stored = found.get((queue.topic, queue.partition))
+        if stored is None or stored.offset <= 0:
+            self.write(sc.encode_u64_response(sc.QUERY_OFFSET, r.correlation_id, sc.NO_OFFSET, 0))
+            return
+        self.write(sc.encode_u64_response(sc.QUERY_OFFSET, r.correlation_id, sc.OK, stored.offset - 1))
+
+    handlers = {
+        sc.CREATE: on_create, sc.DELETE: on_delete, sc.METADATA: on_metadata, sc.ROUTE: on_route,
+        sc.PARTITIONS: on_partitions, sc.STREAM_STATS: on_stream_stats,
+        sc.EXCHANGE_COMMAND_VERSIONS: on_exchange_command_versions,
+        sc.CREATE_SUPER_STREAM: on_create_super_stream, sc.DELETE_SUPER_STREAM: on_delete_super_stream,
+        sc.DECLARE_PUBLISHER: on_declare_publisher, sc.DELETE_PUBLISHER: on_delete_publisher,
+        sc.QUERY_PUBLISHER_SEQUENCE: on_query_publisher_sequence, sc.PUBLISH: on_publish,
+        sc.SUBSCRIBE: on_subscribe, sc.UNSUBSCRIBE: on_unsubscribe, sc.CREDIT: on_credit,
+        sc.STORE_OFFSET: on_store_offset, sc.QUERY_OFFSET: on_query_offset,
+    }
