@@ -21,8 +21,11 @@ def test_filtering_sends_only_matching_chunks(broker):
 
         async with Producer(**stream_args(broker), filter_value_extractor=region) as producer:
             await producer.create_stream(stream)
+            # separate chunks (filtering is per chunk, as with RabbitMQ's Bloom filters)
             await producer.send_batch(stream, [b"ca:%d" % i for i in range(50)])
+            await asyncio.sleep(0.5)
             await producer.send_batch(stream, [b"ny:%d" % i for i in range(50)])
+            await asyncio.sleep(0.5)
             await producer.send_batch(stream, [b"ca:late"])
         got: list = []
         done = asyncio.Event()
