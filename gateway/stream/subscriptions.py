@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 
 READ_BYTES = 1 << 20  # read from the log this much at a time
 MAX_CHUNK_RECORDS = 4096
+CHUNK_OVERHEAD = 8 + 1 + 8 + sc.CHUNK_HEADER.size  # frame head, subscription id, committed id, chunk header
 
 
 class Subscription:
@@ -107,21 +108,35 @@ class Subscription:
         return False
 
     def _send(self, records) -> int:
-        run = [records[0]]
-        for record in records[1:]:
-            if record.offset != run[-1].offset + 1 or len(run) >= MAX_CHUNK_RECORDS:
-                self._chunk(run)
-                run = []
-            run.append(record)
-        self._chunk(run)
+        """One batch out as chunks of consecutive offsets that fit the client's frame-max; one credit."""
+        limit = self.connection.frame_max - CHUNK_OVERHEAD
+        first, messages, size = records[0].offset, [], 0
+        for record in records:
+            message = stream_message.stream_from_record(record)
+            if messages and (record.offset != first + len(messages) or size + len(message) + 4 > limit
+                             or len(messages) >= MAX_CHUNK_RECORDS):
+                self._chunk(first, record.timestamp, messages)
+                first, messages, size = record.offset, [], 0
+            if len(message) + 4 > limit:  # cannot go in any frame the client accepts: skipped, and said so
+                log.warning("stream message too large for the client's frame-max; skipped", extra=fields(
+                    stream=self.queue.name, offset=record.offset, size=len(message), frame_max=self.connection.frame_max))
+                first = record.offset + 1
+                continue
+            messages.append(message)
+            size += len(message) + 4
+        if messages:
+            self._chunk(first, records[-1].timestamp, messages)
         self.credit -= 1
         self.delivered_chunks += 1
         return len(records)
 
-    def _chunk(self, run) -> None:
-        messages = [stream_message.stream_from_record(r) for r in run]
+    def _chunk(self, first: int, timestamp: int, messages: list[bytes]) -> None:
         committed = self.queue.plog.high_watermark - 1 if self.connection.deliver_version >= 2 else None
-        self.connection.write(sc.encode_deliver(self.id, run[0].offset, run[-1].timestamp, messages, committed))
+        self.connection.write(sc.encode_deliver(self.id, first, timestamp, messages, committed))
+
+    def cancelled_by_server(self, queue: Queue) -> None:
+        """The stream queue was deleted (through AMQP, Kafka or the management API)."""
+        self.connection.service.stream_deleted(queue.vhost, queue.name)
 
 
 def start_offset(queue: Queue, spec: tuple[int, int | None]) -> int:
