@@ -197,8 +197,8 @@ class Broker:
             "kafka_tls": _Gate(KafkaFactory(self.kafka, advertised=lambda: self._kafka_advertised("kafka_tls"),
                                             require_auth=self.settings.kafka_require_auth), lambda: self.ready),
             "amqp_tls": _Gate(self._amqp_factory(), lambda: self.ready),
-            "stream": _Gate(StreamFactory(self.streams), lambda: self.ready),
-            "stream_tls": _Gate(StreamFactory(self.streams), lambda: self.ready),
+            "stream": _Gate(StreamFactory(self.streams, "stream"), lambda: self.ready),
+            "stream_tls": _Gate(StreamFactory(self.streams, "stream_tls"), lambda: self.ready),
         }
         for factory in factories.values():
             getattr(factory, "factory", factory).noisy = False
@@ -292,9 +292,9 @@ class Broker:
             write_atomic(path, cluster_id.encode())
             return cluster_id
 
-    def _stream_advertised(self) -> tuple[str, int]:
-        """Host and port stream clients are told (Open's advertised_host/port, Metadata's broker)."""
-        port = self.ports.get("stream")
+    def _stream_advertised(self, listener: str = "stream") -> tuple[str, int]:
+        """Host and port stream clients of a listener are told (Open's advertised_host/port, Metadata's broker)."""
+        port = self.ports.get(listener)
         if port is None:
             return "localhost", 5552
         host = port.getHost()

@@ -53,7 +53,7 @@ def certs(tmp_path_factory) -> Certs:
 
 
 def tls_args(certs: Certs) -> list[str]:
-    return ["--kafka-tls-listen", "127.0.0.1:0", "--amqp-tls-listen", "127.0.0.1:0",
+    return ["--kafka-tls-listen", "127.0.0.1:0", "--amqp-tls-listen", "127.0.0.1:0", "--stream-tls-listen", "127.0.0.1:0",
             "--tls-cert", str(certs.server_cert), "--tls-key", str(certs.server_key),
             "--tls-client-ca", str(certs.ca)]
 

@@ -46,8 +46,9 @@ def response_code(exc: Exception) -> int:
 
 
 class StreamConnection(protocol.Protocol, StreamCommands):
-    def __init__(self, service):
+    def __init__(self, service, listener: str = "stream"):
         self.service = service
+        self.listener = listener  # "stream" or "stream_tls": what clients are told to connect to
         self.reactor = service.reactor
         self.buffer = sc.FrameBuffer(FRAME_MAX)
         self.state = "peer-properties"
@@ -75,7 +76,6 @@ class StreamConnection(protocol.Protocol, StreamCommands):
         peer = self.transport.getPeer()
         self.peer, self.peer_host = f"{peer.host}:{peer.port}", peer.host
         no_delay(self.transport)
-        self.certificate_user = peer_common_name(self.transport)
         self.service.connections.add(self)
         self.transport.registerProducer(self, True)
         self._handshake_timer = self.reactor.callLater(HANDSHAKE_TIMEOUT_S, self._handshake_expired)
@@ -172,6 +172,7 @@ class StreamConnection(protocol.Protocol, StreamCommands):
             self.state = "sasl"
             self.write(sc.encode_peer_properties(cid, self.service.server_properties()))
         elif command == sc.SASL_HANDSHAKE and self.state in ("sasl", "peer-properties"):
+            self.certificate_user = peer_common_name(self.transport)  # the TLS handshake is done by now
             mechanisms = ["PLAIN"] + (["EXTERNAL"] if self.certificate_user else [])
             self.state = "sasl"
             self.write(sc.encode_sasl_handshake(cid, mechanisms))
@@ -243,7 +244,7 @@ class StreamConnection(protocol.Protocol, StreamCommands):
         self.state = "open"
         if self._handshake_timer is not None and self._handshake_timer.active():
             self._handshake_timer.cancel()
-        host, port = self.service.advertised()
+        host, port = self.service.advertised(self.listener)
         self.write(sc.encode_open(request.correlation_id, sc.OK,
                                   {"advertised_host": host, "advertised_port": str(port)}))
         log.info("stream connection open", extra=fields(peer=self.peer, conn=self.conn_id, user=self.username,
@@ -287,8 +288,9 @@ class StreamConnection(protocol.Protocol, StreamCommands):
 
 
 class StreamFactory(protocol.Factory):
-    def __init__(self, service):
+    def __init__(self, service, listener: str = "stream"):
         self.service = service
+        self.listener = listener
 
     def buildProtocol(self, addr):
-        return StreamConnection(self.service)
+        return StreamConnection(self.service, self.listener)

@@ -68,7 +68,7 @@ class StreamCommands:
             self.service.stream_deleted(self.vhost.name, name)
 
     def on_metadata(self, r) -> None:
-        host, port = self.service.advertised()
+        host, port = self.service.advertised(self.listener)
         out = []
         for name in r.streams:
             queue = self.vhost.queues.get(name or "")
