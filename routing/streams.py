@@ -25,7 +25,7 @@ from typing import Any
 
 from core.names import queue_topic
 from routing.errors import NOT_FOUND, PRECONDITION_FAILED, ChannelError
-from routing.queue import Queue
+from routing.queue import Queue, parse_interval
 from routing.vhost import VirtualHost
 from wire.records import Header
 
@@ -34,6 +34,7 @@ FILTER_HEADER = "x-stream-filter-value"  # also RabbitMQ's header for AMQP publi
 _INT_ARGUMENTS = ("x-max-length-bytes", "x-stream-max-segment-size-bytes", "x-initial-cluster-size",
                   "x-stream-filter-size-bytes")
 _TEXT_ARGUMENTS = ("x-max-age", "x-queue-leader-locator")
+REBUILD_BYTES = 256 << 20  # publisher names are re-learnt from this much of a stream's tail after a start
 STREAM_OWNER = object()  # the owner passed for queue operations: stream queues are never exclusive
 
 
@@ -150,7 +151,6 @@ def _topic_configs(arguments: dict[str, Any]) -> dict[str, str]:
     if "x-stream-max-segment-size-bytes" in arguments:
         configs["segment.bytes"] = str(arguments["x-stream-max-segment-size-bytes"])
     if "x-max-age" in arguments:
-        from routing.queue import parse_interval
         ms = parse_interval(arguments["x-max-age"])
         if ms is None:
             raise ChannelError(PRECONDITION_FAILED, f"invalid x-max-age {arguments['x-max-age']!r}")
@@ -185,9 +185,18 @@ class Writers:
 
     @staticmethod
     def _rebuild(queue: Queue) -> dict[str, int]:
+        """From the writer headers of the stream's newest segments, up to REBUILD_BYTES of them (the
+        scan runs on the reactor). A name silent for longer is forgotten: its publisher's next ids
+        are stored as new, as for a name never seen (nothing is lost, old ids are not filtered)."""
         table: dict[str, int] = {}
         plog = queue.plog
-        for batch in plog.replay(plog.log_start_offset):
+        start, scanned = plog.log_start_offset, 0
+        for segment in reversed(plog.segments):
+            start = max(segment.base_offset, plog.log_start_offset)
+            scanned += segment.size
+            if scanned >= REBUILD_BYTES:
+                break
+        for batch in plog.replay(start):
             for record in batch.records:
                 for header in record.headers:
                     if header.key == WRITER_HEADER and header.value:
