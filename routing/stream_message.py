@@ -1,12 +1,569 @@
-"""TEMPORARY SHIM (to be replaced by the real AMQP 1.0 conversion being written now)."""
-from wire.records import Header
+"""A RabbitMQ stream-protocol message as a Kafka record and back.
 
-STREAM_ONLY_HEADERS = frozenset({"x-stream-filter-value", "x-stream-writer", "x-stream-message", "x-stream-raw"})
+Stream clients publish and receive AMQP 1.0 message-format bytes (:mod:`wire.amqp10`), or any
+raw bytes. The log stores records; a stream-published message is stored as the AMQP 0-9-1
+message RabbitMQ would convert it to (its documented AMQP 1.0 -> 0-9-1 conversion), through
+:func:`routing.mapping.record_from_amqp`, so AMQP consumers get normal properties and headers and
+Kafka consumers the documented ``amqp.*`` headers and the body as the record value.
+
+- :func:`record_from_stream` ``(message, now_ms)`` -> ``(key, value, headers, timestamp_ms)``;
+- :func:`stream_from_record` ``(record)`` -> the AMQP 1.0 bytes a stream consumer receives.
+
+AMQP 1.0 -> AMQP 0-9-1 (RabbitMQ's rules; ``x-amqp-*`` entries are ours, for fields 0-9-1 lacks)
+-------------------------------------------------------------------------------------------------
+
+======================================= ============================================================
+AMQP 1.0                                AMQP 0-9-1 (record: see :mod:`routing.mapping`)
+======================================= ============================================================
+header durable true / false             delivery-mode 2 / 1
+header priority                         priority
+header ttl                              expiration (milliseconds as decimal text)
+properties message-id, correlation-id   message-id, correlation-id: a string up to 255 bytes as is,
+                                        a uuid as ``urn:uuid:<uuid>``, a ulong as decimal text; a
+                                        longer string (``S``) or binary (``x``) as header
+                                        ``x-message-id`` / ``x-correlation-id``
+properties user-id                      user-id (if UTF-8, up to 255 bytes)
+properties reply-to, group-id           reply-to, app-id (up to 255 bytes)
+properties content-type, -encoding      content-type, content-encoding
+properties creation-time                timestamp (seconds); if not a whole second (or negative),
+                                        also header ``x-amqp-creation-time`` (``l``, milliseconds)
+properties to, subject,                 headers ``x-amqp-to``, ``x-amqp-subject``,
+reply-to-group-id                       ``x-amqp-reply-to-group-id`` (``S``)
+properties absolute-expiry-time         header ``x-amqp-absolute-expiry-time`` (``l``, milliseconds)
+properties group-sequence               header ``x-amqp-group-sequence`` (``i``)
+message-annotations ``x-exchange``,     the exchange and the routing key (so the record key)
+``x-routing-key`` (strings)
+message-annotations ``x-basic-type``    type
+other ``x-`` message-annotations        headers, same name, typed as below
+application-properties                  headers, same name, typed as below
+data section(s)                         the body (the record value), concatenated
+amqp-value / amqp-sequence body         the body sections (and footer) encoded, as the body;
+                                        type ``amqp-1.0``
+======================================= ============================================================
+
+Value types: string, symbol -> ``S``; binary ``x``; boolean ``t``; byte ``b``, ubyte ``B``,
+short ``s``, ushort ``u``, int ``I``, uint ``i``, long and ulong ``l`` (a ulong past 2^63 - 1 is
+left out); float ``f``, double ``d``; timestamp ``T`` (seconds; a negative one is left out); null
+``V``; list and array ``A``; map ``F``. char, uuid, decimal and described values are left out.
+
+The way back (:func:`stream_from_record`) inverts that table - delivery-mode 2 -> durable (other
+values not durable), type -> ``x-basic-type``, ``x-`` headers -> message annotations (symbol
+keys), other headers -> application properties (``A`` and ``F`` left out), ``S`` -> string if
+UTF-8 else binary, ``T`` -> timestamp, ``D`` and cluster-id left out, a canonical ``urn:uuid:``
+id -> uuid - and builds the message as the rstream client encodes it (all 5 header and 13
+properties fields, one-octet booleans, compact integers, one data section), so an rstream
+message that the table carries completely comes back byte for byte. Headers named in
+:data:`STREAM_ONLY_HEADERS` never become message fields.
+
+Exactness: every stream-published message is delivered back byte for byte.
+:func:`record_from_stream` rebuilds what :func:`stream_from_record` would deliver; where that
+differs from the input (delivery annotations, a footer after a data body, a ulong id, a string id
+in ``urn:uuid:`` form, an application property that is a symbol, uuid, sub-second timestamp or has
+an ``x-`` name, any encoding other than the one above...) the record also carries header
+``x-stream-message``: the original bytes, delivered verbatim. Bytes that are not an AMQP 1.0
+message are stored as the value with one header ``x-stream-raw`` (null) and delivered as they are.
+
+Kafka-origin records (no ``amqp.`` header) are delivered with the record headers as application
+properties (string if UTF-8, else binary; null stays null), the key as message annotation
+``x-routing-key`` when :func:`routing.mapping.amqp_from_record` makes it the routing key, else
+application property ``x-kafka-key`` (binary), a tombstone flagged ``x-kafka-tombstone`` (true)
+with an empty data section, and the record timestamp as creation-time (when not negative).
+
+An AMQP 0-9-1 consumer of a stream-published record sees ``x-stream-message`` (and the
+front door's ``x-stream-filter-value`` / ``x-stream-writer``) as plain long-string headers,
+``x-stream-raw`` as a void one; Kafka consumers see them as record headers.
+"""
+from __future__ import annotations
+
+import struct
+import uuid
+
+from routing.amqp_properties import (
+    _DOUBLE, _FLOAT, _HEADERS_INDEX, _I64, _INTS, _OCTET, _PROPERTIES, _STR, _TS, _T_A, _T_D, _T_F, _T_S, _T_T, _T_V,
+    _T_d, _T_f, _T_t, _T_x, _U32, _U64, _entries, _skip, _split, encode_table,
+)
+from routing.mapping import amqp_from_record, record_from_amqp, stored_form
+from wire.amqp10 import AMQP10Error, Array, Message, Symbol, Typed, decode_message, encode_message, value_end
+from wire.records import Header, Record
+
+__all__ = ["STREAM_ONLY_HEADERS", "record_from_stream", "stream_from_record"]
+
+X_STREAM_MESSAGE = "x-stream-message"
+X_STREAM_RAW = "x-stream-raw"
+STREAM_ONLY_HEADERS = frozenset({"x-stream-filter-value", "x-stream-writer", X_STREAM_MESSAGE, X_STREAM_RAW})
+
+_AMQP_TYPE = b"amqp-1.0"  # the 0-9-1 type of a body that is AMQP 1.0 encoded sections (RabbitMQ's)
+_URN = "urn:uuid:"
+_X_MESSAGE_ID, _X_CORRELATION_ID = "x-message-id", "x-correlation-id"
+# 0-9-1 headers that carry properties fields: name -> (properties index, table type)
+_PROPERTY_HEADERS = {
+    "x-amqp-to": (2, _T_S), "x-amqp-subject": (3, _T_S), "x-amqp-absolute-expiry-time": (8, ord("l")),
+    "x-amqp-creation-time": (9, ord("l")), "x-amqp-group-sequence": (11, ord("i")),
+    "x-amqp-reply-to-group-id": (12, _T_S),
+}
+_NOT_ANNOTATIONS = frozenset(("x-exchange", "x-routing-key"))  # come from the record itself
+# AMQP 1.0 integer type <-> 0-9-1 field type (RabbitMQ's; ulong -> l is handled apart)
+_INT_091 = {0x51: "b", 0x50: "B", 0x61: "s", 0x60: "u", 0x71: "I", 0x70: "i", 0x81: "l"}
+_INT_10 = {ord(t): code for code, t in _INT_091.items()} | {ord("L"): 0x81}
+_NO = object()  # "no AMQP 1.0 equivalent"
+_CACHE_MAX = 1024  # entries per cache
+_CACHED_MAX = 4096  # bytes of non-body sections (or property section) worth caching: keeps caches small
 
 
-def record_from_stream(message: bytes, now_ms: int):
-    return None, message, (Header("x-stream-raw", None),), now_ms
+# --- stream -> record ------------------------------------------------------------------------
+
+# A publisher repeats its non-body sections: keep, per those sections' bytes, what they convert
+# to and whether the rebuilt message reproduced them (so a hit costs a few slices, no decoding).
+_IN: dict[bytes, tuple[str, str, bytes, bool]] = {}
 
 
-def stream_from_record(record) -> bytes:
-    return record.value or b""
+def record_from_stream(message: bytes, now_ms: int) -> tuple[bytes | None, bytes | None, tuple[Header, ...], int]:
+    """(key, value, headers, timestamp_ms) of the record that stores a stream-published message."""
+    data = message if type(message) is bytes else bytes(message)
+    p = _data_start(data)
+    if 0 <= p <= _CACHED_MAX:
+        hit = _IN.get(data[:p])
+        if hit is not None:
+            exchange, routing_key, props, exact = hit
+            body, compact = _data_body(data, p)
+            key, value, headers, ts, _ = stored_form(exchange, routing_key, props, body, now_ms)
+            if value is body:  # else mapping's Kafka-record form (an empty body can make it): see below
+                if not (exact and compact):
+                    headers += (Header(X_STREAM_MESSAGE, data),)
+                return key, value, headers, ts
+    try:
+        msg = decode_message(data)
+        exchange, routing_key, props, body = _to_091(msg, data)
+        key, value, headers, ts = record_from_amqp(exchange, routing_key, props, body, now_ms)
+    except ValueError:  # not an AMQP 1.0 message (AMQP10Error); or one we failed to convert (a bug):
+        return None, data, (Header(X_STREAM_RAW, None),), now_ms  # stored raw, still delivered exactly
+    amqp_form = value is body and any(h.key[:5] == "amqp." for h in headers)
+    if amqp_form and len(key or b"") < 256 and len(exchange.encode()) < 256:
+        # what stream_from_record delivers, without re-reading the record: mapping guarantees that
+        # amqp_from_record gives back (exchange, routing key, section) for such a record
+        prefix, amqp_body = _form(exchange, routing_key, props)
+        rebuilt = _deliver(prefix, amqp_body, body)
+    else:
+        rebuilt = stream_from_record(Record(0, ts, key, value, headers))
+    if rebuilt != data:
+        headers += (Header(X_STREAM_MESSAGE, data),)
+    if 0 <= p <= _CACHED_MAX and amqp_form:
+        # the cached verdict must not depend on the body: only AMQP-form records, one data section
+        if len(_IN) >= _CACHE_MAX:
+            _IN.clear()
+        _IN[data[:p]] = (exchange, routing_key, props, rebuilt == data[:p] + _data_header(len(body)) + body)
+    return key, value, headers, ts
+
+
+def _data_start(data: bytes) -> int:
+    """Offset of the message's only data section if it is the last section, else -1."""
+    p, end = 0, len(data)
+    try:
+        while p < end:
+            if data.startswith(b"\x00\x53\x75", p):
+                return p if data[p + 3:p + 4] in (b"\xa0", b"\xb0") and value_end(data, p) == end else -1
+            p = value_end(data, p)
+    except AMQP10Error:
+        pass
+    return -1
+
+
+def _data_body(data: bytes, p: int) -> tuple[bytes, bool]:
+    """The data section's bytes, and whether its length was encoded as we encode it."""
+    if data[p + 3] == 0xa0:
+        return data[p + 5:], True
+    body = data[p + 8:]
+    return body, len(body) > 255
+
+
+def _data_header(n: int) -> bytes:
+    return b"\x00\x53\x75\xa0" + bytes((n,)) if n < 256 else b"\x00\x53\x75\xb0" + _U32.pack(n)
+
+
+def _field(fields: list | None, i: int):
+    return fields[i] if fields is not None and i < len(fields) else None
+
+
+def _short(value) -> bytes | None:
+    """A short-string property's wire form (length octet + UTF-8), or None if it cannot be one."""
+    if isinstance(value, str):
+        value = value.encode()
+    elif not isinstance(value, bytes):
+        return None
+    return bytes((len(value),)) + value if len(value) < 256 else None
+
+
+def _typed(v, code: int):
+    return v.value if type(v) is Typed and v.code == code else None
+
+
+def _to_091(msg: Message, data: bytes) -> tuple[str, str, bytes, bytes]:
+    """(exchange, routing key, property section, body) RabbitMQ would convert ``msg`` to."""
+    slots: list[bytes | None] = [None] * 14  # in _PROPERTIES order
+    entries: list[tuple] = []  # the headers table: (name, type, value)
+    header, props = msg.header, msg.properties
+
+    durable = _field(header, 0)
+    if type(durable) is Typed and durable.code == 0x56:
+        durable = durable.value
+    if type(durable) is bool:
+        slots[3] = b"\x02" if durable else b"\x01"
+    priority = _typed(_field(header, 1), 0x50)
+    if priority is not None:
+        slots[4] = bytes((priority,))
+    ttl = _typed(_field(header, 2), 0x70)
+    if ttl is not None:
+        slots[7] = _short(str(ttl))
+
+    for index, slot, name in ((0, 8, _X_MESSAGE_ID), (5, 5, _X_CORRELATION_ID)):
+        ident = _field(props, index)
+        if isinstance(ident, str):
+            slots[slot] = _short(ident)
+            if slots[slot] is None:
+                entries.append((name, "S", ident))
+        elif isinstance(ident, uuid.UUID):
+            slots[slot] = _short(_URN + str(ident))
+        elif type(ident) is Typed and ident.code == 0x80:
+            slots[slot] = _short(str(ident.value))
+        elif isinstance(ident, bytes):
+            entries.append((name, "x", ident))
+    user_id = _field(props, 1)
+    if isinstance(user_id, bytes):
+        try:
+            user_id.decode()
+            slots[11] = _short(user_id)
+        except UnicodeDecodeError:
+            pass
+    for index, slot in ((4, 6), (6, 0), (7, 1), (10, 12)):  # reply-to, content-type, -encoding, group-id
+        value = _field(props, index)
+        if isinstance(value, str):
+            slots[slot] = _short(value)
+    created = _typed(_field(props, 9), 0x83)
+    if created is not None:
+        if created >= 0:
+            slots[9] = _U64.pack(created // 1000)
+        if created % 1000 or created < 0:
+            entries.append(("x-amqp-creation-time", "l", created))
+    for name, (index, t) in _PROPERTY_HEADERS.items():
+        value = _field(props, index)
+        if index == 9:  # creation-time: above
+            continue
+        if t == _T_S and isinstance(value, str):
+            entries.append((name, "S", value))
+        elif t != _T_S and type(value) is Typed and value.code == (0x83 if t == ord("l") else 0x70):
+            entries.append((name, chr(t), value.value))
+
+    exchange = routing_key = ""
+    for k, v in (msg.message_annotations or {}).items():
+        if not isinstance(k, str) or k[:2] != "x-" or len(k.encode()) > 255:
+            continue
+        if k in _NOT_ANNOTATIONS:
+            if isinstance(v, str):
+                if k == "x-exchange":
+                    exchange = v
+                else:
+                    routing_key = v
+        elif k == "x-basic-type" and isinstance(v, str) and msg.body_kind in ("data", None) and v != "amqp-1.0":
+            slots[10] = _short(v)
+        else:
+            tv = _value_091(v)
+            if tv is not None:
+                entries.append((k, *tv))
+    for k, v in (msg.application_properties or {}).items():
+        if isinstance(k, str) and len(k.encode()) < 256:
+            tv = _value_091(v)
+            if tv is not None:
+                entries.append((k, *tv))
+
+    if msg.body_kind == "data":
+        body = msg.body[0] if len(msg.body) == 1 else b"".join(msg.body)
+    elif msg.body_kind is None:
+        body = b""
+    else:  # RabbitMQ: the body sections (and footer) stay AMQP 1.0 encoded, typed amqp-1.0
+        sections = sum(s is not None for s in (msg.header, msg.delivery_annotations, msg.message_annotations,
+                                                msg.properties, msg.application_properties))
+        p = 0
+        for _ in range(sections):
+            p = value_end(data, p)
+        body = data[p:]
+        slots[10] = _short(_AMQP_TYPE)
+    if entries:
+        slots[_HEADERS_INDEX] = encode_table(entries)
+    flags = 0
+    for (bit, _, _), wire in zip(_PROPERTIES, slots):
+        if wire is not None:
+            flags |= bit
+    return exchange, routing_key, struct.pack(">H", flags) + b"".join(filter(None, slots)), body
+
+
+def _value_091(v) -> tuple[str, object] | None:
+    """(0-9-1 field type, value for encode_table) of an AMQP 1.0 value, None if it has none."""
+    if v is None:
+        return "V", None
+    t = type(v)
+    if t is bool:
+        return "t", v
+    if t is Typed:
+        code, x = v.code, v.value
+        if code == 0x56:
+            return "t", x
+        if code in _INT_091:
+            return _INT_091[code], x
+        if code == 0x80:
+            return ("l", x) if x < (1 << 63) else None
+        if code == 0x72:
+            return "f", x
+        if code == 0x83:
+            return ("T", x // 1000) if x >= 0 else None
+        return None  # char, decimals
+    if isinstance(v, str):
+        return "S", v
+    if isinstance(v, bytes):
+        return "x", v
+    if t is float:
+        return "d", v
+    if isinstance(v, list):
+        if isinstance(v, Array) and v.descriptor is not None:
+            return None
+        items = [_value_091(x) for x in (_typed_items(v) if isinstance(v, Array) else v)]
+        return None if None in items else ("A", items)
+    if t is dict:
+        fields = []
+        for k, x in v.items():
+            tv = _value_091(x)
+            if not isinstance(k, str) or len(k.encode()) > 255 or tv is None:
+                return None
+            fields.append((k, *tv))
+        return "F", fields
+    return None  # uuid, described
+
+
+def _typed_items(a: Array) -> list:
+    """An array's plain items as scalar values of its type."""
+    if a.code == 0x56:
+        return [bool(x) for x in a]
+    if a.code in _INT_091 or a.code in (0x80, 0x72, 0x83, 0x73, 0x74, 0x84, 0x94):
+        return [Typed(a.code, x) for x in a]
+    if a.code == 0xa3:
+        return [Symbol(x) for x in a]
+    return list(a)
+
+
+# --- record -> stream ------------------------------------------------------------------------
+
+# Delivering: the non-body sections depend on (exchange, routing key, property section) only,
+# and records of one publisher repeat them: keep them encoded. Bounded.
+_OUT: dict[tuple[str, str, bytes], tuple[bytes, bool]] = {}
+
+
+def stream_from_record(record: Record) -> bytes:
+    """The AMQP 1.0 message bytes a stream consumer receives for ``record``; never raises."""
+    verbatim = None
+    raw = False
+    kafka = True
+    for h in record.headers:
+        k = h.key
+        if k[:5] == "amqp.":
+            kafka = False
+        elif k in STREAM_ONLY_HEADERS:
+            if k == X_STREAM_MESSAGE and h.value is not None:
+                verbatim = h.value
+            elif k == X_STREAM_RAW:
+                raw = True
+    if verbatim is not None:
+        return bytes(verbatim)
+    body = record.value or b""
+    if raw:
+        return body
+    exchange, routing_key, props = amqp_from_record(record)
+    if kafka:
+        return _sections(exchange, routing_key, props, True) + _data_header(len(body)) + body
+    return _deliver(*_form(exchange, routing_key, props), body)
+
+
+def _form(exchange: str, routing_key: str, props: bytes) -> tuple[bytes, bool]:
+    """(the encoded sections before the body, whether the body is AMQP 1.0 encoded sections) of
+    an AMQP-form delivery. Cached."""
+    cache_key = (exchange, routing_key, props)
+    form = _OUT.get(cache_key)
+    if form is None:
+        _, _, spans, _ = _split(props)
+        type_span = spans[10]
+        amqp_body = type_span is not None and props[type_span[0] + 1:type_span[1]] == _AMQP_TYPE
+        form = _sections(exchange, routing_key, props, False), amqp_body
+        if len(props) <= _CACHED_MAX:
+            if len(_OUT) >= _CACHE_MAX:
+                _OUT.clear()
+            _OUT[cache_key] = form
+    return form
+
+
+def _deliver(prefix: bytes, amqp_body: bool, body: bytes) -> bytes:
+    if amqp_body and _body_sections(body):
+        return prefix + body
+    return prefix + _data_header(len(body)) + body
+
+
+def _body_sections(body: bytes) -> bool:
+    """Whether ``body`` is an AMQP 1.0 body (amqp-value or amqp-sequence sections, maybe a footer)."""
+    try:
+        msg = decode_message(body)
+    except AMQP10Error:
+        return False
+    return msg.body_kind in ("value", "sequence") and msg.header is msg.delivery_annotations is \
+        msg.message_annotations is msg.properties is msg.application_properties is None
+
+
+def _sections(exchange: str, routing_key: str, raw: bytes, kafka: bool) -> bytes:
+    """The encoded sections before the body, for a delivery (exchange, routing key, properties)."""
+    _, _, spans, _ = _split(raw)
+    header: list = [None] * 5
+    props: list = [None] * 13
+    annotations: dict = {}
+    app: dict = {}
+    if routing_key:
+        annotations[Symbol("x-routing-key")] = routing_key
+    if not kafka:
+        if exchange:
+            annotations = {Symbol("x-exchange"): exchange, **annotations}
+        prop = [None if span is None else _property(raw, kind, span) for (_, _, kind), span in zip(_PROPERTIES, spans)]
+        if prop[10] is not None and prop[10] != _AMQP_TYPE:
+            annotations[Symbol("x-basic-type")] = _text(prop[10])
+        if prop[3] is not None:
+            header[0] = Typed(0x56, prop[3] == 2)
+        if prop[4] is not None:
+            header[1] = Typed(0x50, prop[4])
+        if prop[7] is not None and prop[7].isdigit() and (prop[7][:1] != b"0" or prop[7] == b"0") \
+                and int(prop[7]) < (1 << 32):
+            header[2] = Typed(0x70, int(prop[7]))
+        for slot, index in ((8, 0), (5, 5)):  # message-id, correlation-id
+            if prop[slot] is not None:
+                text = _text(prop[slot])
+                props[index] = _uuid(text) if isinstance(text, str) and text.startswith(_URN) else text
+        if prop[11] is not None:
+            props[1] = prop[11]
+        for slot, index, kind in ((6, 4, str), (0, 6, Symbol), (1, 7, Symbol), (12, 10, str)):
+            if prop[slot] is not None:
+                text = _text(prop[slot])
+                props[index] = kind(text) if isinstance(text, str) else text
+        if prop[9] is not None and prop[9] * 1000 < (1 << 63):
+            props[9] = Typed(0x83, prop[9] * 1000)
+    span = spans[_HEADERS_INDEX]
+    for name, t, p, q in (_entries(raw, span[0] + 4, span[1]) if span is not None else ()):
+        try:
+            key = name.decode()
+        except UnicodeDecodeError:
+            continue
+        if key in STREAM_ONLY_HEADERS:
+            continue
+        if kafka:
+            if key == "x-kafka-timestamp" and t == ord("l"):
+                ts = _I64.unpack_from(raw, p)[0]
+                if ts >= 0:
+                    props[9] = Typed(0x83, ts)
+            elif key == "x-kafka-headers" and t == _T_A:
+                for pair in _value_10(raw, t, p, q, 0):  # [name, value] arrays
+                    if len(pair) == 2 and isinstance(pair[0], str):
+                        app[pair[0]] = pair[1]
+            else:
+                v = _value_10(raw, t, p, q, 0)
+                if v is not _NO:
+                    app[key] = v
+            continue
+        target = _PROPERTY_HEADERS.get(key)
+        if target is not None and target[1] == t:
+            v = _value_10(raw, t, p, q, 0)
+            index = target[0]
+            if t == _T_S:
+                props[index] = v
+            else:
+                props[index] = Typed(0x83 if index in (8, 9) else 0x70, v.value)
+            continue
+        if key in (_X_MESSAGE_ID, _X_CORRELATION_ID) and t in (_T_S, _T_x):
+            props[0 if key == _X_MESSAGE_ID else 5] = _value_10(raw, t, p, q, 0)
+            continue
+        if key in _NOT_ANNOTATIONS:
+            continue
+        v = _value_10(raw, t, p, q, 0)
+        if v is _NO:
+            continue
+        if key[:2] == "x-":
+            annotations[Symbol(key)] = v
+        elif t != _T_A and t != _T_F:
+            app[key] = v
+    return encode_message(Message(
+        header=header if any(x is not None for x in header) else None,
+        message_annotations=annotations or None,
+        properties=props if any(x is not None for x in props) else None,
+        application_properties=app or None,
+    ))
+
+
+def _property(raw: bytes, kind: int, span: tuple[int, int]) -> bytes | int | None:
+    start, end = span
+    if kind == _STR:
+        return raw[start + 1:end]
+    if kind == _OCTET:
+        return raw[start]
+    return _U64.unpack_from(raw, start)[0] if kind == _TS else None  # the headers table: read apart
+
+
+def _text(data: bytes) -> str | bytes:
+    try:
+        return data.decode()
+    except UnicodeDecodeError:
+        return data
+
+
+def _uuid(text: str):
+    try:
+        u = uuid.UUID(text[len(_URN):])
+    except ValueError:
+        return text
+    return u if _URN + str(u) == text else text  # only the canonical form, so it converts back
+
+
+def _value_10(raw: bytes, t: int, p: int, q: int, depth: int):
+    """The AMQP 1.0 value of the 0-9-1 field value raw[p:q] of type t, _NO if it has none."""
+    if t == _T_S:
+        return _text(raw[p + 4:q])
+    if t == _T_x:
+        return raw[p + 4:q]
+    if t == _T_V:
+        return None
+    if t == _T_t:
+        return Typed(0x56, raw[p] != 0)
+    code = _INT_10.get(t)
+    if code is not None:
+        return Typed(code, _INTS[t][0].unpack_from(raw, p)[0])
+    if t == _T_f:
+        return Typed(0x72, _FLOAT.unpack_from(raw, p)[0])
+    if t == _T_d:
+        return _DOUBLE.unpack_from(raw, p)[0]
+    if t == _T_T:
+        ms = _U64.unpack_from(raw, p)[0] * 1000
+        return Typed(0x83, ms) if ms < (1 << 63) else _NO
+    if t == _T_A:
+        items = []
+        p += 4
+        while p < q:
+            end = _skip(raw, p + 1, raw[p], q, depth + 1)
+            v = _value_10(raw, raw[p], p + 1, end, depth + 1)
+            if v is _NO:
+                return _NO
+            items.append(v)
+            p = end
+        return items
+    if t == _T_F:
+        table = {}
+        for name, t2, a, b in _entries(raw, p + 4, q):
+            v = _value_10(raw, t2, a, b, depth + 1)
+            try:
+                table[Symbol(name.decode())] = v
+            except UnicodeDecodeError:
+                return _NO
+            if v is _NO:
+                return _NO
+        return table
+    assert t == _T_D
+    return _NO  # decimal: no rule in RabbitMQ's conversion

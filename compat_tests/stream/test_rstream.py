@@ -23,6 +23,12 @@ from tests.brokerproc import ROOT
 COUNT = 10_000
 
 
+def numbered(message: AMQPMessage, publishing_id: int) -> AMQPMessage:
+    """A message with its own publishing id (rstream numbers the others itself)."""
+    message.publishing_id = publishing_id
+    return message
+
+
 def run(coro):
     return asyncio.run(asyncio.wait_for(coro, 120))
 
@@ -81,9 +87,9 @@ def test_rstream_publish_confirm_dedup_and_three_readers(broker):
             confirmed.append(status.message_id)
 
         async with Producer(**stream_args(broker)) as producer:
-            messages = [AMQPMessage(body=f"m{i}".encode(), publishing_id=i + 1,
-                                    properties=Properties(message_id=f"id-{i}", content_type="text/plain"),
-                                    application_properties={"n": i}) for i in range(COUNT)]
+            messages = [numbered(AMQPMessage(body=f"m{i}".encode(),
+                                             properties=Properties(message_id=f"id-{i}", content_type="text/plain"),
+                                             application_properties={"n": i}), i + 1) for i in range(COUNT)]
             for start in range(0, COUNT, 500):
                 await producer.send_batch(stream, messages[start:start + 500], publisher_name="p1",
                                           on_publish_confirm=on_confirm)
@@ -91,7 +97,7 @@ def test_rstream_publish_confirm_dedup_and_three_readers(broker):
             while len(confirmed) < COUNT and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
             # a publisher that lost its confirms publishes again: confirmed, not stored twice
-            again = [AMQPMessage(body=f"m{i}".encode(), publishing_id=i + 1) for i in range(COUNT - 100, COUNT)]
+            again = [numbered(AMQPMessage(body=f"m{i}".encode()), i + 1) for i in range(COUNT - 100, COUNT)]
             await producer.send_batch(stream, again, publisher_name="p1", on_publish_confirm=on_confirm)
             while len(confirmed) < COUNT + 100 and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
@@ -135,6 +141,25 @@ def test_rstream_publish_confirm_dedup_and_three_readers(broker):
     assert [m.value() for m in records] == bodies
     assert [m.offset() for m in records] == list(range(COUNT))
     connection.close()
+
+    # rstream from a stored offset: the consumer stores where it got to, a new one resumes after it
+    async def store_and_query():
+        async with Consumer(**stream_args(broker)) as consumer:
+            await consumer.start()
+            await consumer.store_offset(stream, "billing", 4999)
+            await asyncio.sleep(0.3)
+            return await consumer.query_offset(stream, "billing")
+    stored = run(store_and_query())
+    assert stored == 4999
+    got = run(consume(broker, stream, ConsumerOffsetSpecification(OffsetType.OFFSET, stored + 1), COUNT - 5000))
+    assert [o for o, _ in got] == list(range(5000, COUNT))
+
+    # rstream from a timestamp: the first message at or after it (the Kafka records' timestamps say which)
+    stamps = [m.timestamp()[1] for m in records]
+    when = stamps[COUNT // 2]
+    expected = next(i for i, t in enumerate(stamps) if t >= when)
+    got = run(consume(broker, stream, ConsumerOffsetSpecification(OffsetType.TIMESTAMP, when), COUNT - expected))
+    assert [o for o, _ in got] == list(range(expected, COUNT))
 
 
 def test_stored_offset_and_timestamp(broker):
