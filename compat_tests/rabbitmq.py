@@ -7,6 +7,7 @@ started straight from ``/usr/lib/rabbitmq/bin/rabbitmq-server`` rather than the
 
     <base>/home/            HOME: Erlang creates its ``.erlang.cookie`` here
     <base>/rabbitmq.conf    listeners.tcp.1 = 127.0.0.1:<amqp port>, console logging
+    <base>/advanced.config  a 2 s retry for at-least-once dead letters (see _write_config)
     <base>/rabbitmq-env.conf, enabled_plugins   empty: /etc/rabbitmq is not read
     <base>/mnesia/          RABBITMQ_MNESIA_BASE: definitions and message stores
     <base>/log/             RABBITMQ_LOG_BASE
@@ -98,9 +99,10 @@ def amqp_greets(host: str, port: int, timeout: float = 1.0) -> bool:
 class RabbitMQNode:
     """One private RabbitMQ node under ``base_dir``; see the module docstring."""
 
-    def __init__(self, base_dir: Path, name: str | None = None, *, management: bool = False):
+    def __init__(self, base_dir: Path, name: str | None = None, *, management: bool = False, stream: bool = False):
         self.script = find_server_script()
         self.management = management  # the rabbitmq_management plugin (HTTP API) on http_port
+        self.stream = stream  # the rabbitmq_stream plugin (stream protocol) on stream_port
         self.base = Path(base_dir)
         self.node_name = name or f"rabbit-compat-{os.getpid()}-{next(_counter)}@localhost"
         self.host = "127.0.0.1"
@@ -108,6 +110,7 @@ class RabbitMQNode:
         self.dist_port = _free_port()
         self.epmd_port = _free_port()
         self.http_port = _free_port() if management else None
+        self.stream_port = _free_port() if stream else None
         self.proc: subprocess.Popen | None = None
         self.epmd: subprocess.Popen | None = None
         self.log_path = self.base / "node.log"
@@ -129,10 +132,18 @@ class RabbitMQNode:
             "disk_free_limit.absolute = 1MB",
             *([f"management.tcp.ip = {self.host}", f"management.tcp.port = {self.http_port}"]
               if self.management else []),
+            *([f"stream.listeners.tcp.1 = {self.host}:{self.stream_port}", f"stream.advertised_host = {self.host}",
+               f"stream.advertised_port = {self.stream_port}"] if self.stream else []),
             "",
         ]))
         (self.base / "rabbitmq-env.conf").write_text("")
-        (self.base / "enabled_plugins").write_text("[rabbitmq_management].\n" if self.management else "[].\n")
+        # At-least-once dead-lettering retries a dead letter that found no route every
+        # dead_letter_worker_publisher_confirm_timeout (180 s by default, not a rabbitmq.conf key):
+        # 2 s lets the suite see a dead letter arrive once its binding appears.
+        (self.base / "advanced.config").write_text(
+            "[{rabbit, [{dead_letter_worker_publisher_confirm_timeout, 2000}]}].\n")
+        plugins = ["rabbitmq_management"] * self.management + ["rabbitmq_stream"] * self.stream
+        (self.base / "enabled_plugins").write_text(f"[{','.join(plugins)}].\n")
 
     def _env(self) -> dict:
         keep = ("PATH", "LANG", "LC_ALL", "TMPDIR")
