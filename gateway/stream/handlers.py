@@ -257,7 +257,11 @@ class StreamCommands:
         queue = self.vhost.queues.get(r.stream or "")
         if queue is None or not queue.is_stream or not r.reference:
             return  # no response is defined for StoreOffset: RabbitMQ ignores it too
-        self.check(r.stream, "read")
+        granted = self.permission(self.vhost.name)
+        if granted is None or not granted.allows("read", r.stream):
+            log.warning("stream store-offset refused: no read permission", extra=fields(
+                user=self.username, vhost=self.vhost.name, stream=r.stream, reference=r.reference))
+            return
         self.service.offsets.commit(r.reference, {(queue.topic, queue.partition): OffsetAndMetadata(r.offset + 1)})
         self.service.request_flush()
 
