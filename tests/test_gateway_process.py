@@ -25,7 +25,7 @@ def run_cli(*args: str, env: dict | None = None, timeout: float = 30) -> subproc
 
 def test_healthz_and_listeners_file(broker):
     listeners = json.loads((broker.data_dir / "listeners.json").read_text())
-    assert set(listeners) == {"kafka", "amqp", "http"}
+    assert set(listeners) == {"kafka", "amqp", "http", "stream"}
     for address in listeners.values():
         host, port = address.rsplit(":", 1)
         assert host == "127.0.0.1" and int(port) > 0
