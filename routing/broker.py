@@ -13,7 +13,9 @@ State (see routing.state: files under ``<data-dir>/amqp/`` on a single node, the
 topic ``__amqp_state`` in a cluster): ``definitions`` (durable exchanges, queues and bindings of
 every vhost), ``ack-floors`` (each durable queue's ack floor, written by
 :meth:`Router.checkpoint`; everything above it is delivered again after a crash, flagged
-redelivered) and ``transient`` (topics of non-durable queues, deleted at the next start).
+redelivered; with a quorum queue's delivery counts, its held at-least-once dead letters and
+whether it has seen a high-priority message) and ``transient`` (topics of non-durable queues,
+deleted at the next start).
 """
 from __future__ import annotations
 
@@ -29,7 +31,8 @@ from typing import Any, Callable
 from core.errors import StorageError
 from core.log import PartitionLog
 from core.log_manager import LogManager
-from routing import amqp_properties, mapping, message_fields
+from routing import mapping, message_fields
+from routing.dead_letter import DeadLetterForwarder, dead_letter_copy
 from routing.dedup import Deduplicator, recent_records
 from routing.delayed import DelayLog, delay_of
 from routing.errors import FRAME_ERROR, NOT_ALLOWED, PRECONDITION_FAILED, ChannelError, ConnectionError
@@ -94,6 +97,7 @@ class Router:
         self.delayed_max = 100_000  # held messages per delayed-message exchange (--delayed-messages-max)
         # a log write failed: the gateway raises the disk alarm (True the first time, to log it once)
         self.on_storage_error: Callable[[], bool] = lambda: True
+        self.dead_letters = DeadLetterForwarder(self.stage_record, clock)  # at-least-once dead-lettering
 
     # --- start and stop ----------------------------------------------------------------
     def load(self) -> None:
@@ -191,6 +195,10 @@ class Router:
                     floor = floors[position_key(queue.topic, queue.partition)] = {"floor": queue.ack_floor}
                     if queue.delivery_counts:
                         floor["deliveries"] = queue.delivery_counts_json()
+                    if queue.held:
+                        floor["dead-lettering"] = queue.held.as_json()
+                    if queue.stage is not None and queue.stage.lanes.weighted and queue.stage.active:
+                        floor["prioritised"] = True
                     if clean_stop:
                         floor["delivered"] = queue.delivered_bound
         if floors != self._floors_written:
@@ -330,8 +338,10 @@ class Router:
         staged = self._staged.get(queue)
         return queue.admits(size, len(staged.tails) if staged else 0)
 
-    def stage_record(self, queue: Queue, record: Record) -> None:
-        self._stage(queue, record, record.timestamp, record_tail(record.key, record.value, record.headers), None,
+    def stage_record(self, queue: Queue, record: Record, publish=None) -> None:
+        """``publish``: anything with ``targets`` and ``rejected`` to learn where it went (a
+        :class:`Publish`, or an at-least-once dead letter's routing.dead_letter.DeadLetterCopy)."""
+        self._stage(queue, record, record.timestamp, record_tail(record.key, record.value, record.headers), publish,
                     len(record.value or b""))
 
     def stage_stored(self, queue: Queue, record: Record, publish: Publish | None) -> None:
@@ -363,7 +373,10 @@ class Router:
                     for source in staged.sources:
                         queue.dedup.forget(queue.dedup.key(source))
                 continue
-            queue.appended(info.first_offset, staged.sizes)
+            if isinstance(queue, Queue):  # the sources tell a quorum queue about high priorities
+                queue.appended(info.first_offset, staged.sizes, staged.sources)
+            else:
+                queue.appended(info.first_offset, staged.sizes)
             queue.stats.published += count
             queue.stats.published_bytes += sum(staged.sizes)
             queue.appended_limits()
@@ -390,11 +403,14 @@ class Router:
 
         Runs after every group-commit fsync; with thousands of queues, most of which did not move,
         a queue is dispatched only if its log grew behind its back (a Kafka producer appended)
-        or it still holds ready messages."""
+        or it still holds ready messages. Held at-least-once dead letters whose copies became
+        durable are settled in their source queues."""
         self._forward_exchange_logs()
         self.release_delayed()
         for vhost in self.vhosts.values():
             for queue in list(vhost.queues.values()):
+                if queue.held.copies:
+                    self.dead_letters.settle(queue)
                 if queue.consumers and queue.may_deliver():
                     queue.dispatch()
         self.settle_appends()  # dead-lettered messages
@@ -408,11 +424,14 @@ class Router:
                         break
 
     def tick(self) -> None:
-        """Periodic: expire messages at queue heads, drop unused queues (x-expires)."""
+        """Periodic: expire messages at queue heads, drop unused queues (x-expires), route held
+        at-least-once dead letters again."""
         now = self.clock()
         for vhost in self.vhosts.values():
             for queue in list(vhost.queues.values()):
                 queue.expire_head()
+                if queue.held:
+                    self.dead_letters.retry(vhost, queue)
                 expires = queue.args.expires
                 if expires is not None and not queue.consumers and (now - queue.last_used) * 1000 >= expires:
                     log.info("queue %s in vhost %s expired (x-expires %d ms)", queue.name, vhost.name, expires)
@@ -420,29 +439,21 @@ class Router:
         self.settle_appends()
 
     # --- dead-lettering ----------------------------------------------------------------
-    def _dead_letter(self, queue: Queue, record: Record, reason: str) -> None:
+    def _dead_letter(self, queue: Queue, record: Record, reason: str, held: int | None = None) -> None:
+        """Send a queue's dead letter on (see routing.dead_letter). ``held``: the source offset of
+        an at-least-once dead letter, which stays in the queue until its copies are durable;
+        otherwise at most once: staged now, or dropped without a route, as RabbitMQ does."""
         vhost = self.vhosts.get(queue.vhost)
-        exchange_name = queue.args.dead_letter_exchange
-        if vhost is None or exchange_name is None:
+        if vhost is None or queue.args.dead_letter_exchange is None:
             return
-        exchange, routing_key, properties_raw = mapping.amqp_from_record(record)
-        dl_key = queue.args.dead_letter_routing_key
-        new_raw = amqp_properties.dead_lettered(properties_raw, queue=queue.name, reason=reason, exchange=exchange,
-                                                 routing_keys=[routing_key], now_s=int(self.clock()))
-        try:
-            targets = vhost.route(exchange_name, dl_key if dl_key is not None else routing_key,
-                                  message_fields.headers_table(new_raw))
-        except Exception:  # the dead-letter exchange is missing: RabbitMQ drops the message
+        if held is not None:
+            self.dead_letters.forward(vhost, queue, held, record, reason)
             return
-        if not targets:
-            return
-        key, value, headers, timestamp = mapping.record_from_amqp(
-            exchange_name, dl_key if dl_key is not None else routing_key, new_raw, record.value or b"",
-            int(self.clock() * 1000))
-        new = Record(0, timestamp, key, value, headers)
-        for target in targets:
-            if target is not queue or reason != "expired":
-                self.stage_record(target, new)
+        built = dead_letter_copy(vhost, queue, record, reason, self.clock())
+        if built is not None:
+            targets, copy = built
+            for target in targets:
+                self.stage_record(target, copy)
 
 
 # --- JSON for definitions: AMQP argument values that JSON lacks get a tagged form ----------

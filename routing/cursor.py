@@ -11,6 +11,8 @@ in the log. What a queue "contains" is the part of the log its consumers have no
 * ``returned``: offsets handed back (nack/reject with requeue, channel closed) to be
   delivered again, lowest first, before anything new, and flagged redelivered.
 * ``next_offset``: the first offset never delivered.
+* ``ahead``: offsets at or above ``next_offset`` that already have an owner (:meth:`hold`,
+  e.g. a dead letter still pending when the broker restarted): never handed out as fresh.
 
 After a restart only the floor is known, so everything at or above it is delivered again,
 flagged redelivered up to the old ``next_offset`` bound when that is known: at least once.
@@ -33,6 +35,7 @@ class QueueCursor:
         self._returned: list[int] = []  # heap
         self._redelivered_below = ack_floor if redelivered_below is None else redelivered_below
         self._was_returned: set[int] = set()
+        self.ahead: set[int] = set()
 
     # --- the log grows / shrinks ----------------------------------------------------
     def log_end(self, end_offset: int) -> None:
@@ -51,24 +54,44 @@ class QueueCursor:
     def ready_count(self) -> int:
         """Messages waiting to be delivered (RabbitMQ's message_count)."""
         fresh = self.end_offset - self.next_offset - sum(1 for o in self.settled_above if o >= self.next_offset)
-        return len(self._returned) + max(fresh, 0)
+        return len(self._returned) + max(fresh - len(self.ahead), 0)
 
     def take(self, owner: Hashable) -> tuple[int, bool] | None:
         """The next offset to deliver and whether it is a redelivery; None when nothing is ready."""
+        return self.take_returned(owner) or self.take_fresh(owner)
+
+    def take_returned(self, owner: Hashable) -> tuple[int, bool] | None:
+        """The lowest returned offset (always a redelivery), or None."""
         while self._returned:
             offset = heapq.heappop(self._returned)
             if offset in self.unacked or offset < self.ack_floor or offset in self.settled_above:
                 continue
             self.unacked[offset] = owner
             return offset, True
+        return None
+
+    def take_fresh(self, owner: Hashable) -> tuple[int, bool] | None:
+        """The next offset never delivered in this run, or None."""
         while self.next_offset < self.end_offset:
             offset = self.next_offset
             self.next_offset += 1
             if offset in self.settled_above:
                 continue
+            if self.ahead and offset in self.ahead:
+                self.ahead.discard(offset)
+                continue
             self.unacked[offset] = owner
             return offset, offset < self._redelivered_below
         return None
+
+    def hold(self, offset: int, owner: Hashable) -> None:
+        """Give an unsettled offset to ``owner`` whether or not it was delivered: it is neither
+        ready nor settled until ``owner`` settles it (see routing.dead_letter)."""
+        if offset < self.ack_floor or offset in self.settled_above:
+            return
+        self.unacked[offset] = owner
+        if offset >= self.next_offset:
+            self.ahead.add(offset)
 
     def peek(self) -> int | None:
         """The offset :meth:`take` would hand out next, without taking it."""
@@ -81,7 +104,7 @@ class QueueCursor:
             return offset
         offset = self.next_offset
         while offset < self.end_offset:
-            if offset not in self.settled_above:
+            if offset not in self.settled_above and offset not in self.ahead:
                 return offset
             offset += 1
         return None
@@ -116,9 +139,12 @@ class QueueCursor:
         return sorted(o for o, who in self.unacked.items() if who == owner)
 
     def settle(self, offsets: Iterable[int]) -> None:
+        ahead = self.ahead
         for offset in offsets:
             if offset >= self.ack_floor:
                 self.settled_above.add(offset)
+                if ahead:
+                    ahead.discard(offset)
         while self.ack_floor in self.settled_above:
             self.settled_above.discard(self.ack_floor)
             self.ack_floor += 1
@@ -128,9 +154,11 @@ class QueueCursor:
     def purge(self) -> int:
         """Settle everything ready (not what is delivered and unacked); returns how many."""
         count = self.ready_count()
-        pending = [o for o in range(self.next_offset, self.end_offset) if o not in self.settled_above]
+        pending = [o for o in range(self.next_offset, self.end_offset)
+                   if o not in self.settled_above and o not in self.ahead]
         pending += [o for o in self._returned if o not in self.unacked]
         self._returned.clear()
+        self.ahead.clear()  # still held by their owners, but no longer above next_offset
         self.next_offset = self.end_offset
         self.settle(pending)
         return count

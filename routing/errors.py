@@ -53,3 +53,13 @@ def not_found(kind: str, name: str, vhost: str) -> ChannelError:
 def inequivalent(kind: str, name: str, vhost: str, what: str, stored, given) -> ChannelError:
     return ChannelError(PRECONDITION_FAILED, f"inequivalent arg '{what}' for {kind} '{name}' in vhost '{vhost}': "
                                              f"received '{given}' but current is '{stored}'")
+
+
+_QUEUE_MODULES = {"classic": "rabbit_classic_queue", "quorum": "rabbit_quorum_queue", "stream": "rabbit_stream_queue"}
+
+
+def unsupported_argument(name: str, queue: str, vhost: str, queue_type: str) -> ChannelError:
+    """RabbitMQ's refusal of an argument the queue's type does not take (e.g. x-max-priority on a
+    quorum queue), naming the type by its Erlang module."""
+    return ChannelError(PRECONDITION_FAILED, f"invalid arg '{name}' for queue '{queue}' in vhost '{vhost}' of queue "
+                                             f"type {_QUEUE_MODULES.get(queue_type, queue_type)}")

@@ -9,19 +9,22 @@ their fsync, as RabbitMQ delivers persistent messages; publisher confirms wait f
 A consumer is anything with the small interface of :class:`Consumer` (the gateway's AMQP
 consumer); the queue picks among them by priority, then round robin, and only hands a message to
 one that has credit (prefetch). Dead-lettering goes through the ``dead_letter`` callback the
-vhost installs, so this module never routes.
+vhost installs, so this module never routes; with at-least-once dead-lettering the queue holds
+the message until the router reports it stored (:mod:`routing.dead_letter`). Priority queues
+(classic with ``x-max-priority``, and every quorum queue) order ready messages through
+:mod:`routing.priorities`.
 """
 from __future__ import annotations
 
-import heapq
 import time
 from typing import Any, Callable, Hashable, Protocol
 
 from core.log import PartitionLog
-from routing import message_fields
+from routing import dead_letter, message_fields
 from routing.cursor import QueueCursor
 from routing.dedup import Deduplicator
 from routing.errors import PRECONDITION_FAILED, ChannelError
+from routing.priorities import STAGED, PriorityStage, quorum_level
 from routing.reader import LogReader
 from wire.records import Record
 
@@ -108,6 +111,8 @@ class QueueArguments:
                                                     f"'{vhost}': {{value_too_large,{max_priority},255}}")
         self.max_priority = max_priority
         self.queue_type = _str_arg(args, "x-queue-type", queue, vhost, QUEUE_TYPES) or "classic"
+        # checked strictly at declaration (routing.vhost); here a bad one counts as absent
+        self.dead_letter_strategy = dead_letter.strategy_argument(args, queue, vhost, self.queue_type, strict=False)
         sac = args.get("x-single-active-consumer", False)
         if not isinstance(sac, bool):
             raise ChannelError(PRECONDITION_FAILED, f"invalid arg 'x-single-active-consumer' for queue '{queue}' "
@@ -136,8 +141,10 @@ class Queue:
     def __init__(self, vhost: str, name: str, topic: str, plog: PartitionLog | None, *, durable: bool,
                  exclusive_owner, auto_delete: bool, arguments: dict[str, Any], ack_floor: int = 0,
                  delivered_bound: int | None = None, clock: Callable[[], float] = time.time,
-                 delivery_counts: dict[int, int] | None = None):
-        """``plog`` may come later through :meth:`attach` (the arguments are validated first)."""
+                 delivery_counts: dict[int, int] | None = None, dead_lettering: dict[int, str] | None = None,
+                 prioritised: bool = False):
+        """``plog`` may come later through :meth:`attach` (the arguments are validated first).
+        ``dead_lettering`` and ``prioritised``: saved state of a quorum queue (see routing.broker.checkpoint)."""
         self.vhost = vhost
         self.name = name
         self.topic = topic
@@ -155,15 +162,17 @@ class Queue:
         self._turn = 0
         self.last_used = clock()
         self.deleted = False
-        self.dead_letter: Callable[[Queue, Record, str], None] | None = None
+        self.dead_letter: Callable[..., None] | None = None  # (queue, record, reason, held offset or None)
         self.on_empty_auto_delete: Callable[[Queue], None] | None = None
-        self._staged: list[tuple[int, int, bool]] = []  # priority queues: (-priority, offset, redelivered)
+        self.stage = self._priority_stage(prioritised)
+        self.held = dead_letter.HeldDeadLetters(dead_lettering)  # at-least-once dead letters not yet stored
         self._sizes: dict[int, int] = {}  # body sizes of ready messages, for x-max-length-bytes
         self.stats = QueueStats()
         # quorum queues: offset -> times returned (reject/nack with requeue, channel closed), the
         # x-delivery-count of its next delivery; saved with the ack floor (routing.broker.checkpoint)
         self.delivery_counts: dict[int, int] = dict(delivery_counts or {})
         self.policy_delivery_limit: Callable[[], int | None] = lambda: None  # the vhost's delivery-limit policy
+        self.policy_dead_letter_strategy: Callable[[], str | None] = lambda: None  # its dead-letter-strategy policy
 
         if plog is not None:
             self.attach(plog)
@@ -178,6 +187,19 @@ class Queue:
         bound = plog.next_offset if self._delivered_bound is None else min(self._delivered_bound, plog.next_offset)
         self.cursor = QueueCursor(floor, plog.next_offset, redelivered_below=bound)
         self.reader = LogReader(plog)
+        self.held.restore(self.cursor)
+
+    def _priority_stage(self, prioritised: bool) -> PriorityStage | None:
+        """Classic queues order by priority with x-max-priority; quorum queues always (RabbitMQ 4),
+        in two levels, once a high-priority message arrives."""
+        top = self.args.max_priority
+        if top is not None:
+            return PriorityStage(lambda r: 0 if r is None else min(message_fields.priority(r) or 0, top),
+                                 weighted=False)
+        if self.args.queue_type == "quorum":
+            return PriorityStage(lambda r: 0 if r is None else quorum_level(message_fields.priority(r)),
+                                 weighted=True, active=prioritised)
+        return None
 
     def __repr__(self) -> str:
         return f"<Queue {self.name!r} vhost={self.vhost!r} topic={self.topic!r}>"
@@ -192,10 +214,14 @@ class Queue:
         self.sync_end()
         if self.is_stream:
             return self.plog.next_offset - self.plog.log_start_offset
-        if self.args.max_priority is not None:
-            self._stage()
-            return len(self._staged)
+        if self.stage is not None:
+            return self.stage.ready_count(self.cursor, self.reader)
         return self.cursor.ready_count()
+
+    def unacked_count(self) -> int:
+        """Delivered and not settled (the cursor also owns staged and held offsets)."""
+        staged = self.stage.staged_count() if self.stage is not None else 0
+        return max(len(self.cursor.unacked) - staged - len(self.held), 0)
 
     def consumer_count(self) -> int:
         return len(self.consumers)
@@ -207,17 +233,20 @@ class Queue:
         ``pending``: messages already staged for this queue's next append."""
         if self.args.overflow == "drop-head":
             return True
-        count = self.message_count() + pending
+        count = self.message_count() + pending + len(self.held)  # held dead letters count, as in RabbitMQ
         if self.args.max_length is not None and count >= self.args.max_length:
             return False
         if self.args.max_length_bytes is not None and sum(self._sizes.values()) + body_size > self.args.max_length_bytes:
             return False
         return True
 
-    def appended(self, first_offset: int, sizes: list[int]) -> None:
+    def appended(self, first_offset: int, sizes: list[int], sources=()) -> None:
         if self.args.max_length_bytes is not None:
             for i, size in enumerate(sizes):
                 self._sizes[first_offset + i] = size
+        stage = self.stage
+        if stage is not None and not stage.active and any(quorum_level(message_fields.priority(s)) for s in sources):
+            stage.active = True  # the first high-priority message: from now on the lanes order deliveries
 
     # --- consumers ---------------------------------------------------------------------
     def add_consumer(self, consumer: Consumer) -> None:
@@ -258,7 +287,8 @@ class Queue:
     def may_deliver(self) -> bool:
         """False only when :meth:`dispatch` would certainly find nothing new to deliver."""
         return (self.is_stream or self.plog.next_offset != self.cursor.end_offset
-                or self.plog.log_start_offset > self.cursor.ack_floor or self.cursor.has_ready or bool(self._staged))
+                or self.plog.log_start_offset > self.cursor.ack_floor or self.cursor.has_ready
+                or (self.stage is not None and bool(self.stage.lanes)))
 
     def dispatch(self) -> int:
         """Hand ready messages to consumers with credit; returns how many were delivered."""
@@ -269,7 +299,7 @@ class Queue:
         self.sync_end()
         self._enforce_limits()
         delivered = 0
-        while self.consumers and (self._staged or self.cursor.has_ready):
+        while self.consumers and (self.cursor.has_ready or (self.stage is not None and self.stage.lanes)):
             consumer = self._pick()
             if consumer is None:
                 break
@@ -352,8 +382,8 @@ class Queue:
     def _take(self, owner: Hashable) -> tuple[int, bool, Record] | None:
         """The next live message, skipping (and dead-lettering) expired ones."""
         while True:
-            if self.args.max_priority is not None:
-                taken = self._take_by_priority(owner)
+            if self.stage is not None:
+                taken = self.stage.take(self.cursor, self.reader, owner)
             else:
                 taken = self.cursor.take(owner)
             if taken is None:
@@ -365,30 +395,9 @@ class Queue:
                 continue
             self._sizes.pop(offset, None)
             if self._expired(record):
-                self.cursor.skip(offset)
-                self._dead_letter(record, "expired")
+                self._discard(offset, record, "expired")
                 continue
             return offset, redelivered, record
-
-    def _stage(self) -> None:
-        """Priority queues: move every ready offset into a heap ordered by priority, then offset."""
-        while True:
-            taken = self.cursor.take(_STAGED)
-            if taken is None:
-                return
-            offset, redelivered = taken
-            record = self.reader.get(offset)
-            priority = 0 if record is None else min(message_fields.priority(record) or 0, self.args.max_priority)
-            heapq.heappush(self._staged, (-priority, offset, redelivered))
-
-    def _take_by_priority(self, owner: Hashable) -> tuple[int, bool] | None:
-        self._stage()
-        while self._staged:
-            _, offset, redelivered = heapq.heappop(self._staged)
-            if self.cursor.owner_of(offset) is _STAGED:
-                self.cursor.unacked[offset] = owner
-                return offset, redelivered
-        return None
 
     def _expired(self, record: Record) -> bool:
         ttl = message_fields.expiration(record)
@@ -399,6 +408,28 @@ class Queue:
     def _dead_letter(self, record: Record, reason: str) -> None:
         if self.dead_letter is not None and self.args.dead_letter_exchange is not None:
             self.dead_letter(self, record, reason)
+
+    def _discard(self, offset: int, record: Record | None, reason: str) -> None:
+        """``offset`` leaves the queue without an ack, dead-lettered if it can be. At-least-once:
+        held (neither ready nor settled) until the router reports the copy stored."""
+        self.delivery_counts.pop(offset, None)
+        if record is not None and self.dead_letter is not None and \
+                self.dead_letter_strategy() == dead_letter.AT_LEAST_ONCE:
+            self.cursor.hold(offset, dead_letter.HELD)
+            self.held.reasons[offset] = reason
+            self.dead_letter(self, record, reason, offset)
+            return
+        self.cursor.skip(offset)
+        if record is not None:
+            self._dead_letter(record, reason)
+
+    def dead_letter_strategy(self) -> str:
+        return dead_letter.effective_strategy(self)
+
+    def dead_lettered(self, offset: int) -> None:
+        """A held dead letter is stored in its targets (or given up): the source settles it."""
+        if self.held.reasons.pop(offset, None) is not None and self.cursor.owner_of(offset) is dead_letter.HELD:
+            self.cursor.skip(offset)
 
     def expire_head(self) -> int:
         """Drop expired messages at the head of the queue (RabbitMQ expires from the head only)."""
@@ -413,11 +444,10 @@ class Queue:
             record = self.reader.get(offset)
             if record is not None and not self._expired(record):
                 break
-            self.cursor.take(_STAGED)
-            self.cursor.skip(offset)
+            self.cursor.take(STAGED)
             self._sizes.pop(offset, None)
+            self._discard(offset, record, "expired")
             if record is not None:
-                self._dead_letter(record, "expired")
                 dropped += 1
         return dropped
 
@@ -445,23 +475,15 @@ class Queue:
                 return
             offset, record = taken
             self._sizes.pop(offset, None)
-            self.cursor.skip(offset)
-            if record is not None:
-                self._dead_letter(record, "maxlen")
+            self._discard(offset, record, "maxlen")
 
     def _take_raw_head(self) -> tuple[int, Record | None] | None:
-        if self.args.max_priority is not None:
-            self._stage()
-            if not self._staged:
-                return None
-            victim = max(self._staged, key=lambda item: (item[0], -item[1]))  # lowest priority, oldest
-            self._staged.remove(victim)
-            heapq.heapify(self._staged)
-            return victim[1], self.reader.get(victim[1])
-        taken = self.cursor.take(_STAGED)
-        if taken is None:
-            return None
-        return taken[0], self.reader.get(taken[0])
+        if self.stage is not None:
+            offset = self.stage.drop_head(self.cursor, self.reader)
+        else:
+            taken = self.cursor.take(STAGED)
+            offset = None if taken is None else taken[0]
+        return None if offset is None else (offset, self.reader.get(offset))
 
     # --- settling ----------------------------------------------------------------------
     def ack(self, offsets) -> None:
@@ -482,11 +504,7 @@ class Queue:
         for offset in offsets:
             if self.cursor.owner_of(offset) is None:
                 continue
-            record = self.reader.get(offset)
-            self.cursor.skip(offset)
-            self.delivery_counts.pop(offset, None)
-            if record is not None:
-                self._dead_letter(record, "rejected")
+            self._discard(offset, self.reader.get(offset), "rejected")
 
     def release(self, owner: Hashable) -> list[int]:
         """A channel closed: its unacked deliveries go back to the queue, in offset order."""
@@ -522,11 +540,7 @@ class Queue:
                 continue
             count = self.delivery_counts.get(offset, 0) + 1
             if limit is not None and count > limit:
-                record = self.reader.get(offset)
-                self.cursor.skip(offset)
-                self.delivery_counts.pop(offset, None)
-                if record is not None:
-                    self._dead_letter(record, "delivery_limit")
+                self._discard(offset, self.reader.get(offset), "delivery_limit")
             else:
                 self.delivery_counts[offset] = count
                 back.append(offset)
@@ -542,10 +556,8 @@ class Queue:
     def purge(self) -> int:
         self.sync_end()
         count = self.message_count()
-        if self.args.max_priority is not None:
-            for _, offset, _ in self._staged:
-                self.cursor.skip(offset)
-            self._staged.clear()
+        if self.stage is not None:
+            self.stage.purge(self.cursor)
         self.cursor.purge()
         self._sizes.clear()
         return count
@@ -559,12 +571,3 @@ class Queue:
         """Offsets at or above this were never handed to a consumer."""
         return self.cursor.next_offset
 
-
-class _Staged:
-    """Owner of offsets taken into a priority queue's heap but not delivered yet."""
-
-    def __repr__(self) -> str:
-        return "<staged>"
-
-
-_STAGED = _Staged()

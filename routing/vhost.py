@@ -21,10 +21,12 @@ from routing.errors import (
     ACCESS_REFUSED, COMMAND_INVALID, PRECONDITION_FAILED, RESOURCE_LOCKED, ChannelError,
     ConnectionError, inequivalent, not_found,
 )
+from routing.dead_letter import strategy_argument
 from routing.dedup import Deduplicator
 from routing.delayed import DELAYED_TYPE, DelayLog
 from routing.exchange_log import ExchangeLog
 from routing.exchanges import EXCHANGE_TYPES, Exchange, route_through
+from routing.priorities import check_max_priority
 from routing.queue import Queue, position_key
 
 log = logging.getLogger(__name__)
@@ -274,6 +276,10 @@ class VirtualHost:
                                                         f"'{self.name}': choose another queue name")
         queue = Queue(self.name, name, topic, None, durable=durable, exclusive_owner=owner if exclusive else None,
                       auto_delete=auto_delete, arguments=arguments, ack_floor=ack_floor)  # validates arguments
+        # arguments the queue's type does not take: refused at declaration, as RabbitMQ does (a
+        # definition saved before these checks still loads at start-up)
+        check_max_priority(arguments, queue.args.queue_type, name, self.name)
+        strategy_argument(arguments, name, self.name, queue.args.queue_type)
         queue.partition = partition
         queue.attach(self._queue_log(topic, durable, _stream_configs(queue), arguments, name, partition))
         self._install(queue)
@@ -316,17 +322,19 @@ class VirtualHost:
         queue.dead_letter = self.dead_letter
         queue.on_empty_auto_delete = self._auto_delete_queue
         queue.policy_delivery_limit = lambda: self._policy_value(queue.name, "delivery-limit")
+        queue.policy_dead_letter_strategy = lambda: self._policy_value(queue.name, "dead-letter-strategy", str)
         self.queues[queue.name] = queue
 
-    def _policy_value(self, queue_name: str, key: str):
-        """``key`` of the highest-priority policy (RabbitMQ's rule) that applies to a queue, or None."""
+    def _policy_value(self, queue_name: str, key: str, kind: type = int):
+        """``key`` of the highest-priority policy (RabbitMQ's rule) that applies to a queue, or None
+        if there is none or it is not a ``kind``."""
         best = None
         for policy in self.policies.values():
             if policy["apply-to"] in ("all", "queues") and key in policy["definition"] and \
                     re.search(policy["pattern"], queue_name) and (best is None or policy["priority"] > best["priority"]):
                 best = policy
         value = best["definition"][key] if best is not None else None
-        return value if isinstance(value, int) and not isinstance(value, bool) else None
+        return value if isinstance(value, kind) and not isinstance(value, bool) else None
 
     def _auto_delete_queue(self, queue: Queue) -> None:
         if queue.name in self.queues and not queue.deleted:
@@ -549,7 +557,9 @@ class VirtualHost:
             queue = Queue(self.name, q["name"], topic, None, durable=True, exclusive_owner=None,
                           auto_delete=q["auto_delete"], arguments=q["arguments"],
                           ack_floor=position.get("floor", 0), delivered_bound=position.get("delivered"),
-                          delivery_counts={int(o): n for o, n in position.get("deliveries", {}).items()})
+                          delivery_counts={int(o): n for o, n in position.get("deliveries", {}).items()},
+                          dead_lettering={int(o): r for o, r in position.get("dead-lettering", {}).items()},
+                          prioritised=position.get("prioritised", False))
             queue.partition = partition
             try:
                 queue.attach(self._queue_log(topic, True, None, q["arguments"], q["name"], partition))

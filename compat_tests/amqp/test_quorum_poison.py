@@ -30,7 +30,7 @@ def _dead_letter_target(ch) -> tuple[str, str]:
     return dlx, dlq
 
 
-def _get(ch, queue: str, tries: int = 50):
+def _get(ch, queue: str, tries: int = 200):
     """basic.get, waiting a little for a requeued message to be back (RabbitMQ returns it async)."""
     for _ in range(tries):
         method, props, body = ch.basic_get(queue)

@@ -26,7 +26,7 @@ def totals(broker) -> dict[str, int]:
             out["amqp_published"] += q.stats.published
             out["amqp_delivered"] += q.stats.delivered
             out["amqp_acked"] += q.stats.acked
-            unacked = 0 if q.is_stream else len(q.cursor.unacked)
+            unacked = 0 if q.is_stream else q.unacked_count()
             out["queue_unacked"] += unacked
             out["queue_messages"] += q.message_count() + unacked
     for records_in, bytes_in, bytes_out in broker.kafka.traffic.values():

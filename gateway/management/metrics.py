@@ -143,7 +143,7 @@ class BrokerCollector:
             for name, q in sorted(b.amqp.router.vhosts[vhost].queues.items()):
                 key = [vhost, name]
                 ready.add_metric(key, q.message_count())
-                unacked.add_metric(key, 0 if q.is_stream else len(q.cursor.unacked))
+                unacked.add_metric(key, 0 if q.is_stream else q.unacked_count())
                 consumers.add_metric(key, q.consumer_count())
                 published.add_metric(key, q.stats.published)
                 published_bytes.add_metric(key, q.stats.published_bytes)

@@ -214,5 +214,5 @@ def queue_rows(b, vhosts=None):
             continue
         for name, q in sorted(b.amqp.router.vhosts[vhost_name].queues.items()):
             ready = q.message_count()
-            unacked = 0 if q.is_stream else len(q.cursor.unacked)
+            unacked = 0 if q.is_stream else q.unacked_count()
             yield vhost_name, name, ready, unacked, ready + unacked, q.consumer_count(), q.stats.published

@@ -30,7 +30,7 @@ def _node(broker) -> str:
 # --- AMQP ---------------------------------------------------------------------------------
 
 def queue(broker, q) -> dict:
-    unacked = len(q.cursor.unacked) if not q.is_stream else 0
+    unacked = q.unacked_count() if not q.is_stream else 0
     ready = q.message_count()
     publish = getattr(q, "stats", None)
     return {

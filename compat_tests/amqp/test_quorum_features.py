@@ -1,0 +1,285 @@
+"""Quorum queues, the RabbitMQ 4 features: message priorities and at-least-once dead-lettering.
+
+Priorities: a quorum queue needs no argument; priority 5 and above is "high", the rest (and none)
+"normal"; high messages go first at a ratio of 2:1, and every third delivery takes the older of
+the two heads, so normal messages are never starved; a returned message comes back first. Those
+tests run against RabbitMQ 4.0 or later only (Debian's 3.10 predates quorum-queue priorities and
+delivers in order), and always against our broker.
+
+At-least-once dead-lettering (``x-dead-letter-strategy``, RabbitMQ 3.10+): with reject-publish
+overflow a dead letter stays in its quorum queue until a target queue has it, is routed again
+periodically (the RabbitMQ node of this suite retries every 2 s, see compat_tests/rabbitmq.py),
+and survives a crash; without reject-publish it falls back to at-most-once.
+"""
+from __future__ import annotations
+
+import time
+
+import pika
+import pika.exceptions
+import pytest
+
+from .helpers import connect, unique, wait_until
+from .test_quorum_poison import _set_policy
+
+ALO = {"x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"}
+
+
+@pytest.fixture
+def channel(amqp_broker):
+    conn = connect(amqp_broker)
+    ch = conn.channel()
+    ch.confirm_delivery()
+    try:
+        yield ch
+    finally:
+        if conn.is_open:
+            conn.close()
+
+
+def _version(amqp_broker) -> tuple[int, ...]:
+    conn = connect(amqp_broker)
+    try:
+        raw = conn._impl.server_properties.get("version", b"0")
+    finally:
+        conn.close()
+    text = raw.decode() if isinstance(raw, bytes) else str(raw)
+    return tuple(int(p) for p in text.split(".")[:2] if p.isdigit())
+
+
+@pytest.fixture
+def priorities(amqp_broker):
+    """Skip where quorum queues have no priorities: RabbitMQ before 4.0."""
+    if amqp_broker.target == "rabbitmq" and _version(amqp_broker) < (4, 0):
+        pytest.skip("RabbitMQ before 4.0 has no quorum-queue priorities (this node is "
+                    f"{'.'.join(map(str, _version(amqp_broker)))})")
+
+
+def _quorum(ch, name: str, **arguments) -> None:
+    ch.queue_declare(name, durable=True, arguments={"x-queue-type": "quorum", **arguments})
+
+
+def _publish(ch, queue: str, body: bytes, priority: int | None = None) -> None:
+    ch.basic_publish("", queue, body, pika.BasicProperties(priority=priority, delivery_mode=2))
+
+
+def _get_all(ch, queue: str, expected: int) -> list[bytes]:
+    got = []
+    deadline = time.monotonic() + 10
+    while len(got) < expected and time.monotonic() < deadline:
+        method, _, body = ch.basic_get(queue)
+        if method is None:
+            time.sleep(0.05)
+            continue
+        ch.basic_ack(method.delivery_tag)
+        got.append(body)
+    return got
+
+
+def _backlog(ch, q: str) -> None:
+    """Three normal messages (no priority, 0 and 4), then six high ones (5 to 255)."""
+    for body, priority in ((b"n0", None), (b"n1", 0), (b"n2", 4)):
+        _publish(ch, q, body, priority)
+    for i, priority in enumerate((5, 9, 5, 255, 6, 7)):
+        _publish(ch, q, b"h%d" % i, priority)
+
+
+# --- priorities ---------------------------------------------------------------------------
+
+def test_high_goes_first_two_to_one(channel, priorities):
+    q = unique("qq-prio")
+    _quorum(channel, q)
+    _backlog(channel, q)
+    assert _get_all(channel, q, 9) == [b"h0", b"h1", b"n0", b"h2", b"h3", b"n1", b"h4", b"h5", b"n2"]
+
+
+def test_a_consumer_sees_the_same_order(amqp_broker, channel, priorities):
+    q = unique("qq-prio")
+    _quorum(channel, q)
+    _backlog(channel, q)
+    conn = connect(amqp_broker)
+    ch = conn.channel()
+    ch.basic_qos(prefetch_count=1)
+    got = []
+
+    def on_message(c, method, props, body):
+        got.append(body)
+        c.basic_ack(method.delivery_tag)
+
+    ch.basic_consume(q, on_message)
+    deadline = time.monotonic() + 10
+    while len(got) < 9 and time.monotonic() < deadline:
+        conn.process_data_events(time_limit=0.1)
+    conn.close()
+    assert got == [b"h0", b"h1", b"n0", b"h2", b"h3", b"n1", b"h4", b"h5", b"n2"]
+
+
+def test_high_published_before_normal_stays_first(channel, priorities):
+    q = unique("qq-prio")
+    _quorum(channel, q)
+    for i in range(3):
+        _publish(channel, q, b"h%d" % i, 8)
+    _publish(channel, q, b"n", None)
+    assert _get_all(channel, q, 4) == [b"h0", b"h1", b"h2", b"n"]  # older high beats the fair turn
+
+
+def test_priority_is_kept_across_a_requeue(channel, priorities):
+    q = unique("qq-prio")
+    _quorum(channel, q)
+    _publish(channel, q, b"normal")
+    _publish(channel, q, b"high", 6)
+    method, props, body = channel.basic_get(q)
+    assert body == b"high"
+    channel.basic_nack(method.delivery_tag, requeue=True)
+    method, props, body = None, None, None
+    deadline = time.monotonic() + 10
+    while method is None and time.monotonic() < deadline:  # RabbitMQ returns it asynchronously
+        method, props, body = channel.basic_get(q)
+    assert (body, method.redelivered, props.priority) == (b"high", True, 6)
+    channel.basic_ack(method.delivery_tag)
+    assert _get_all(channel, q, 1) == [b"normal"]
+
+
+def test_priority_is_kept_across_a_restart(amqp_broker, channel, priorities):
+    q = unique("qq-prio")
+    _quorum(channel, q)
+    for body, priority in ((b"n0", None), (b"n1", None), (b"h0", 9)):
+        _publish(channel, q, body, priority)
+    channel.connection.close()
+    amqp_broker.restart()
+    conn = connect(amqp_broker)
+    try:
+        assert _get_all(conn.channel(), q, 3) == [b"h0", b"n0", b"n1"]
+    finally:
+        conn.close()
+
+
+def test_quorum_queues_refuse_x_max_priority(amqp_broker):
+    conn = connect(amqp_broker)
+    q = unique("qq-maxprio")
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as failed:
+        conn.channel().queue_declare(q, durable=True, arguments={"x-queue-type": "quorum", "x-max-priority": 5})
+    conn.close()
+    assert failed.value.reply_code == 406
+    assert failed.value.reply_text == (f"PRECONDITION_FAILED - invalid arg 'x-max-priority' for queue '{q}' in vhost "
+                                       f"'/' of queue type rabbit_quorum_queue")
+
+
+# --- at-least-once dead-lettering ----------------------------------------------------------
+
+def _reject_one(ch, q: str, body: bytes = b"precious", routing_key: str | None = None) -> None:
+    if routing_key is None:
+        _publish(ch, q, body)
+    else:
+        ch.queue_bind(q, "amq.direct", routing_key)
+        ch.basic_publish("amq.direct", routing_key, body, pika.BasicProperties(delivery_mode=2))
+    method = None
+    deadline = time.monotonic() + 10
+    while method is None and time.monotonic() < deadline:
+        method, _, got = ch.basic_get(q)
+    assert got == body
+    ch.basic_reject(method.delivery_tag, requeue=False)
+
+
+def _source(ch, dlx_type: str = "fanout", **arguments) -> tuple[str, str]:
+    dlx, q = unique("dlx"), unique("src")
+    ch.exchange_declare(dlx, dlx_type, durable=True)
+    _quorum(ch, q, **{"x-dead-letter-exchange": dlx, **arguments})
+    return dlx, q
+
+
+def _wait_get(ch, q: str, timeout: float = 20.0):
+    def one():
+        method, props, body = ch.basic_get(q, auto_ack=True)
+        return (method, props, body) if method is not None else None
+    return wait_until(one, timeout, f"a message in {q}", interval=0.2)
+
+
+def _held(ch, q: str) -> None:
+    """The dead letter is neither ready nor delivered again."""
+    time.sleep(0.5)
+    assert ch.queue_declare(q, passive=True).method.message_count == 0
+    assert ch.basic_get(q)[0] is None
+
+
+def _target(ch, dlx: str, routing_key: str = "") -> str:
+    dlq = unique("dlq")
+    _quorum(ch, dlq)
+    ch.queue_bind(dlq, dlx, routing_key)
+    return dlq
+
+
+def test_a_dead_letter_without_route_waits_for_one(channel):
+    dlx, q = _source(channel, **ALO)
+    _reject_one(channel, q)
+    _held(channel, q)
+    dlq = _target(channel, dlx)
+    method, props, body = _wait_get(channel, dlq)
+    death = props.headers["x-death"][0]
+    assert body == b"precious" and (death["reason"], death["queue"], death["count"]) == ("rejected", q, 1)
+    time.sleep(3)  # past a retry: it was settled in the source, not sent again
+    assert channel.basic_get(dlq)[0] is None and channel.basic_get(q)[0] is None
+
+
+def test_the_dead_letter_routing_key_is_used(channel):
+    dlx, q = _source(channel, "direct", **{**ALO, "x-dead-letter-routing-key": "dead"})
+    wrong = _target(channel, dlx, "other")
+    _reject_one(channel, q, routing_key=unique("rk"))
+    _held(channel, q)
+    right = _target(channel, dlx, "dead")
+    method, props, body = _wait_get(channel, right)
+    assert (body, method.routing_key, method.exchange) == (b"precious", "dead", dlx)
+    assert channel.basic_get(wrong)[0] is None
+
+
+def test_a_policy_turns_it_on(amqp_broker, channel):
+    dlx, q = _source(channel, **{"x-overflow": "reject-publish"})
+    undo = _set_policy(amqp_broker, f"dls-{q}", f"^{q}$", {"dead-letter-strategy": "at-least-once"})
+    try:
+        _reject_one(channel, q)
+        _held(channel, q)
+        assert _wait_get(channel, _target(channel, dlx))[2] == b"precious"
+    finally:
+        undo()
+
+
+def test_held_dead_letters_survive_a_crash(amqp_broker, channel):
+    dlx, q = _source(channel, **ALO)
+    _reject_one(channel, q)
+    _held(channel, q)
+    time.sleep(1)  # our broker saves held dead letters with the ack floors (every 0.25 s)
+    channel.connection.close()
+    amqp_broker.kill()
+    amqp_broker.start()
+    conn = connect(amqp_broker)
+    try:
+        ch = conn.channel()
+        _held(ch, q)
+        method, props, body = _wait_get(ch, _target(ch, dlx), timeout=60)
+        assert body == b"precious" and props.headers["x-death"][0]["reason"] == "rejected"
+    finally:
+        conn.close()
+
+
+def test_without_reject_publish_it_falls_back_to_at_most_once(channel):
+    dlx, q = _source(channel, **{"x-dead-letter-strategy": "at-least-once"})  # drop-head, the default
+    _reject_one(channel, q)
+    dlq = _target(channel, dlx)
+    time.sleep(4)  # past a retry on either broker: nothing was kept to retry
+    assert channel.basic_get(dlq)[0] is None and channel.basic_get(q)[0] is None
+
+
+@pytest.mark.parametrize("arguments, detail", [
+    ({"x-dead-letter-strategy": "at-least-once"}, " of queue type rabbit_classic_queue"),
+    ({"x-queue-type": "quorum", "x-dead-letter-strategy": "sometimes"}, ": invalid_dlx_strategy"),
+    ({"x-queue-type": "quorum", "x-dead-letter-strategy": 1}, ": {unacceptable_type,signedint}"),
+], ids=["classic", "bad-value", "bad-type"])
+def test_strategy_argument_is_checked(amqp_broker, arguments, detail):
+    conn = connect(amqp_broker)
+    q = unique("dls")
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as failed:
+        conn.channel().queue_declare(q, durable=True, arguments=arguments)
+    conn.close()
+    assert failed.value.reply_code == 406
+    assert failed.value.reply_text == (f"PRECONDITION_FAILED - invalid arg 'x-dead-letter-strategy' for queue '{q}' "
+                                       f"in vhost '/'{detail}")
