@@ -9,7 +9,8 @@ from rstream import Producer, schema
 from rstream.encoding import decode_frame, encode_frame
 from rstream.exceptions import AuthenticationFailure
 
-from compat_tests.stream.test_rstream import run, stream_args
+from compat_tests.stream.helpers import run
+from compat_tests.stream.test_rstream import stream_args
 
 
 def frames_until_close(sock: socket.socket) -> list:

@@ -7,16 +7,16 @@ import uuid
 
 import pika
 import pytest
-from rstream import (AMQPMessage, Consumer, ConsumerOffsetSpecification, MessageContext, OffsetType, Producer,
+from rstream import (AMQPMessage, Consumer, ConsumerOffsetSpecification, OffsetType, Producer,
                      Properties, amqp_decoder)
 from rstream.exceptions import OffsetNotFound, StreamAlreadyExists, StreamDoesNotExist
 
-from compat_tests.stream.test_rstream import numbered, run
+from compat_tests.stream import helpers
+from compat_tests.stream.helpers import numbered, run
 
 
 def client_args(target) -> dict:
-    host, port = target.stream
-    return {"host": host, "port": port, "username": "guest", "password": "guest"}
+    return helpers.client_args(target.stream)
 
 
 def fresh(prefix: str) -> str:
@@ -24,19 +24,7 @@ def fresh(prefix: str) -> str:
 
 
 async def read(target, stream: str, spec: ConsumerOffsetSpecification, count: int, decoder=None) -> list:
-    got: list = []
-    done = asyncio.Event()
-
-    async def on_message(message, context: MessageContext):
-        got.append((context.offset, message))
-        if len(got) >= count:
-            done.set()
-
-    async with Consumer(**client_args(target)) as consumer:
-        await consumer.start()
-        await consumer.subscribe(stream, on_message, offset_specification=spec, decoder=decoder)
-        await asyncio.wait_for(done.wait(), 30)
-    return got[:count]
+    return await helpers.read(target.stream, stream, spec, count, decoder, timeout=30)
 
 
 def test_confirms_deduplication_and_sequence(target):

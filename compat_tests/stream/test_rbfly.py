@@ -5,7 +5,7 @@ from __future__ import annotations
 import pika
 from rbfly.streams import Offset, streams_client
 
-from compat_tests.stream.test_rstream import run
+from compat_tests.stream.helpers import run
 
 
 def test_rbfly_publishes_and_subscribes(broker):

@@ -13,29 +13,19 @@ import pika
 import pytest
 from confluent_kafka import Consumer as KafkaConsumer
 from confluent_kafka import Producer as KafkaProducer
-from rstream import (AMQPMessage, ConfirmationStatus, Consumer, ConsumerOffsetSpecification, MessageContext,
-                     OffsetType, Producer, Properties, RouteType, SuperStreamConsumer, SuperStreamCreationOption, SuperStreamProducer,
+from rstream import (AMQPMessage, ConfirmationStatus, Consumer, ConsumerOffsetSpecification, OffsetType, Producer,
+                     Properties, RouteType, SuperStreamConsumer, SuperStreamCreationOption, SuperStreamProducer,
                      amqp_decoder)
 from rstream.exceptions import OffsetNotFound, StreamDoesNotExist
 
+from compat_tests.stream.helpers import client_args, numbered, read, run
 from tests.brokerproc import ROOT
 
 COUNT = 10_000
 
 
-def numbered(message: AMQPMessage, publishing_id: int) -> AMQPMessage:
-    """A message with its own publishing id (rstream numbers the others itself)."""
-    message.publishing_id = publishing_id
-    return message
-
-
-def run(coro):
-    return asyncio.run(asyncio.wait_for(coro, 120))
-
-
 def stream_args(broker) -> dict:
-    host, port = broker.address("stream")
-    return {"host": host, "port": port, "username": "guest", "password": "guest"}
+    return client_args(broker.address("stream"))
 
 
 def pika_channel(broker):
@@ -59,20 +49,8 @@ def kafka_values(broker, topic: str, count: int, partitions=None) -> list[bytes]
     return out
 
 
-async def consume(broker, stream: str, spec: ConsumerOffsetSpecification, count: int, **kw) -> list:
-    got: list = []
-    done = asyncio.Event()
-
-    async def on_message(message, context: MessageContext):
-        got.append((context.offset, message))
-        if len(got) >= count:
-            done.set()
-
-    async with Consumer(**stream_args(broker)) as consumer:
-        await consumer.start()
-        await consumer.subscribe(stream, on_message, decoder=amqp_decoder, offset_specification=spec, **kw)
-        await asyncio.wait_for(done.wait(), 60)
-    return got
+async def consume(broker, stream: str, spec: ConsumerOffsetSpecification, count: int) -> list:
+    return await read(broker.address("stream"), stream, spec, count, amqp_decoder)
 
 
 def test_rstream_publish_confirm_dedup_and_three_readers(broker):
@@ -184,32 +162,17 @@ def test_stored_offset_and_timestamp(broker):
 
     middle_ms, stored = run(scenario())
     assert stored == 49
-    got = run(_raw(broker, stream, ConsumerOffsetSpecification(OffsetType.OFFSET, stored + 1), 60))
+    got = run(read(broker.address("stream"), stream, ConsumerOffsetSpecification(OffsetType.OFFSET, stored + 1), 60))
     assert [o for o, _ in got] == list(range(50, 110))
     assert got[0][1] == b"a50" and got[-1][1] == b"b8"
-    got = run(_raw(broker, stream, ConsumerOffsetSpecification(OffsetType.TIMESTAMP, middle_ms), 10))
+    got = run(read(broker.address("stream"), stream, ConsumerOffsetSpecification(OffsetType.TIMESTAMP, middle_ms), 10))
     assert got[0] == (100, b"late")
     # the stored offset is a consumer-group offset Kafka tools see (next offset = stored + 1)
     out = subprocess.run([sys.executable, "-m", "gateway", "groups", "describe", "reader", "--json",
                           "--bootstrap", "%s:%d" % broker.address("kafka")], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    assert '"committed_offset": 50' in out.stdout.replace("'", '"') or "50" in out.stdout
-
-
-async def _raw(broker, stream, spec, count):
-    got: list = []
-    done = asyncio.Event()
-
-    async def on_message(message, context: MessageContext):
-        got.append((context.offset, message))
-        if len(got) >= count:
-            done.set()
-
-    async with Consumer(**stream_args(broker)) as consumer:
-        await consumer.start()
-        await consumer.subscribe(stream, on_message, offset_specification=spec)
-        await asyncio.wait_for(done.wait(), 60)
-    return got[:count]
+    assert json.loads(out.stdout)["offsets"] == [{"topic": stream, "partition": 0, "committed": 50, "end_offset": 110,
+                                                  "lag": 60}]
 
 
 def test_kafka_and_amqp_publishes_reach_stream_consumers(broker):

@@ -8,7 +8,8 @@ import signal
 from rstream import (Consumer, ConsumerOffsetSpecification, FilterConfiguration, OffsetSpecification, OffsetType, Producer,
                      SuperStreamCreationOption, SuperStreamProducer)
 
-from compat_tests.stream.test_rstream import run, stream_args
+from compat_tests.stream.helpers import run
+from compat_tests.stream.test_rstream import stream_args
 from tests.brokerproc import start_broker
 
 
