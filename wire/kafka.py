@@ -42,7 +42,7 @@ PRODUCE = 0
 # librdkafka before 2.11.1 turns compression off when a broker does not list them.
 ADVERTISED: dict[int, tuple[int, int]] = {
     0: (0, 9),    # Produce
-    1: (4, 12),   # Fetch
+    1: (4, 17),   # Fetch (v13+: topics by id; 17 makes kafka-python infer a 3.9 broker)
     2: (1, 7),    # ListOffsets
     3: (0, 12),   # Metadata
     8: (2, 8),    # OffsetCommit
@@ -70,18 +70,27 @@ ADVERTISED: dict[int, tuple[int, int]] = {
     31: (1, 3),   # DeleteAcls
     32: (1, 4),   # DescribeConfigs
     33: (0, 2),   # AlterConfigs
+    34: (1, 2),   # AlterReplicaLogDirs
+    35: (1, 4),   # DescribeLogDirs (v5 only adds is_cordoned, and would read as Kafka 4.3 to kafka-python)
     36: (0, 2),   # SaslAuthenticate
     37: (0, 3),   # CreatePartitions
     42: (0, 2),   # DeleteGroups
+    43: (0, 2),   # ElectLeaders
     44: (0, 1),   # IncrementalAlterConfigs
     45: (0, 0),   # AlterPartitionReassignments
     46: (0, 0),   # ListPartitionReassignments
+    47: (0, 0),   # OffsetDelete
+    48: (0, 1),   # DescribeClientQuotas
+    49: (0, 1),   # AlterClientQuotas
     50: (0, 0),   # DescribeUserScramCredentials
     51: (0, 0),   # AlterUserScramCredentials
     60: (0, 1),   # DescribeCluster
     61: (0, 0),   # DescribeProducers
     65: (0, 0),   # DescribeTransactions
     66: (0, 1),   # ListTransactions
+    71: (0, 0),   # GetTelemetrySubscriptions
+    72: (0, 0),   # PushTelemetry
+    75: (0, 0),   # DescribeTopicPartitions
 }
 REJECTED = {PRODUCE: range(0, 3)}
 

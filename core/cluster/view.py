@@ -14,6 +14,9 @@ from dataclasses import dataclass, field, replace
 from typing import Iterable, Mapping
 
 NO_LEADER = -1
+# outcomes of an ElectLeaders request (KIP-460) for one partition
+ELECTED, NOT_NEEDED, NOT_AVAILABLE, UNKNOWN, NOT_CONTROLLER = (
+    "elected", "not_needed", "not_available", "unknown", "not_controller")
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,3 +183,27 @@ def elect(state: PartitionState, replicas: Iterable[int], live: set[int], unclea
         return None
     epoch = state.leader_epoch + 1 if leader != state.leader else state.leader_epoch
     return replace(state, leader=leader, leader_epoch=epoch, isr=isr, controller_epoch=controller_epoch)
+
+
+def elect_on_request(state: PartitionState, replicas: Iterable[int], live: set[int], preferred: bool,
+                     controller_epoch: int) -> tuple[str, PartitionState | None]:
+    """An ElectLeaders request for one partition: (outcome, new state or None), Kafka's rules.
+
+    Preferred: the first replica is to lead; NOT_NEEDED if it does, NOT_AVAILABLE unless it is
+    live and in the ISR. Unclean: only a partition without a live leader gets one, from the ISR
+    if any member is live, else any live replica; NOT_NEEDED while a live leader exists."""
+    replicas = tuple(replicas)
+    if preferred:
+        if not replicas:
+            return NOT_AVAILABLE, None
+        want = replicas[0]
+        if state.leader == want:
+            return NOT_NEEDED, None
+        if want not in live or want not in state.isr:
+            return NOT_AVAILABLE, None
+        new = elect(state, replicas, live, False, controller_epoch, prefer=want)
+        return (ELECTED, new) if new is not None and new.leader == want else (NOT_AVAILABLE, None)
+    if state.leader != NO_LEADER and state.leader in live:
+        return NOT_NEEDED, None
+    new = elect(state, replicas, live, True, controller_epoch)
+    return (ELECTED, new) if new is not None and new.leader != NO_LEADER else (NOT_AVAILABLE, None)

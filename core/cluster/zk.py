@@ -34,8 +34,8 @@ from typing import Callable, Iterable, Mapping
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError, RolledBackError
 
-from core.cluster.view import (NO_LEADER, BrokerInfo, ClusterView, PartitionState, Reassignment, TopicAssignment,
-                               elect)
+from core.cluster.view import (NO_LEADER, NOT_AVAILABLE, NOT_CONTROLLER, UNKNOWN, BrokerInfo, ClusterView,
+                               PartitionState, Reassignment, TopicAssignment, elect, elect_on_request)
 from core.config import TopicConfig
 
 log = logging.getLogger(__name__)
@@ -360,6 +360,35 @@ class ZkAgent:
                 self._write_state(topic, p, state, new, why="broker change" if preferred is None else "preferred leader")
         if view.reassignments and self.is_controller:
             self._progress_reassignments(view, live)
+
+    def elect_leaders(self, partitions: Iterable[tuple[str, int]] | None, preferred: bool) -> dict[tuple[str, int], str]:
+        """ElectLeaders on the controller, from the caller's thread like the other writes: an
+        outcome of :func:`elect_on_request` per partition (None: every partition), UNKNOWN, or
+        NOT_CONTROLLER on any other broker. A state write that loses a race is NOT_AVAILABLE."""
+        view = self.view
+        if partitions is None:
+            partitions = sorted(view.states) if view is not None else []
+        out = {}
+        for topic, p in partitions:
+            controller_epoch = self._controller_epoch
+            t = view.topics.get(topic) if view is not None else None
+            state = view.state(topic, p) if view is not None else None
+            if controller_epoch is None or view is None:
+                out[(topic, p)] = NOT_CONTROLLER
+            elif t is None or state is None or not 0 <= p < len(t.replicas):
+                out[(topic, p)] = UNKNOWN
+            else:
+                outcome, new = elect_on_request(state, t.replicas[p], set(view.brokers), preferred, controller_epoch[0])
+                why = "preferred election requested" if preferred else "unclean election requested"
+                try:
+                    if new is not None and not self._write_state(topic, p, state, new, why=why):
+                        outcome = NOT_AVAILABLE
+                except KazooException:  # the session is down: nothing was written
+                    outcome = NOT_AVAILABLE
+                except TypeError:  # fenced by the agent's thread meanwhile (_controller_epoch went None)
+                    outcome = NOT_CONTROLLER
+                out[(topic, p)] = outcome
+        return out
 
     def _write_state(self, topic: str, p: int, old: PartitionState, new: PartitionState, why: str) -> bool:
         """A controller's state change, fenced by the controller epoch's znode version."""

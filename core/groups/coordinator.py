@@ -40,8 +40,9 @@ from kio.schema.errors import ErrorCode
 from core.errors import LogError, RecordTooLargeError
 from core.groups.group import Group, GroupState, Member
 from core.groups.results import (
-    CommitInfo, GroupDescription, GroupListing, JoinResult, MemberDescription, SyncResult,
+    CommitInfo, GroupDescription, GroupListing, JoinResult, MemberDescription, OffsetDeleteInfo, SyncResult,
 )
+from core.groups.subscriptions import offset_delete_errors
 from core.log_manager import LogManager
 from core.offsets import MAX_METADATA_BYTES, OffsetAndMetadata, OffsetStore
 
@@ -520,6 +521,17 @@ class GroupCoordinator:
                 del self._groups[group_id]
                 results[group_id] = ErrorCode.none
         return results
+
+    def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]) -> OffsetDeleteInfo:
+        """OffsetDelete: the offsets :func:`offset_delete_errors` allows are tombstoned."""
+        self._ensure_loaded()
+        error, errors = offset_delete_errors(group_id, self._groups.get(group_id), partitions)
+        try:
+            durable_at = self.offsets.delete_topic_partitions(group_id, [tp for tp, e in errors.items() if not e])
+        except (LogError, OSError):
+            log.exception("could not write the offset tombstones of group %s", group_id)
+            return OffsetDeleteInfo(ErrorCode.coordinator_not_available, {}, None)
+        return OffsetDeleteInfo(error, errors, durable_at)
 
     # --- offsets ------------------------------------------------------------------------
     def commit_offsets(self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None,

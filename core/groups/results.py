@@ -43,6 +43,13 @@ class CommitInfo:
     durable_at: tuple[str, int, int] | None
 
 
+@dataclass(frozen=True, slots=True)
+class OffsetDeleteInfo:
+    error: ErrorCode  # the group's (GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP...); then errors is empty
+    errors: dict[tuple[str, int], ErrorCode]
+    durable_at: tuple[str, int, int] | None  # the tombstones' append, as in CommitInfo
+
+
 class GroupListing(NamedTuple):
     group_id: str
     protocol_type: str

@@ -171,17 +171,26 @@ def _produce(check, h, req):
 
 
 def _fetch(check, h, req):
-    if req.replica_id >= 0:
+    state = getattr(req, "replica_state", None)  # Fetch v15+ carries the replica id there
+    if (state.replica_id if state is not None else req.replica_id) >= 0:
         return None if check("cluster_action", "cluster", CLUSTER_NAME) else \
             Verdict(refuse="replica fetch without CLUSTER_ACTION")
-    denied = {t.topic for t in req.topics if not check("read", "topic", t.topic)}
+    ctx = check.conn.ctx
+
+    def key(t):  # v13+ names topics by id; an unknown id is the handler's UNKNOWN_TOPIC_ID
+        return t.topic if hasattr(t, "topic") else t.topic_id
+
+    def name(t):
+        return t.topic if hasattr(t, "topic") else ctx.topic_name(t.topic_id)
+
+    denied = {key(t) for t in req.topics if name(t) is not None and not check("read", "topic", name(t))}
     if not denied:
         return None
 
     def post(resp):
         out = []
         for t in resp.responses:
-            if t.topic in denied:
+            if key(t) in denied:
                 t = dataclasses.replace(t, partitions=tuple(dataclasses.replace(
                     p, error_code=TOPIC_DENIED, high_watermark=-1, last_stable_offset=-1, log_start_offset=-1,
                     aborted_transactions=None, records=None) for p in t.partitions))
@@ -412,6 +421,68 @@ def _cluster(operation: str, data: dict):
     return rule
 
 
+def _offset_delete(check, h, req):
+    if not check("delete", "group", req.group_id):
+        return respond_with(h, {"throttle_time": 0, "error_code": GROUP_DENIED, "topics": []})
+    denied = [t for t in req.topics if not check("read", "topic", t.name)]
+    if not denied:
+        return None
+    entries = [{"name": t.name, "partitions": [{"partition_index": p.partition_index, "error_code": TOPIC_DENIED}
+                                                for p in t.partitions]} for t in denied]
+    return Verdict(_filtered(req, "topics", lambda t: t not in denied), lambda r: _with(r, "topics", entries))
+
+
+def _describe_topic_partitions(check, h, req):
+    if not req.topics:  # every topic: list the described ones
+        return Verdict(req, lambda r: dataclasses.replace(r, topics=tuple(
+            t for t in r.topics if check("describe", "topic", t.name, log_denial=False))))
+    cursor = req.cursor
+    after = cursor.topic_name if cursor is not None else ""  # topics before the cursor are not described
+    denied = {t.name for t in req.topics if t.name >= after and not check("describe", "topic", t.name)}
+    if not denied:
+        return None
+    body = _filtered(req, "topics", lambda t: t.name not in denied)
+    if cursor is not None and cursor.topic_name in denied:  # Kafka: start at the next allowed topic, from 0
+        later = sorted(t.name for t in body.topics if t.name > cursor.topic_name)
+        body = dataclasses.replace(body, cursor=dataclasses.replace(cursor, topic_name=later[0], partition_index=0)
+                                   if later else None, topics=body.topics if later else ())
+    entries = [{"error_code": TOPIC_DENIED, "name": n, "topic_id": 0, "is_internal": False, "partitions": [],
+                "topic_authorized_operations": UNAUTHORIZED_OPS} for n in sorted(denied)]
+    if not body.topics:
+        return respond_with(h, {"throttle_time": 0, "topics": entries, "next_cursor": None})
+    return Verdict(body, lambda r: _with(r, "topics", entries))
+
+
+def _elect_leaders(check, h, req):
+    if check("alter", "cluster", CLUSTER_NAME):
+        return None
+    results = [{"topic": t.topic, "partition_result": [
+        {"partition_id": p, "error_code": CLUSTER_DENIED, "error_message": None} for p in t.partitions]}
+        for t in req.topic_partitions or ()]
+    return respond_with(h, {"throttle_time": 0, "error_code": CLUSTER_DENIED, "replica_election_results": results})
+
+
+def _alter_replica_log_dirs(check, h, req):
+    if check("alter", "cluster", CLUSTER_NAME):
+        return None
+    topics: dict[str, list] = {}
+    for d in req.dirs:
+        for t in d.topics:
+            topics.setdefault(t.name, []).extend({"partition_index": p, "error_code": CLUSTER_DENIED}
+                                                 for p in t.partitions)
+    return respond_with(h, {"throttle_time": 0, "results": [{"topic_name": n, "partitions": ps}
+                                                             for n, ps in topics.items()]})
+
+
+def _alter_client_quotas(check, h, req):
+    if check("alter_configs", "cluster", CLUSTER_NAME):
+        return None
+    return respond_with(h, {"throttle_time": 0, "entries": [
+        {"error_code": CLUSTER_DENIED, "error_message": "Cluster authorization failed.",
+         "entity": [{"entity_type": e.entity_type, "entity_name": e.entity_name} for e in entry.entity]}
+        for entry in req.entries]})
+
+
 RULES: dict[int, typing.Callable] = {
     0: _produce,
     1: _fetch,
@@ -451,6 +522,15 @@ RULES: dict[int, typing.Callable] = {
     44: _configs("alter_configs", "responses"),
     60: _cluster("describe", {"endpoint_type": 1, "cluster_id": "", "controller_id": -1, "brokers": [],
                               "cluster_authorized_operations": UNAUTHORIZED_OPS}),
+    34: _alter_replica_log_dirs,
+    35: _cluster("describe", {"results": []}),
+    43: _elect_leaders,
+    47: _offset_delete,
+    48: _cluster("describe_configs", {"entries": None}),
+    49: _alter_client_quotas,
+    71: lambda check, h, req: None,  # GetTelemetrySubscriptions: no ACL in Kafka either
+    72: lambda check, h, req: None,  # PushTelemetry
+    75: _describe_topic_partitions,
     # DescribeUserScramCredentials, AlterUserScramCredentials and the ACL APIs check the
     # cluster themselves (their answers carry per-entry errors).
     29: lambda check, h, req: None,

@@ -47,6 +47,8 @@ class KafkaContext:
     # topic -> [records in, bytes in, bytes out]: running totals for the management API and /metrics
     traffic: dict[str, list[int]] = field(default_factory=dict)
     cluster: object = None  # gateway.cluster.node.ClusterNode in cluster mode; None on a single node
+    quotas: object = None  # gateway.kafka.quotas.Quotas, made on first use (its file is in the data dir)
+    _names_by_id: dict = field(default_factory=dict, repr=False)  # topic id -> name (Fetch v13+)
 
     def leader_log(self, topic: str, index: int, current_epoch: int = -1) -> tuple[PartitionLog | None, int, ErrorCode]:
         """(log, leader epoch, error) of a partition whose leader must serve the request."""
@@ -105,6 +107,22 @@ class KafkaContext:
                 log.warning("topic not auto-created: %s", exc, extra=fields(topic=name))
                 return self.logs.store.get_topic(name)
         return topic
+
+    def topic_name(self, topic_id: uuid.UUID | None) -> str | None:
+        """The topic with this id, or None. A cached map, rebuilt when an id misses or went stale."""
+        if topic_id is None or topic_id.int == 0:
+            return None
+        name = self._names_by_id.get(topic_id)
+        if name is not None and self.topic_id(name) == topic_id:
+            return name
+        names = {}
+        for n, t in self.logs.store.topics().items():
+            try:
+                names[uuid.UUID(t.topic_id)] = n
+            except ValueError:  # a topic without an id cannot be asked for by id
+                continue
+        self._names_by_id = names
+        return names.get(topic_id)
 
     def topic_id(self, name: str) -> uuid.UUID:
         topic = self.logs.store.get_topic(name)

@@ -10,6 +10,11 @@ returned, so the client can drop those producers' batches up to each abort marke
 A fetch with ``replica_id`` set comes from a follower (cluster mode): it reads up to the log
 end, its fetch offset tells the leader how far that replica has come (the high watermark and
 the ISR follow from it), and it waits for new appends rather than for the high watermark.
+
+Fetch v13+ names topics by id (KIP-516): an id no topic has gets UNKNOWN_TOPIC_ID. v15 moved the
+replica id into ``replica_state``; v16/v17 only add tagged fields this broker leaves empty.
+Byte-rate quotas (gateway.kafka.quotas): an over-quota consumer gets an empty answer carrying
+``throttle_time_ms``, held back that long, as Kafka does.
 """
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ import struct
 from kio.schema.errors import ErrorCode
 
 from core.errors import OffsetOutOfRangeError
+from gateway.kafka import quotas
 from gateway.kafka.apis.registry import handles
 from wire.kafka import respond
 
@@ -25,24 +31,32 @@ READ_COMMITTED = 1
 _PEEK = struct.Struct(">qi11xi")  # baseOffset, batchLength, lastOffsetDelta (at byte 23)
 
 
-def _replica(req) -> int:
-    return getattr(req, "replica_id", -1)
+def _replica_of(req) -> int:
+    state = getattr(req, "replica_state", None)  # v15+ (KIP-903)
+    return state.replica_id if state is not None else getattr(req, "replica_id", -1)
 
 
-def _collect(ctx, req, isolation: int) -> tuple[list[dict], int]:
-    budget = getattr(req, "max_bytes", 0x7FFFFFFF)
+def _topic_names(ctx, req) -> list[tuple[str | None, object]]:
+    """(name, request topic) per topic; v13+ asks by id, and an unknown id has no name."""
+    return [(t.topic if hasattr(t, "topic") else ctx.topic_name(t.topic_id), t) for t in req.topics]
+
+
+def _collect(ctx, req, topics, isolation: int, budget: int) -> tuple[list[dict], int]:
     total = 0
     responses = []
-    replica = _replica(req)
-    for t in req.topics:
+    replica = _replica_of(req)
+    for name, t in topics:
         parts = []
         for p in t.partitions:
-            plog, _epoch, error = ctx.leader_log(t.topic, p.partition, getattr(p, "current_leader_epoch", -1))
+            if name is None:
+                plog, error = None, ErrorCode.unknown_topic_id
+            else:
+                plog, _epoch, error = ctx.leader_log(name, p.partition, getattr(p, "current_leader_epoch", -1))
             entry = {"partition_index": p.partition, "error_code": error, "high_watermark": -1,
                      "last_stable_offset": -1, "log_start_offset": -1, "preferred_read_replica": -1,
                      "aborted_transactions": [] if isolation == READ_COMMITTED else None, "records": b""}
             if not error:
-                lso = ctx.last_stable_offset(t.topic, p.partition, plog)
+                lso = ctx.last_stable_offset(name, p.partition, plog)
                 upper = plog.next_offset if replica >= 0 else lso if isolation == READ_COMMITTED else None
                 try:
                     limit = min(p.partition_max_bytes, budget - total)
@@ -51,14 +65,14 @@ def _collect(ctx, req, isolation: int) -> tuple[list[dict], int]:
                     entry["records"] = data
                     total += len(data)
                     if isolation == READ_COMMITTED and data:
-                        entry["aborted_transactions"] = _aborted(ctx, t.topic, p.partition, plog, p.fetch_offset, data)
+                        entry["aborted_transactions"] = _aborted(ctx, name, p.partition, plog, p.fetch_offset, data)
                 except OffsetOutOfRangeError:
                     entry["error_code"] = ErrorCode.offset_out_of_range
                 entry["high_watermark"] = plog.high_watermark
                 entry["last_stable_offset"] = lso
                 entry["log_start_offset"] = plog.log_start_offset
             parts.append(entry)
-        responses.append({"topic": t.topic, "partitions": parts})
+        responses.append({"topic": name, "topic_id": getattr(t, "topic_id", None), "partitions": parts})
     return responses, total
 
 
@@ -87,44 +101,58 @@ def _count_out(ctx, responses: list[dict]) -> None:
                 ctx.count_out(t["topic"], len(p["records"]))
 
 
-def _has_new_data(ctx, req, isolation: int) -> bool:
-    replica = _replica(req)
-    for t in req.topics:
+def _has_new_data(ctx, req, topics, isolation: int) -> bool:
+    replica = _replica_of(req)
+    for name, t in topics:
         for p in t.partitions:
-            plog, _epoch, error = ctx.leader_log(t.topic, p.partition)
+            if name is None:
+                return True
+            plog, _epoch, error = ctx.leader_log(name, p.partition)
             if error or p.fetch_offset < plog.log_start_offset:
                 return True
             visible = (plog.next_offset if replica >= 0 else
-                       ctx.last_stable_offset(t.topic, p.partition, plog) if isolation == READ_COMMITTED
+                       ctx.last_stable_offset(name, p.partition, plog) if isolation == READ_COMMITTED
                        else plog.high_watermark)
             if visible > p.fetch_offset:
                 return True
     return False
 
 
-def _record_replica_progress(ctx, req) -> None:
-    replica = _replica(req)
+def _record_replica_progress(ctx, req, topics) -> None:
+    replica = _replica_of(req)
     if replica < 0 or ctx.cluster is None:
         return
-    for t in req.topics:
+    for name, t in topics:
         for p in t.partitions:
-            ctx.cluster.replica_fetched(t.topic, p.partition, replica, p.fetch_offset)
+            if name is not None:
+                ctx.cluster.replica_fetched(name, p.partition, replica, p.fetch_offset)
 
 
 @handles(1)
 def fetch(ctx, conn, h, req):
     isolation = getattr(req, "isolation_level", 0)
-    _record_replica_progress(ctx, req)
+    topics = _topic_names(ctx, req)
+    _record_replica_progress(ctx, req, topics)
+    consumer = _replica_of(req) < 0
+    budget = getattr(req, "max_bytes", 0x7FFFFFFF)
+    if consumer:  # Kafka caps a consumer's answer at what its byte-rate quota allows in a window span
+        budget = min(budget, quotas.fetch_max_bytes(ctx, conn, h))
 
-    def answer(_=None) -> bytes:
-        responses, _total = _collect(ctx, req, isolation)
+    def answer(responses, total: int):
+        throttle = quotas.fetch_throttle_ms(ctx, conn, h, total) if consumer else 0
+        if throttle:  # over the byte rate: nothing this time (Kafka's getThrottledResponse)
+            for t in responses:
+                for p in t["partitions"]:
+                    p["records"] = b""
         _count_out(ctx, responses)
-        return respond(h, {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": 0, "responses": responses})
+        data = respond(h, {"throttle_time": throttle, "error_code": ErrorCode.none, "session_id": 0,
+                           "responses": responses})
+        return quotas.hold(ctx, data, throttle)
 
-    responses, total = _collect(ctx, req, isolation)
+    responses, total = _collect(ctx, req, topics, isolation, budget)
     wait = req.max_wait.total_seconds()
     errors = any(p["error_code"] for t in responses for p in t["partitions"])
     if total >= max(req.min_bytes, 1) or wait <= 0 or errors or not req.topics:
-        _count_out(ctx, responses)
-        return respond(h, {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": 0, "responses": responses})
-    return ctx.waiters.wait(lambda: _has_new_data(ctx, req, isolation), wait).addCallback(answer)
+        return answer(responses, total)
+    return ctx.waiters.wait(lambda: _has_new_data(ctx, req, topics, isolation), wait).addCallback(
+        lambda _: answer(*_collect(ctx, req, topics, isolation, budget)))

@@ -196,3 +196,31 @@ def offset_fetch(ctx, conn, h, req):
     stable = getattr(req, "require_stable", False)
     return respond(h, {"throttle_time": 0, "topics": _fetched(ctx, req.group_id, topics, stable),
                        "error_code": ErrorCode.none})
+
+
+@handles(47)
+def offset_delete(ctx, conn, h, req):
+    known, unknown = [], set()  # as Kafka, a partition that does not exist is refused before the group is asked
+    for t in req.topics:
+        meta = ctx.logs.store.get_topic(t.name)
+        for p in t.partitions:
+            exists = meta is not None and 0 <= p.partition_index < meta.partitions
+            (known.append if exists else unknown.add)((t.name, p.partition_index))
+    info = ctx.groups.delete_offsets(req.group_id, known)
+
+    def answer(failure: ErrorCode | None = None) -> bytes:
+        if info.error or failure:
+            return respond(h, {"error_code": failure or info.error, "throttle_time": 0, "topics": []})
+        topics = [{"name": t.name, "partitions": [
+            {"partition_index": p.partition_index,
+             "error_code": ErrorCode.unknown_topic_or_partition if (t.name, p.partition_index) in unknown
+             else info.errors[(t.name, p.partition_index)]} for p in t.partitions]} for t in req.topics]
+        return respond(h, {"error_code": ErrorCode.none, "throttle_time": 0, "topics": topics})
+
+    if info.durable_at is None:
+        return answer()
+    topic, partition, last = info.durable_at
+    plog = ctx.partition(topic, partition)
+    ctx.request_flush()
+    return ctx.waiters.wait(lambda: plog.high_watermark > last, 30.0).addCallback(
+        lambda _: answer(None if plog.high_watermark > last else ErrorCode.request_timed_out))

@@ -28,7 +28,7 @@ def controller_id(ctx) -> int:
     return ctx.cluster.view.controller_id if ctx.cluster is not None else ctx.node_id
 
 
-def _partition(ctx, name: str, index: int, topic) -> dict:
+def partition_entry(ctx, name: str, index: int, topic) -> dict:
     if ctx.cluster is None:
         node = ctx.node_id
         return {"error_code": ErrorCode.none, "partition_index": index, "leader_id": node,
@@ -45,7 +45,7 @@ def _partition(ctx, name: str, index: int, topic) -> dict:
 
 
 def topic_entry(ctx, name: str, topic) -> dict:
-    partitions = [_partition(ctx, name, i, topic) for i in range(topic.partitions)]
+    partitions = [partition_entry(ctx, name, i, topic) for i in range(topic.partitions)]
     return {"error_code": ErrorCode.none, "name": name, "topic_id": ctx.topic_id(name),
             "is_internal": name.startswith("__"), "partitions": partitions,
             "topic_authorized_operations": UNKNOWN_OPERATIONS}

@@ -22,6 +22,7 @@ from kio.schema.errors import ErrorCode
 from twisted.internet import task
 
 from core.errors import InvalidRecordError, RecordTooLargeError, StorageError
+from gateway.kafka import quotas
 from gateway.kafka.apis.registry import handles
 from gateway.logs import fields
 from wire.errors import CorruptBatchError
@@ -112,6 +113,9 @@ def produce(ctx, conn, h, req):
     if durable:
         ctx.request_flush()
         ctx.waiters.notify()
+    # the producer's byte-rate quota (gateway.kafka.quotas), or a resource alarm: hold the answer
+    size = sum(len(pd.records or b"") for td in req.topic_data for pd in td.partition_data)
+    throttle = max(quotas.produce_throttle_ms(ctx, conn, h, size), ctx.throttle_ms())
     if acks == 0:
         return None
 
@@ -137,11 +141,10 @@ def produce(ctx, conn, h, req):
                 elif pending and acks == -1 and _short_of_replicas(ctx, name, part["index"], pending[0]):
                     part["error_code"] = ErrorCode.not_enough_replicas_after_append
             responses.append({"name": name, "partition_responses": parts})
-        return respond(h, {"responses": responses, "throttle_time": ctx.throttle_ms()})
+        return respond(h, {"responses": responses, "throttle_time": throttle})
 
     # A zero timeout must not turn every acks=1 produce into an error while the fsync runs.
     d = ctx.waiters.wait(all_durable, max(req.timeout.total_seconds(), 1.0)).addCallback(answer)
-    throttle = ctx.throttle_ms()
-    if throttle:  # a resource alarm: hold the answer (and tell the client why), slowing the producer down
+    if throttle:  # tell the client why and hold the answer, slowing the producer down
         d.addCallback(lambda data: task.deferLater(ctx.reactor, throttle / 1000, lambda: data))
     return d

@@ -1,0 +1,524 @@
+"""The Kafka admin APIs of issue 16 part 4, driven by real clients over real sockets:
+OffsetDelete, DescribeLogDirs/AlterReplicaLogDirs, DescribeTopicPartitions, ElectLeaders,
+DescribeClientQuotas/AlterClientQuotas with byte-rate throttling, the KIP-714 telemetry pair,
+and the ApiVersions set kafka-python reads a broker version from.
+
+kafka-python has no admin call for client quotas, so those requests are kafka-python's own
+protocol classes sent through its client's connection manager; the telemetry pair, which
+neither Python client exposes, goes over a plain socket encoded with ``kio``. The Java
+kafka-clients Admin (3.9.1, compat_tests/java/AdminApis.java) runs the same APIs once per module;
+its describeTopics pages through DescribeTopicPartitions (librdkafka's uses Metadata).
+"""
+from __future__ import annotations
+
+import base64
+import io
+import json
+import logging
+import os
+import re
+import socket
+import struct
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+
+import pytest
+from confluent_kafka import (OFFSET_BEGINNING, Consumer, ElectionType, KafkaError, Producer, TopicCollection,
+                             TopicPartition as CkPartition)
+from confluent_kafka.admin import AdminClient, NewTopic as CkNewTopic
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import errors as Errors
+from kafka.admin import ACL, ACLOperation, ACLPermissionType, NewTopic, ResourcePattern, ResourceType
+from kafka.protocol.admin import AlterClientQuotasRequest, DescribeClientQuotasRequest
+from kafka.structs import OffsetAndMetadata
+from kio.schema.get_telemetry_subscriptions.v0 import GetTelemetrySubscriptionsRequest, GetTelemetrySubscriptionsResponse
+from kio.schema.push_telemetry.v0 import PushTelemetryRequest, PushTelemetryResponse
+from kio.schema.request_header.v2.header import RequestHeader
+from kio.serial import entity_reader, entity_writer
+
+from compat_tests import tools
+from compat_tests.conftest import unique_name
+from compat_tests.kafka.helpers import wait_until
+from tests.brokerproc import ROOT, start_broker
+
+COMMON = {"socket.timeout.ms": 15000, "reconnect.backoff.max.ms": 1000}
+
+
+@pytest.fixture
+def admin(bootstrap):
+    client = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30000)
+    yield client
+    client.close()
+
+
+def _produce(bootstrap, topic, values, partition=None, **conf):
+    producer = KafkaProducer(bootstrap_servers=bootstrap, **conf)
+    for v in values:
+        producer.send(topic, v, partition=partition)
+    producer.flush(30)
+    producer.close()
+
+
+def _create(admin, name, partitions):
+    admin.create_topics([NewTopic(name, partitions, 1)])
+    wait_until(lambda: name in admin.list_topics(), 15, f"topic {name}")
+
+
+# --- ApiVersions ------------------------------------------------------------------------------
+
+def test_kafka_python_infers_kafka_3_9_and_consumes_by_topic_id(bootstrap, admin, topic_name):
+    assert admin._client.check_version() >= (3, 9)  # needs Fetch v17, which asks for topics by id
+    versions = admin._manager.broker_version_data.api_versions
+    for key, high in {1: 17, 34: 2, 35: 4, 43: 2, 47: 0, 48: 1, 49: 1, 71: 0, 72: 0, 75: 0}.items():
+        assert versions[key][1] == high, (key, versions[key])
+    _create(admin, topic_name, 2)
+    _produce(bootstrap, topic_name, [f"v{i}".encode() for i in range(20)])
+    consumer = KafkaConsumer(topic_name, bootstrap_servers=bootstrap, api_version=None, auto_offset_reset="earliest",
+                             group_id=unique_name("kp-v17"), enable_auto_commit=False)
+    try:
+        assert consumer.config["api_version"] >= (3, 9)
+        got = []
+        deadline = time.monotonic() + 30
+        while len(got) < 20 and time.monotonic() < deadline:
+            for records in consumer.poll(500).values():
+                got.extend(r.value for r in records)
+        assert sorted(got) == sorted(f"v{i}".encode() for i in range(20))
+    finally:
+        consumer.close()
+
+
+# --- OffsetDelete -----------------------------------------------------------------------------
+
+def test_offset_delete_follows_kafkas_group_rules(bootstrap, admin, topic_name, restart):
+    other = unique_name("od-other")
+    _create(admin, topic_name, 2)
+    _create(admin, other, 1)
+    _produce(bootstrap, topic_name, [b"x"] * 10)
+    group = unique_name("od-group")
+    consumer = KafkaConsumer(topic_name, bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest",
+                             enable_auto_commit=False)
+    try:
+        wait_until(lambda: consumer.poll(200) is not None and consumer.assignment(), 30, "an assignment")
+        consumer.commit({TopicPartition(topic_name, 0): OffsetAndMetadata(3, "", -1),
+                         TopicPartition(topic_name, 1): OffsetAndMetadata(4, "", -1),
+                         TopicPartition(other, 0): OffsetAndMetadata(1, "", -1)})
+        # active and subscribed to topic_name: those offsets stay; the other topic's may go
+        result = admin.delete_group_offsets(group, [TopicPartition(topic_name, 0), TopicPartition(other, 0),
+                                                    TopicPartition(other, 7)])
+        assert result == {TopicPartition(topic_name, 0): Errors.GroupSubscribedToTopicError,
+                          TopicPartition(other, 0): Errors.NoError,
+                          TopicPartition(other, 7): Errors.UnknownTopicOrPartitionError}
+    finally:
+        consumer.close()
+    wait_until(lambda: admin.describe_groups([group])[group]["group_state"] == "Empty", 15, "the group to be empty")
+    result = admin.delete_group_offsets(group, [TopicPartition(topic_name, 0)])
+    assert result == {TopicPartition(topic_name, 0): Errors.NoError}
+    assert admin.list_group_offsets({group: None})[group] == {
+        TopicPartition(topic_name, 1): OffsetAndMetadata(4, "", -1)}
+    with pytest.raises(Errors.GroupIdNotFoundError):
+        admin.delete_group_offsets(unique_name("no-such-group"), [TopicPartition(topic_name, 0)])
+    # the deletions are tombstones in __consumer_offsets: a restart replays them
+    bootstrap = restart()
+    after = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30000)
+    try:
+        assert after.list_group_offsets({group: None})[group] == {
+            TopicPartition(topic_name, 1): OffsetAndMetadata(4, "", -1)}
+    finally:
+        after.close()
+
+
+# --- DescribeLogDirs / AlterReplicaLogDirs ----------------------------------------------------
+
+def test_describe_log_dirs_tells_the_truth(bootstrap, admin, kafka_broker, topic_name):
+    if kafka_broker.data_dir is None:
+        pytest.skip("an external broker's data directory is not ours to read")
+    _create(admin, topic_name, 2)
+    _produce(bootstrap, topic_name, [os.urandom(300) for _ in range(25)], partition=1)
+    (answer,) = admin.describe_log_dirs({topic_name: [0, 1, 5]})
+    assert answer["broker"] == 0
+    (log_dir,) = answer["log_dirs"]
+    assert log_dir["error_code"] == 0 and log_dir["log_dir"] == os.path.realpath(kafka_broker.data_dir)
+    assert log_dir["total_bytes"] > log_dir["usable_bytes"] > 0
+    (topic,) = log_dir["topics"]
+    parts = {p["partition_index"]: p for p in topic["partitions"]}
+    assert topic["name"] == topic_name and sorted(parts) == [0, 1]  # partition 5 does not exist: left out
+    for index, p in parts.items():
+        on_disk = sum(f.stat().st_size for f in (kafka_broker.data_dir / f"{topic_name}-{index}").glob("*.log"))
+        assert p["partition_size"] == on_disk and p["offset_lag"] == 0 and p["is_future_key"] is False
+    assert parts[0]["partition_size"] == 0 and parts[1]["partition_size"] > 25 * 300
+    everything = admin.describe_log_dirs()[0]["log_dirs"][0]["topics"]
+    assert {t["name"] for t in everything} >= {topic_name, "__consumer_offsets"}
+
+
+def test_alter_replica_log_dirs_with_one_data_dir(bootstrap, admin, kafka_broker, topic_name):
+    if kafka_broker.data_dir is None:
+        pytest.skip("an external broker's data directory is not ours to read")
+    _create(admin, topic_name, 1)
+    here = os.path.realpath(kafka_broker.data_dir)
+    result = admin.alter_replica_log_dirs({(topic_name, 0, 0): here, (unique_name("none"), 0, 0): here})
+    assert sorted(result.values(), key=str) == [Errors.NoError, Errors.ReplicaNotAvailableError]
+    result = admin.alter_replica_log_dirs({(topic_name, 0, 0): "/elsewhere/kafka-logs"})
+    assert list(result.values()) == [Errors.LogDirNotFoundError]
+
+
+# --- DescribeTopicPartitions ------------------------------------------------------------------
+
+def test_describe_topic_partitions_pages_with_a_cursor(bootstrap, admin):
+    base = unique_name("dtp")
+    a, b, missing = f"{base}-a", f"{base}-b", f"{base}-c"
+    _create(admin, a, 3)
+    _create(admin, b, 2)
+
+    def page(limit, cursor=None, topics=(a, b, missing)):
+        out = admin.describe_topic_partitions(list(topics), response_partition_limit=limit, cursor=cursor)
+        return [(t["name"], t["error_code"], [p["partition_index"] for p in t["partitions"]])
+                for t in out["topics"]], out["next_cursor"]
+
+    assert page(2) == ([(a, 0, [0, 1])], {"topic_name": a, "partition_index": 2})
+    assert page(2, {"topic_name": a, "partition_index": 2}) == ([(a, 0, [2]), (b, 0, [0])],
+                                                                {"topic_name": b, "partition_index": 1})
+    assert page(2, {"topic_name": b, "partition_index": 1}) == ([(b, 0, [1]), (missing, 3, [])], None)
+    # the limit running out at a topic's end: the next page starts at the next topic's partition 0
+    assert page(3) == ([(a, 0, [0, 1, 2])], {"topic_name": b, "partition_index": 0})
+    # a cursor must name a listed topic
+    topics, cursor = page(5, {"topic_name": missing + "x", "partition_index": 0}, topics=(a, b))
+    assert cursor is None and {(n, e) for n, e, _ in topics} == {(a, 42), (b, 42)}  # INVALID_REQUEST
+    full = admin.describe_topic_partitions([a])["topics"][0]
+    assert [p["leader_id"] for p in full["partitions"]] == [0, 0, 0]
+    assert full["partitions"][0]["isr_nodes"] == [0] and full["partitions"][0]["replica_nodes"] == [0]
+    assert isinstance(full["topic_id"], uuid.UUID) and full["topic_id"].int != 0
+
+
+def test_describe_topics_with_confluent_kafka(bootstrap, admin, topic_name):
+    _create(admin, topic_name, 3)
+    ck = AdminClient({"bootstrap.servers": bootstrap, **COMMON})
+    desc = ck.describe_topics(TopicCollection([topic_name]))[topic_name].result(30)
+    assert [(p.id, p.leader.id, [r.id for r in p.isr]) for p in desc.partitions] == [(i, 0, [0]) for i in range(3)]
+    dtp = admin.describe_topic_partitions([topic_name])["topics"][0]
+    assert str(desc.topic_id) == _base64_uuid(dtp["topic_id"])
+
+
+def _base64_uuid(u: uuid.UUID) -> str:
+    """librdkafka's printed form of a topic id: base64 without padding (Java's is URL-safe base64)."""
+    return base64.b64encode(u.bytes).decode().rstrip("=")
+
+
+# --- ElectLeaders -----------------------------------------------------------------------------
+
+def test_elect_leaders_on_a_single_node(bootstrap, topic_name):
+    ck = AdminClient({"bootstrap.servers": bootstrap, **COMMON})
+    ck.create_topics([CkNewTopic(topic_name, 2)])[topic_name].result(30)
+    wait_until(lambda: len(ck.list_topics(topic_name, timeout=10).topics[topic_name].partitions) == 2, 15, "metadata")
+    unknown = unique_name("no-topic")
+    for election in (ElectionType.PREFERRED, ElectionType.UNCLEAN):
+        asked = [CkPartition(topic_name, 0), CkPartition(topic_name, 1), CkPartition(topic_name, 9),
+                 CkPartition(unknown, 0)]
+        result = ck.elect_leaders(election, asked).result(30)
+        codes = {(tp.topic, tp.partition): err.code() if err is not None else None for tp, err in result.items()}
+        assert codes == {(topic_name, 0): KafkaError.ELECTION_NOT_NEEDED, (topic_name, 1): KafkaError.ELECTION_NOT_NEEDED,
+                         (topic_name, 9): KafkaError.UNKNOWN_TOPIC_OR_PART, (unknown, 0): KafkaError.UNKNOWN_TOPIC_OR_PART}
+    # every partition: those not needing an election are left out, so nothing is listed
+    assert ck.elect_leaders(ElectionType.PREFERRED, None).result(30) == {}
+
+
+# --- client quotas ----------------------------------------------------------------------------
+
+def _kp_call(admin, request):
+    async def call():
+        return await admin._manager.send(request)
+    return admin._manager.run(call)
+
+
+def _alter(admin, entries, validate_only=False):
+    E = AlterClientQuotasRequest.EntryData
+    request = AlterClientQuotasRequest(entries=[
+        E(entity=[E.EntityData(entity_type=t, entity_name=n) for t, n in entity],
+          ops=[E.OpData(key=k, value=float(v) if v is not None else 0.0, remove=v is None) for k, v in ops.items()])
+        for entity, ops in entries], validate_only=validate_only)
+    response = _kp_call(admin, request)
+    return [(e.error_code, e.error_message) for e in response.entries]
+
+
+def _describe(admin, components, strict=False):
+    C = DescribeClientQuotasRequest.ComponentData
+    response = _kp_call(admin, DescribeClientQuotasRequest(
+        components=[C(entity_type=t, match_type=m, match=v) for t, m, v in components], strict=strict))
+    if response.error_code:
+        return response.error_code, response.error_message
+    return {tuple(sorted((e.entity_type, e.entity_name) for e in entry.entity)):
+            {v.key: v.value for v in entry.values} for entry in (response.entries or ())}
+
+
+EXACT, DEFAULT, ANY = 0, 1, 2
+
+
+def test_client_quotas_are_stored_validated_and_kept(bootstrap, admin, restart):
+    user, client = unique_name("alice"), unique_name("app")
+    assert _alter(admin, [([("user", user)], {"producer_byte_rate": 1024})], validate_only=True) == [(0, None)]
+    assert _describe(admin, [("user", EXACT, user)]) == {}  # validate_only changed nothing
+    assert _alter(admin, [
+        ([("user", user)], {"producer_byte_rate": 1024, "consumer_byte_rate": 2048}),
+        ([("user", user), ("client-id", client)], {"request_percentage": 12.5}),
+        ([("user", None)], {"consumer_byte_rate": 4096}),
+        ([("client-id", client)], {"producer_byte_rate": 1.5}),          # rates are whole bytes
+        ([("client-id", client)], {"bogus_rate": 1}),
+        ([("ip", "10.0.0.1"), ("user", user)], {"producer_byte_rate": 1}),
+        ([("user", "")], {"producer_byte_rate": 1}),
+    ]) == [(0, None), (0, None), (0, None),
+           (42, "Configuration producer_byte_rate must be a Long value"),
+           (42, "Ignoring duplicate entity {'client-id': '%s'}" % client),
+           (42, "Invalid quota entity combination: ip cannot be combined with user or client-id"),
+           (42, "Empty user not supported")]
+    mine = {(("user", user),): {"producer_byte_rate": 1024.0, "consumer_byte_rate": 2048.0},
+            (("client-id", client), ("user", user)): {"request_percentage": 12.5}}
+    assert _describe(admin, [("user", EXACT, user)]) == mine
+    assert _describe(admin, [("user", EXACT, user)], strict=True) == {(("user", user),): mine[(("user", user),)]}
+    assert _describe(admin, [("user", DEFAULT, None)]) == {(("user", None),): {"consumer_byte_rate": 4096.0}}
+    assert _describe(admin, [("user", EXACT, user), ("client-id", ANY, None)]) == {
+        (("client-id", client), ("user", user)): {"request_percentage": 12.5}}
+    assert _describe(admin, [("group", EXACT, "g")]) == (35, "Unsupported entity type group")
+    assert _describe(admin, [("user", EXACT, None)])[0] == 42
+    assert _alter(admin, [([("user", user)], {"consumer_byte_rate": None})]) == [(0, None)]  # remove one key
+    bootstrap = restart()  # kept in the data directory
+    after = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30000)
+    try:
+        assert _describe(after, [("user", EXACT, user), ("client-id", ANY, None)], strict=False) == {
+            (("client-id", client), ("user", user)): {"request_percentage": 12.5}}
+        assert _describe(after, [("user", EXACT, user)], strict=True) == {(("user", user),): {"producer_byte_rate": 1024.0}}
+        assert _alter(after, [([("user", user)], {"producer_byte_rate": None}),
+                              ([("user", user), ("client-id", client)], {"request_percentage": None}),
+                              ([("user", None)], {"consumer_byte_rate": None})]) == [(0, None)] * 3
+        assert _describe(after, [("user", EXACT, user)]) == {}
+    finally:
+        after.close()
+
+
+def test_producer_over_its_byte_rate_is_throttled(bootstrap, admin, topic_name):
+    client = unique_name("slow-producer")
+    assert _alter(admin, [([("client-id", client)], {"producer_byte_rate": 5000})]) == [(0, None)]
+    try:
+        throttles = []
+        producer = Producer({"bootstrap.servers": bootstrap, "client.id": client, "linger.ms": 20,
+                             "throttle_cb": lambda event: throttles.append(event.throttle_time), **COMMON})
+        started = time.monotonic()
+        for _ in range(60):  # 60 KB at 5 KB/s, counted over a 10 s window: 6 KB/s, 2 s too much
+            producer.produce(topic_name, os.urandom(1000))
+        assert producer.flush(60) == 0
+        wait_until(lambda: producer.poll(0.1) is not None and throttles, 30, "a throttle callback")
+        elapsed = time.monotonic() - started
+        assert max(throttles) > 0.5 and elapsed >= max(throttles) * 0.9, (throttles, elapsed)
+        # another client id has no quota: not throttled
+        others = []
+        free = Producer({"bootstrap.servers": bootstrap, "client.id": unique_name("free"), "linger.ms": 20,
+                         "throttle_cb": lambda event: others.append(event.throttle_time), **COMMON})
+        for _ in range(60):
+            free.produce(topic_name, os.urandom(1000))
+        assert free.flush(30) == 0 and free.poll(0.5) == 0 and others == []
+    finally:
+        _alter(admin, [([("client-id", client)], {"producer_byte_rate": None})])
+
+
+def test_consumer_over_its_byte_rate_is_throttled(bootstrap, admin, topic_name):
+    client = unique_name("slow-consumer")
+    _create(admin, topic_name, 1)
+    # 36 KB against 3000 B/s: a first fetch of at most 30 KB (10 s of the quota), then one that
+    # would take the rate to ~3600 B/s and comes back empty, throttled for about 2 s
+    _produce(bootstrap, topic_name, [os.urandom(1000) for _ in range(36)], batch_size=2000, linger_ms=0)
+    assert _alter(admin, [([("client-id", client)], {"consumer_byte_rate": 3000})]) == [(0, None)]
+    try:
+        throttles, got = [], []
+        consumer = Consumer({"bootstrap.servers": bootstrap, "client.id": client, "group.id": unique_name("q"),
+                             "enable.auto.commit": False, "fetch.max.bytes": 10_000_000,
+                             "throttle_cb": lambda event: throttles.append(event.throttle_time), **COMMON})
+        consumer.assign([CkPartition(topic_name, 0, OFFSET_BEGINNING)])
+        deadline = time.monotonic() + 30
+        while not throttles and time.monotonic() < deadline:
+            for m in consumer.consume(100, 0.2):
+                assert m.error() is None
+                got.append(len(m.value()))
+        consumer.close()
+        assert throttles and max(throttles) > 0, throttles
+        assert 0 < sum(got) <= 30_000 + 2_000, sum(got)
+    finally:
+        _alter(admin, [([("client-id", client)], {"consumer_byte_rate": None})])
+
+
+# --- telemetry (KIP-714) ----------------------------------------------------------------------
+
+def _kio_call(address, api_key, request, response_cls, correlation_id=1):
+    out = io.BytesIO()
+    entity_writer(RequestHeader)(out, RequestHeader(request_api_key=api_key, request_api_version=0,
+                                                    correlation_id=correlation_id, client_id="kio-test"))
+    entity_writer(type(request))(out, request)
+    body = out.getvalue()
+    with socket.create_connection(address, timeout=10) as s:
+        s.sendall(struct.pack(">i", len(body)) + body)
+        head = _read(s, 4)
+        data = _read(s, struct.unpack(">i", head)[0])
+    assert struct.unpack_from(">i", data)[0] == correlation_id
+    response, _ = entity_reader(response_cls)(data, 5)  # correlation id, empty header tags
+    return response
+
+
+def _read(s, n):
+    buf = b""
+    while len(buf) < n:
+        chunk = s.recv(n - len(buf))
+        assert chunk, "connection closed"
+        buf += chunk
+    return buf
+
+
+def test_telemetry_subscriptions_ask_for_nothing(kafka_broker):
+    address = kafka_broker.address
+    first = _kio_call(address, 71, GetTelemetrySubscriptionsRequest(client_instance_id=uuid.UUID(int=0)),
+                      GetTelemetrySubscriptionsResponse)
+    assert first.error_code == 0 and first.client_instance_id.int != 0
+    assert first.requested_metrics == () and first.push_interval.total_seconds() == 300
+    assert first.telemetry_max_bytes == 1024 * 1024 and first.accepted_compression_types == (4, 3, 1, 2)
+    again = _kio_call(address, 71, GetTelemetrySubscriptionsRequest(client_instance_id=first.client_instance_id),
+                      GetTelemetrySubscriptionsResponse)
+    assert again.client_instance_id == first.client_instance_id and again.subscription_id == first.subscription_id
+
+    def push(instance, subscription):
+        return _kio_call(address, 72, PushTelemetryRequest(client_instance_id=instance, subscription_id=subscription,
+                                                            terminating=True, compression_type=0, metrics=b""),
+                         PushTelemetryResponse).error_code
+    assert push(first.client_instance_id, first.subscription_id) == 0
+    assert push(first.client_instance_id, first.subscription_id + 1) == 117  # UNKNOWN_SUBSCRIPTION_ID
+    assert push(uuid.UUID(int=0), first.subscription_id) == 42  # INVALID_REQUEST
+
+
+def test_confluent_kafka_telemetry_handshake_is_clean(bootstrap, topic_name):
+    lines = []
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            lines.append(record.getMessage())
+    logger = logging.getLogger(unique_name("rdkafka"))
+    logger.setLevel(logging.DEBUG)
+    logger.addHandler(Collect())
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.metrics.push": True, "debug": "telemetry",
+                         "logger": logger, **COMMON})
+    producer.produce(topic_name, b"hello")
+    assert producer.flush(30) == 0
+    wait_until(lambda: producer.poll(0.1) is not None and any("Handled GetTelemetrySubscriptions" in l for l in lines),
+               20, "the telemetry handshake")
+    handled = [l for l in lines if "Handled GetTelemetrySubscriptions" in l]
+    assert "err = Success" in handled[0] and "metrics = 0" in handled[0], handled
+    assert any("Telemetry client instance id changed" in l for l in lines), lines
+    assert not [l for l in lines if "elemetry" in l and ("rror" in l or "fail" in l.lower())], lines
+
+
+# --- authorization ---------------------------------------------------------------------------
+
+def test_the_new_apis_need_kafkas_acls(tmp_path):
+    """With --authorizer acl, a user without ACLs gets Kafka's answers: CLUSTER_AUTHORIZATION_FAILED
+    for the cluster-level APIs, GROUP_/TOPIC_AUTHORIZATION_FAILED for OffsetDelete and
+    DescribeTopicPartitions; Fetch v17 (topics by id) is checked against READ on the topic."""
+    data_dir = tmp_path / "data"
+    for user in ("admin", "alice"):
+        subprocess.run([sys.executable, "-m", "gateway", "users", "--data-dir", str(data_dir), "add", user,
+                        "--password", f"{user}-pw"], cwd=ROOT, check=True, capture_output=True, timeout=60)
+    broker = start_broker(data_dir, "--authorizer", "acl", "--super-users", "User:admin")
+
+    def client(user, cls=KafkaAdminClient, **extra):
+        return cls(bootstrap_servers=broker.addresses["kafka"], security_protocol="SASL_PLAINTEXT",
+                   sasl_mechanism="SCRAM-SHA-256", sasl_plain_username=user, sasl_plain_password=f"{user}-pw",
+                   **extra)
+    try:
+        root, alice = client("admin"), client("alice")
+        _create(root, "secret", 1)
+        _produce(broker.addresses["kafka"], "secret", [b"s"], security_protocol="SASL_PLAINTEXT",
+                 sasl_mechanism="SCRAM-SHA-256", sasl_plain_username="admin", sasl_plain_password="admin-pw")
+        with pytest.raises(Errors.ClusterAuthorizationFailedError):
+            alice.elect_leaders(0, {"secret": [0]})
+        assert alice.describe_log_dirs() == [{"broker": 0, "log_dirs": []}]
+        assert list(alice.alter_replica_log_dirs({("secret", 0, 0): "/x"}).values()) == [
+            Errors.ClusterAuthorizationFailedError]
+        with pytest.raises(Errors.GroupAuthorizationFailedError):
+            alice.delete_group_offsets("g", [TopicPartition("secret", 0)])
+        assert [(t["name"], t["error_code"]) for t in alice.describe_topic_partitions(["secret"])["topics"]] == [
+            ("secret", 29)]
+        assert alice.describe_topic_partitions([])["topics"] == []  # unauthorized topics are left out
+        assert _alter(alice, [([("user", "alice")], {"producer_byte_rate": 1})]) == [(31, "Cluster authorization failed.")]
+        assert _describe(alice, []) == (31, "Cluster authorization failed.")
+        assert root.describe_topic_partitions(["secret"])["topics"][0]["error_code"] == 0
+        root.create_acls([ACL("User:alice", "*", ACLOperation.DESCRIBE, ACLPermissionType.ALLOW,
+                              ResourcePattern(ResourceType.TOPIC, "secret"))])
+        consumer = client("alice", KafkaConsumer, auto_offset_reset="earliest", consumer_timeout_ms=3000)
+        consumer.assign([TopicPartition("secret", 0)])
+        with pytest.raises(Errors.TopicAuthorizationFailedError):
+            list(consumer)
+        consumer.close()
+        root.create_acls([ACL("User:alice", "*", ACLOperation.READ, ACLPermissionType.ALLOW,
+                              ResourcePattern(ResourceType.TOPIC, "secret"))])
+        consumer = client("alice", KafkaConsumer, auto_offset_reset="earliest", consumer_timeout_ms=5000)
+        consumer.assign([TopicPartition("secret", 0)])
+        assert [m.value for m in consumer] == [b"s"]
+        consumer.close()
+        root.close()
+        alice.close()
+    finally:
+        broker.stop(signal.SIGTERM)
+
+
+# --- the Java Admin client ---------------------------------------------------------------------
+
+def _request_counts(kafka_broker) -> dict[str, float]:
+    """Requests served per API so far, from the broker's /metrics (which API a client used)."""
+    text = urllib.request.urlopen(f"http://{kafka_broker.process.addresses['http']}/metrics", timeout=10).read()
+    return {m[1]: float(m[2]) for m in re.finditer(r'gateway_kafka_request_seconds_count\{api="(\w+)"\} ([0-9.e+]+)',
+                                                   text.decode())}
+
+
+@pytest.fixture(scope="module")
+def java_admin(kafka_broker):
+    if kafka_broker.process is None:
+        pytest.skip("the request counts come from our broker's /metrics")
+    argv, main = tools.compile_java("AdminApis.java")
+    prefix = unique_name("java-admin")
+    before = _request_counts(kafka_broker)
+    proc = subprocess.run(argv + [main, kafka_broker.bootstrap, prefix], capture_output=True, text=True, timeout=240)
+    after = _request_counts(kafka_broker)
+    steps = {}
+    for line in proc.stdout.splitlines():
+        event = json.loads(line)
+        steps[event["step"]] = event
+    assert "done" in steps, f"exit {proc.returncode}: {steps.get('error')}\n{proc.stderr[-4000:]}"
+    served = {api: after.get(api, 0) - before.get(api, 0) for api in after}
+    return dict(prefix=prefix, steps=steps, served=served, data_dir=kafka_broker.data_dir)
+
+
+def test_java_admin_describe_topics_pages_through_describe_topic_partitions(java_admin):
+    prefix, step = java_admin["prefix"], java_admin["steps"]["describe"]
+    assert step["topics"][f"{prefix}-a"]["partitions"] == [[0, 0, 1], [1, 0, 1], [2, 0, 1]]
+    assert step["topics"][f"{prefix}-b"]["partitions"] == [[0, 0, 1], [1, 0, 1]]
+    assert java_admin["served"]["DescribeTopicPartitions"] == 3  # 5 partitions, 2 per page
+
+
+def test_java_admin_log_dirs_elections_quotas_offsets(java_admin):
+    prefix, steps = java_admin["prefix"], java_admin["steps"]
+    ((path, logdir),) = steps["logdirs"]["dirs"].items()
+    assert path == os.path.realpath(java_admin["data_dir"]) and logdir["error"] is None
+    assert logdir["total"] > logdir["usable"] > 0
+    assert logdir["replicas"][f"{prefix}-a-2"] == [0, 0, False]
+    assert steps["elect"]["results"] == {f"{prefix}-a-0": "ElectionNotNeededException",
+                                         f"{prefix}-a-none-0": "UnknownTopicOrPartitionException"}
+    found = {(e["user"], e["client"]): e["values"] for e in steps["quotas"]["found"]}
+    assert found == {(f"{prefix}-user", "-"): {"producer_byte_rate": 1024.0},
+                     (f"{prefix}-user", "null"): {"request_percentage": 50.0}}
+    assert steps["quotas"]["invalid"] == "InvalidRequestException" and steps["quotas"]["left"] == 0
+    assert steps["offset_delete"] == {"step": "offset_delete", "error": None, "left": [f"{prefix}-b-0"],
+                                      "unknown_group": "GroupIdNotFoundException"}
+    assert java_admin["served"]["OffsetDelete"] == 2
+
+
+def test_java_producer_reports_the_quota_throttle(java_admin):
+    step = java_admin["steps"]["throttle"]
+    assert step["max_ms"] > 500 and step["elapsed_ms"] >= step["max_ms"] * 0.9, step
+    assert java_admin["served"].get("GetTelemetrySubscriptions", 0) >= 1  # the Java client asks too
