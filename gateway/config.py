@@ -130,6 +130,11 @@ OPTIONS: tuple[Option, ...] = (
            "Kafka: the shortest session.timeout.ms a group member may ask for (INVALID_SESSION_TIMEOUT below)"),
     Option("group_max_session_timeout_ms", _int_at_least(1), 1800000, "MS",
            "Kafka: the longest session.timeout.ms a group member may ask for"),
+    Option("group_consumer_session_timeout_ms", _int_at_least(1), 45000, "MS",
+           "Kafka KIP-848 groups (group.protocol=consumer): a member silent this long is removed "
+           "(Kafka's group.consumer.session.timeout.ms)"),
+    Option("group_consumer_heartbeat_interval_ms", _int_at_least(1), 5000, "MS",
+           "Kafka KIP-848 groups: the heartbeat interval given to members (group.consumer.heartbeat.interval.ms)"),
     Option("consumer_timeout_ms", _int_at_least(0), 1800000, "MS",
            "AMQP: close a channel whose delivery stays unacknowledged this long (406; RabbitMQ's "
            "consumer_timeout; 0: never; a queue's x-consumer-timeout wins)"),
@@ -226,6 +231,8 @@ class Settings:
     channel_max: int
     group_min_session_timeout_ms: int
     group_max_session_timeout_ms: int
+    group_consumer_session_timeout_ms: int
+    group_consumer_heartbeat_interval_ms: int
     consumer_timeout_ms: int
     delayed_messages_max: int
     definitions: Path | None

@@ -166,7 +166,9 @@ class Broker:
         producers = ProducerStates(self.data_dir, node_id=self.settings.node_id,
                                    stride=MAX_NODES if self.cluster is not None else 1)
         groups = GroupCoordinator(self.logs, min_session_timeout_ms=self.settings.group_min_session_timeout_ms,
-                                  max_session_timeout_ms=self.settings.group_max_session_timeout_ms)
+                                  max_session_timeout_ms=self.settings.group_max_session_timeout_ms,
+                                  consumer_session_timeout_ms=self.settings.group_consumer_session_timeout_ms,
+                                  consumer_heartbeat_interval_ms=self.settings.group_consumer_heartbeat_interval_ms)
         transactions = TransactionCoordinator(self.logs, producers, groups.offsets)
         self.kafka = KafkaContext(
             logs=self.logs, producers=producers, groups=groups, transactions=transactions,

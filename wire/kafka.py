@@ -45,15 +45,15 @@ ADVERTISED: dict[int, tuple[int, int]] = {
     1: (4, 17),   # Fetch (v13+: topics by id; 17 makes kafka-python infer a 3.9 broker)
     2: (1, 7),    # ListOffsets
     3: (0, 12),   # Metadata
-    8: (2, 8),    # OffsetCommit
-    9: (1, 8),    # OffsetFetch
+    8: (2, 9),    # OffsetCommit (v9: member id + epoch of KIP-848 members)
+    9: (1, 9),    # OffsetFetch (v9: member id + epoch per group)
     10: (0, 4),   # FindCoordinator
     11: (0, 7),   # JoinGroup
     12: (0, 4),   # Heartbeat
     13: (0, 4),   # LeaveGroup
     14: (0, 5),   # SyncGroup
     15: (0, 5),   # DescribeGroups
-    16: (0, 4),   # ListGroups
+    16: (0, 5),   # ListGroups (v5: group types)
     17: (0, 1),   # SaslHandshake
     18: (0, 3),   # ApiVersions
     19: (2, 7),   # CreateTopics
@@ -88,6 +88,8 @@ ADVERTISED: dict[int, tuple[int, int]] = {
     61: (0, 0),   # DescribeProducers
     65: (0, 0),   # DescribeTransactions
     66: (0, 1),   # ListTransactions
+    68: (0, 1),   # ConsumerGroupHeartbeat (KIP-848; v1: client-made member ids, regex)
+    69: (0, 1),   # ConsumerGroupDescribe
     71: (0, 0),   # GetTelemetrySubscriptions
     72: (0, 0),   # PushTelemetry
     75: (0, 0),   # DescribeTopicPartitions

@@ -38,6 +38,7 @@ from typing import Callable
 from kio.schema.errors import ErrorCode
 
 from core.errors import LogError, RecordTooLargeError
+from core.groups.consumer_group import ConsumerGroups
 from core.groups.group import Group, GroupState, Member
 from core.groups.results import (
     CommitInfo, GroupDescription, GroupListing, JoinResult, MemberDescription, OffsetDeleteInfo, SyncResult,
@@ -60,7 +61,8 @@ SyncCallback = Callable[[SyncResult], None]
 class GroupCoordinator:
     def __init__(self, logs: LogManager, clock: Callable[[], float] = time.time, *,
                  initial_rebalance_delay_ms: int = 3000, min_session_timeout_ms: int = 6000,
-                 max_session_timeout_ms: int = 1_800_000, offsets_partitions: int = 1):
+                 max_session_timeout_ms: int = 1_800_000, offsets_partitions: int = 1,
+                 consumer_session_timeout_ms: int = 45_000, consumer_heartbeat_interval_ms: int = 5_000):
         self.logs = logs
         self.clock = clock
         self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
@@ -71,6 +73,9 @@ class GroupCoordinator:
         self._loaded = False
         self._outbox: list[tuple[Callable, object]] = []
         self._flushing = False
+        self.consumer = ConsumerGroups(  # KIP-848 groups; a group id is classic or consumer, not both
+            lambda: {n: t.partitions for n, t in logs.store.topics().items()}, self._groups, clock,
+            session_timeout_ms=consumer_session_timeout_ms, heartbeat_interval_ms=consumer_heartbeat_interval_ms)
 
     # --- life cycle -------------------------------------------------------------------
     def load(self) -> None:
@@ -133,6 +138,8 @@ class GroupCoordinator:
             return self._send(respond, JoinResult.failed(ErrorCode.invalid_group_id, member_id))
         if not self.min_session_timeout_ms <= session_ms <= self.max_session_timeout_ms:
             return self._send(respond, JoinResult.failed(ErrorCode.invalid_session_timeout, member_id))
+        if not self.consumer.take_over_for_classic(group_id):
+            return self._send(respond, JoinResult.failed(ErrorCode.inconsistent_group_protocol, member_id))
         group = self._groups.get(group_id)
         if group is None:
             if member_id:
@@ -450,6 +457,7 @@ class GroupCoordinator:
             now = self.clock()
             for group in list(self._groups.values()):
                 self._tick_group(group, now)
+            self.consumer.tick()
         finally:
             self._flush()
 
@@ -482,10 +490,17 @@ class GroupCoordinator:
         wanted = {s.lower() for s in states} if states else None
         return [GroupListing(g.group_id, g.protocol_type or "", g.state.value)
                 for g in self._groups.values()
-                if not g.is_(DEAD) and (wanted is None or g.state.value.lower() in wanted)]
+                if not g.is_(DEAD) and (wanted is None or g.state.value.lower() in wanted)] + [
+            GroupListing(g.group_id, "consumer", g.state, "consumer") for g in self.consumer.groups.values()
+            if wanted is None or g.state.lower() in wanted]
+
+    def group_type(self, group_id: str) -> str | None:
+        return "consumer" if group_id in self.consumer.groups else "classic" if group_id in self._groups else None
 
     def describe_group(self, group_id: str) -> GroupDescription:
         self._ensure_loaded()
+        if group_id in self.consumer.groups:
+            return self.consumer.describe_classic(group_id)
         group = self._groups.get(group_id)
         if group is None:
             return GroupDescription(ErrorCode.none, DEAD.value, "", "", [], group_id)
@@ -505,8 +520,13 @@ class GroupCoordinator:
         self._ensure_loaded()
         results: dict[str, ErrorCode] = {}
         for group_id in group_ids:
+            consumer_error = self.consumer.delete(group_id)  # an empty consumer group: its offsets go below
+            if consumer_error == ErrorCode.none and group_id not in self._groups:
+                self._groups[group_id] = Group(group_id)
             group = self._groups.get(group_id)
-            if group is None or group.is_(DEAD):
+            if consumer_error == ErrorCode.non_empty_group:
+                results[group_id] = consumer_error
+            elif group is None or group.is_(DEAD):
                 results[group_id] = ErrorCode.group_id_not_found
             elif not group.is_(EMPTY):
                 results[group_id] = ErrorCode.non_empty_group
@@ -537,7 +557,8 @@ class GroupCoordinator:
     def commit_offsets(self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None,
                        offsets: dict[tuple[str, int], tuple[int, int, str | None]]) -> CommitInfo:
         self._ensure_loaded()
-        error = self._commit_check(group_id, generation_id, member_id or "", group_instance_id)
+        error = (self.consumer.commit_error(group_id, member_id or "", generation_id) if group_id in self.consumer.groups
+                 else self._commit_check(group_id, generation_id, member_id or "", group_instance_id))
         if error is not None:
             return CommitInfo({tp: error for tp in offsets}, None)
         errors: dict[tuple[str, int], ErrorCode] = {}
@@ -555,7 +576,7 @@ class GroupCoordinator:
                 errors[(topic, partition)] = ErrorCode.none
         if not accepted:
             return CommitInfo(errors, None)
-        if group_id not in self._groups:
+        if group_id not in self._groups and group_id not in self.consumer.groups:
             self._groups[group_id] = Group(group_id)  # a group used only to store offsets
         try:
             durable_at = self.offsets.commit(group_id, accepted)

@@ -54,6 +54,7 @@ class GroupListing(NamedTuple):
     group_id: str
     protocol_type: str
     state: str
+    group_type: str = "classic"  # Kafka's GroupType: classic, or consumer (KIP-848)
 
 
 class MemberDescription(NamedTuple):

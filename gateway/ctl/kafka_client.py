@@ -17,7 +17,7 @@ from wire.kafka import build, request_class, response_class
 
 API_VERSIONS = 18
 # api key -> the highest version the admin commands build requests for
-CAPS = {3: 12, 2: 7, 8: 8, 9: 8, 15: 5, 16: 4, 19: 7, 20: 6, 29: 3, 30: 3, 31: 3, 32: 4, 37: 3, 44: 1, 42: 2}
+CAPS = {3: 12, 2: 7, 8: 8, 9: 8, 15: 5, 16: 5, 19: 7, 20: 6, 29: 3, 30: 3, 31: 3, 32: 4, 37: 3, 44: 1, 42: 2}
 
 
 class KafkaClientError(RuntimeError):

@@ -144,9 +144,10 @@ def groups(args, admin: KafkaAdmin) -> int:
     if action == "list":
         answer = admin.call(LIST_GROUPS, {"states_filter": []})
         _check(answer.error_code, "list groups")
-        rows = [{"group": g.group_id, "state": g.group_state, "protocol_type": g.protocol_type}
+        rows = [{"group": g.group_id, "state": g.group_state, "protocol_type": g.protocol_type,
+                 "protocol": getattr(g, "group_type", "classic")}  # ListGroups v5: classic or consumer (KIP-848)
                 for g in sorted(answer.groups, key=lambda g: g.group_id)]
-        emit(rows, ["group", "state", "protocol_type"], args.json)
+        emit(rows, ["group", "state", "protocol_type", "protocol"], args.json)
         return 0
     coordinator = admin.coordinator(args.group)  # in a cluster, the group's state lives on one broker
     described = coordinator.call(DESCRIBE_GROUPS, {"groups": [args.group],

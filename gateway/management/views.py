@@ -215,7 +215,7 @@ def group(broker, group_id: str) -> dict:
         lag_rows.append({"topic": name, "partition": index, "committed_offset": offset, "log_end_offset": end,
                          "lag": lag, "metadata": metadata})
     return {"group_id": group_id, "state": described.state, "protocol_type": described.protocol_type,
-            "protocol": described.protocol, "members": [
+            "protocol": described.protocol, "type": groups.group_type(group_id) or "classic", "members": [
                 {"member_id": m[0], "group_instance_id": m[1], "client_id": m[2], "client_host": m[3]}
                 for m in described.members],
             "offsets": lag_rows, "lag": total}

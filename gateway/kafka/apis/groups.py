@@ -110,8 +110,10 @@ def leave_group(ctx, conn, h, req):
 @handles(16)
 def list_groups(ctx, conn, h, req):
     states = list(getattr(req, "states_filter", ()) or ()) or None
-    groups = [{"group_id": g.group_id, "protocol_type": g.protocol_type or "", "group_state": g.state}
-              for g in ctx.groups.list_groups(states)]
+    types = {t.lower() for t in getattr(req, "types_filter", ()) or ()}
+    groups = [{"group_id": g.group_id, "protocol_type": g.protocol_type or "", "group_state": g.state,
+               "group_type": g.group_type} for g in ctx.groups.list_groups(states)
+              if not types or g.group_type in types]
     return respond(h, {"throttle_time": 0, "error_code": ErrorCode.none, "groups": groups})
 
 
@@ -186,11 +188,19 @@ def _fetched(ctx, group_id: str, topics, require_stable: bool = False) -> list[d
     return [{"name": n, "partitions": ps} for n, ps in by_topic.items()]
 
 
+def _fetched_group(ctx, g, require_stable: bool) -> dict:
+    # v9: a KIP-848 member fetches with its member id and epoch, checked as Kafka does
+    error = ctx.groups.consumer.fetch_error(g.group_id, getattr(g, "member_id", None), getattr(g, "member_epoch", -1))
+    if error:
+        return {"group_id": g.group_id, "topics": [], "error_code": error}
+    return {"group_id": g.group_id, "topics": _fetched(ctx, g.group_id, g.topics, require_stable),
+            "error_code": ErrorCode.none}
+
+
 @handles(9)
 def offset_fetch(ctx, conn, h, req):
     if h.api_version >= 8:
-        groups = [{"group_id": g.group_id, "topics": _fetched(ctx, g.group_id, g.topics, req.require_stable),
-                   "error_code": ErrorCode.none} for g in req.groups]
+        groups = [_fetched_group(ctx, g, req.require_stable) for g in req.groups]
         return respond(h, {"throttle_time": 0, "groups": groups})
     topics = req.topics if h.api_version >= 2 else (req.topics or ())
     stable = getattr(req, "require_stable", False)

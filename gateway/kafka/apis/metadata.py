@@ -66,6 +66,14 @@ def metadata(ctx, conn, h, req):
         topics = []
         for item in requested:
             name = item.name
+            topic_id = getattr(item, "topic_id", None)
+            if name is None and topic_id is not None and topic_id.int:  # v10+: by topic id (KIP-516)
+                name = ctx.topic_name(topic_id)
+                if name is None:
+                    topics.append({**_error_entry(None, ErrorCode.unknown_topic_id), "topic_id": topic_id})
+                    continue
+                topics.append(topic_entry(ctx, name, ctx.logs.store.get_topic(name)))
+                continue
             try:
                 check_topic_name(name)
             except InvalidTopicError:
