@@ -1,5 +1,8 @@
 import pytest
 
+from core.log_manager import LogManager
+from core.metadata import LocalMetadataStore
+from routing.broker import Router
 from tests.brokerproc import start_broker
 
 
@@ -9,6 +12,24 @@ def broker(tmp_path):
     b = start_broker(tmp_path / "data")
     yield b
     b.stop()
+
+
+@pytest.fixture
+def make_router(tmp_path):
+    """Routers over one data directory (several: a restart), their logs shut down after the test."""
+    made = []
+
+    def make():
+        logs = LogManager(tmp_path, LocalMetadataStore(tmp_path))
+        logs.startup()
+        router = Router(tmp_path, logs)
+        router.load()
+        made.append(logs)
+        return router
+
+    yield make
+    for logs in made:
+        logs.shutdown()
 
 
 def pytest_sessionfinish(session, exitstatus):

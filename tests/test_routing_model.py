@@ -3,9 +3,6 @@ from __future__ import annotations
 
 import pytest
 
-from core.log_manager import LogManager
-from core.metadata import LocalMetadataStore
-from routing.broker import Router
 from routing.errors import ChannelError, ConnectionError
 
 PROPS_PERSISTENT = b"\x10\x00\x02"  # delivery-mode present (bit 12), value 2
@@ -33,21 +30,6 @@ class Collector:
         self.cancelled = True
 
 
-@pytest.fixture
-def make_router(tmp_path):
-    made = []
-
-    def make():
-        logs = LogManager(tmp_path, LocalMetadataStore(tmp_path))
-        logs.startup()
-        router = Router(tmp_path, logs)
-        router.load()
-        made.append(logs)
-        return router
-
-    yield make
-    for logs in made:
-        logs.shutdown()
 
 
 def publish(router, vhost, exchange, key, body, confirm=False):

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.log_manager import LogManager
-from core.metadata import LocalMetadataStore
 from routing import dead_letter
-from routing.broker import Router
 from routing.errors import ChannelError
 from routing.priorities import PriorityLanes
 
@@ -22,21 +19,6 @@ def props(priority: int | None = None) -> bytes:
     return b"\x18\x00\x02" + bytes([priority])
 
 
-@pytest.fixture
-def make_router(tmp_path):
-    made = []
-
-    def make():
-        logs = LogManager(tmp_path, LocalMetadataStore(tmp_path))
-        logs.startup()
-        router = Router(tmp_path, logs)
-        router.load()
-        made.append(logs)
-        return router
-
-    yield make
-    for logs in made:
-        logs.shutdown()
 
 
 def flush(router):

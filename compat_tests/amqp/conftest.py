@@ -217,6 +217,14 @@ def channel(connection):
 
 
 @pytest.fixture
+def confirm_channel(connection):
+    """A channel in publisher-confirm mode."""
+    ch = connection.channel()
+    ch.confirm_delivery()
+    return ch
+
+
+@pytest.fixture
 def name(request) -> str:
     """A queue/exchange name unique to this test."""
     return unique(request.node.originalname)

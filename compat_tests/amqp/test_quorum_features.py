@@ -26,15 +26,8 @@ ALO = {"x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"
 
 
 @pytest.fixture
-def channel(amqp_broker):
-    conn = connect(amqp_broker)
-    ch = conn.channel()
-    ch.confirm_delivery()
-    try:
-        yield ch
-    finally:
-        if conn.is_open:
-            conn.close()
+def channel(confirm_channel):
+    return confirm_channel
 
 
 def _version(amqp_broker) -> tuple[int, ...]:

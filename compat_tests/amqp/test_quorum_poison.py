@@ -41,15 +41,8 @@ def _get(ch, queue: str, tries: int = 200):
 
 
 @pytest.fixture
-def channel(amqp_broker):
-    conn = connect(amqp_broker)
-    ch = conn.channel()
-    ch.confirm_delivery()
-    try:
-        yield ch
-    finally:
-        if conn.is_open:
-            conn.close()
+def channel(confirm_channel):
+    return confirm_channel
 
 
 def test_delivery_limit_dead_letters_a_poison_message(channel):
