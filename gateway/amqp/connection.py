@@ -32,7 +32,8 @@ from gateway.logs import connection_ids, fields
 from gateway.management import metrics
 from gateway.amqp.counters import AMQP as COUNTS
 from gateway.netutil import no_delay
-from gateway.security.oauth import TokenGrant, looks_like_jwt
+from gateway.security.login import check_login
+from gateway.security.oauth import TokenGrant
 from gateway.security.tls import peer_common_name
 from gateway.security.users import is_loopback
 from routing.errors import (
@@ -330,26 +331,8 @@ class AmqpConnection(SecretsMixin, protocol.Protocol):
         else:
             self._refuse_login(f"unsupported authentication mechanism '{mechanism}'; PLAIN and AMQPLAIN are offered")
             return
-        users = self.service.users
-        oauth = getattr(self.service, "oauth", None)
-        grant = None
-        if username is None:
-            reason = "malformed credentials"
-        elif mechanism == "EXTERNAL":  # the certificate was verified; the user must exist
-            users.maybe_reload()
-            reason = None if users.get(username) is not None else f"user '{username}' does not exist"
-            if reason is None and users.loopback_refused(username, self.peer_host):
-                reason = f"user '{username}' can only connect via localhost"
-        elif oauth is not None and looks_like_jwt(password):
-            # RabbitMQ's OAuth 2 backend: the password is the token and names the user; the user
-            # name sent beside it is not looked at.
-            grant, reason = oauth.check(password)
-            if grant is not None:
-                username = grant.username
-                if users.loopback_refused(username, self.peer_host):
-                    reason = f"user '{username}' can only connect via localhost"
-        else:
-            reason = users.authenticate(username, password, self.peer_host)
+        username, grant, reason = check_login(self.service.users, getattr(self.service, "oauth", None), mechanism,
+                                              username, password, self.peer_host)
         if reason is not None:
             log.warning("AMQP login refused: %s", reason, extra=fields(peer=self.peer, conn=self.conn_id, user=username,
                                                                       mechanism=mechanism))

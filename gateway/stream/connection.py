@@ -19,7 +19,7 @@ from twisted.internet import protocol, task
 
 from gateway.logs import connection_ids, fields
 from gateway.netutil import no_delay
-from gateway.security.oauth import looks_like_jwt
+from gateway.security.login import check_login
 from gateway.security.tls import peer_common_name
 from gateway.stream.handlers import StreamCommands
 from routing.errors import ACCESS_REFUSED as AMQP_ACCESS_REFUSED
@@ -206,19 +206,9 @@ class StreamConnection(protocol.Protocol, StreamCommands):
         else:
             self.write(sc.encode_sasl_authenticate(cid, sc.SASL_MECHANISM_NOT_SUPPORTED))
             return
-        if username is None:
-            reason = "malformed PLAIN credentials"
-        elif mechanism == "EXTERNAL":
-            users.maybe_reload()
-            reason = None if users.get(username) is not None else f"user '{username}' does not exist"
-        elif oauth is not None and looks_like_jwt(password):
-            grant, reason = oauth.check(password)
-            if grant is not None:
-                username, self.token = grant.username, grant
-        else:
-            reason = users.authenticate(username, password, self.peer_host)
-        if reason is None and users.loopback_refused(username, self.peer_host):
-            reason = f"user '{username}' can only connect via localhost"
+        username, grant, reason = check_login(users, oauth, mechanism, username, password, self.peer_host)
+        if grant is not None:
+            self.token = grant
         if reason is not None:
             log.warning("stream login refused: %s", reason, extra=fields(peer=self.peer, conn=self.conn_id,
                                                                         user=username, mechanism=mechanism))
