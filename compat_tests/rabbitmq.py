@@ -29,6 +29,7 @@ from __future__ import annotations
 import atexit
 import itertools
 import os
+import re
 import shutil
 import signal
 import socket
@@ -70,6 +71,25 @@ def find_server_script() -> Path:
         "RabbitMQ is not installed: no rabbitmq-server under /usr/lib/rabbitmq. "
         f"Install Debian's package with `{INSTALL_HINT}` (as root), or set RABBITMQ_SERVER "
         "to a rabbitmq-server start script, or AMQP_COMPAT_TARGETS=gateway to leave RabbitMQ out.")
+
+
+def installed_version() -> tuple[int, ...] | None:
+    """The version of the installed RabbitMQ (from its lib directory's name), or None.
+
+    Known without starting a node, so tests that need a newer RabbitMQ can be deselected at
+    collection time rather than skipped.
+    """
+    try:
+        script = find_server_script().resolve()
+    except RabbitMQUnavailable:
+        return None
+    dirs = [script.parent.parent] if script.parent.parent.name.startswith("rabbitmq_server-") else []
+    dirs += sorted(Path("/usr/lib/rabbitmq/lib").glob("rabbitmq_server-*"), reverse=True)
+    for d in dirs:
+        match = re.fullmatch(r"rabbitmq_server-(\d+(?:\.\d+)*)", d.name)
+        if match:
+            return tuple(int(p) for p in match.group(1).split("."))
+    return None
 
 
 def _free_port() -> int:

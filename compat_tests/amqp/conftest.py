@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from compat_tests.rabbitmq import INSTALL_HINT, RabbitMQNode, RabbitMQUnavailable
+from compat_tests.rabbitmq import INSTALL_HINT, RabbitMQNode, RabbitMQUnavailable, installed_version
 from tests.brokerproc import BrokerProcess, start_broker
 
 from .helpers import connect, unique
@@ -40,6 +40,44 @@ def selected_targets() -> list[str]:
     if unknown:
         raise pytest.UsageError(f"{TARGETS_ENV}: unknown target(s) {unknown}; choose from {list(TARGETS)}")
     return names or list(TARGETS)
+
+
+MIN_VERSION_MARK = "rabbitmq_min_version"
+_too_new: list[str] = []
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", f"{MIN_VERSION_MARK}(major, minor): a RabbitMQ feature newer than some releases; the "
+        "[rabbitmq] case is deselected (not skipped) when the installed RabbitMQ is older")
+
+
+def pytest_collection_modifyitems(config, items):
+    # The installed RabbitMQ's version is known from its files, so a [rabbitmq] case of a feature
+    # it predates is left out at collection and named in the summary: a skip would fail the run.
+    installed = installed_version()
+    if installed is None:
+        return
+    keep, drop = [], []
+    for item in items:
+        mark = item.get_closest_marker(MIN_VERSION_MARK)
+        callspec = getattr(item, "callspec", None)
+        target = callspec.params.get("amqp_broker") if callspec else None
+        (drop if mark and target == "rabbitmq" and installed < tuple(mark.args) else keep).append(item)
+    if drop:
+        _too_new.extend(item.nodeid for item in drop)
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _too_new:
+        version = ".".join(map(str, installed_version() or ()))
+        terminalreporter.write_sep("-", f"{len(_too_new)} [rabbitmq] test(s) deselected, not run")
+        terminalreporter.write_line(
+            f"the installed RabbitMQ is {version}, older than these features; their [gateway] cases ran:")
+        for nodeid in _too_new:
+            terminalreporter.write_line(f"  {nodeid}")
 
 
 class AmqpBroker:

@@ -30,22 +30,8 @@ def channel(confirm_channel):
     return confirm_channel
 
 
-def _version(amqp_broker) -> tuple[int, ...]:
-    conn = connect(amqp_broker)
-    try:
-        raw = conn._impl.server_properties.get("version", b"0")
-    finally:
-        conn.close()
-    text = raw.decode() if isinstance(raw, bytes) else str(raw)
-    return tuple(int(p) for p in text.split(".")[:2] if p.isdigit())
-
-
-@pytest.fixture
-def priorities(amqp_broker):
-    """Skip where quorum queues have no priorities: RabbitMQ before 4.0."""
-    if amqp_broker.target == "rabbitmq" and _version(amqp_broker) < (4, 0):
-        pytest.skip("RabbitMQ before 4.0 has no quorum-queue priorities (this node is "
-                    f"{'.'.join(map(str, _version(amqp_broker)))})")
+# Quorum-queue priorities came with RabbitMQ 4.0: older nodes' cases are deselected (conftest).
+priorities = pytest.mark.rabbitmq_min_version(4, 0)
 
 
 def _quorum(ch, name: str, **arguments) -> None:
@@ -79,14 +65,16 @@ def _backlog(ch, q: str) -> None:
 
 # --- priorities ---------------------------------------------------------------------------
 
-def test_high_goes_first_two_to_one(channel, priorities):
+@priorities
+def test_high_goes_first_two_to_one(channel):
     q = unique("qq-prio")
     _quorum(channel, q)
     _backlog(channel, q)
     assert _get_all(channel, q, 9) == [b"h0", b"h1", b"n0", b"h2", b"h3", b"n1", b"h4", b"h5", b"n2"]
 
 
-def test_a_consumer_sees_the_same_order(amqp_broker, channel, priorities):
+@priorities
+def test_a_consumer_sees_the_same_order(amqp_broker, channel):
     q = unique("qq-prio")
     _quorum(channel, q)
     _backlog(channel, q)
@@ -107,7 +95,8 @@ def test_a_consumer_sees_the_same_order(amqp_broker, channel, priorities):
     assert got == [b"h0", b"h1", b"n0", b"h2", b"h3", b"n1", b"h4", b"h5", b"n2"]
 
 
-def test_high_published_before_normal_stays_first(channel, priorities):
+@priorities
+def test_high_published_before_normal_stays_first(channel):
     q = unique("qq-prio")
     _quorum(channel, q)
     for i in range(3):
@@ -116,7 +105,8 @@ def test_high_published_before_normal_stays_first(channel, priorities):
     assert _get_all(channel, q, 4) == [b"h0", b"h1", b"h2", b"n"]  # older high beats the fair turn
 
 
-def test_priority_is_kept_across_a_requeue(channel, priorities):
+@priorities
+def test_priority_is_kept_across_a_requeue(channel):
     q = unique("qq-prio")
     _quorum(channel, q)
     _publish(channel, q, b"normal")
@@ -133,7 +123,8 @@ def test_priority_is_kept_across_a_requeue(channel, priorities):
     assert _get_all(channel, q, 1) == [b"normal"]
 
 
-def test_priority_is_kept_across_a_restart(amqp_broker, channel, priorities):
+@priorities
+def test_priority_is_kept_across_a_restart(amqp_broker, channel):
     q = unique("qq-prio")
     _quorum(channel, q)
     for body, priority in ((b"n0", None), (b"n1", None), (b"h0", 9)):
