@@ -49,6 +49,7 @@ from gateway.stream.service import StreamService
 from gateway.cluster.amqp_home import AmqpHome
 from gateway.cluster.node import ClusterNode
 from gateway.config import HostPort, Settings
+from gateway.kafka.apis import share_groups
 from gateway.kafka.apis import txn as txn_api
 from gateway.kafka.connection import KafkaFactory
 from gateway.kafka.context import KafkaContext
@@ -187,6 +188,9 @@ class Broker:
         self.streams = StreamService(self.amqp, groups.offsets, self.reactor, self._stream_advertised,
                                      self.request_flush)
         self.kafka.topic_deleted = lambda name: self.amqp.router.topic_deleted(name)
+        self.kafka.router = lambda: self.amqp.router
+        groups.share.on_member_gone = lambda group, member: share_groups.member_gone(self.kafka, group, member)
+        groups.share_deleted = lambda group: self.amqp.router.shares.forget_group(group)
         self.kafka.storage_failed = self.amqp.storage_failed
         if self.cluster is not None:
             self.amqp_home = AmqpHome(self, self.cluster)

@@ -37,6 +37,7 @@ from routing.dedup import Deduplicator, recent_records
 from routing.delayed import DelayLog, delay_of
 from routing.errors import FRAME_ERROR, NOT_ALLOWED, PRECONDITION_FAILED, ChannelError, ConnectionError
 from routing.queue import Queue, position_key
+from routing.share import SharePartitions
 from routing.state import FileState, LogState
 from routing.vhost import VirtualHost
 from wire.records import Record, batch_of_tails, record_tail
@@ -98,6 +99,7 @@ class Router:
         # a log write failed: the gateway raises the disk alarm (True the first time, to log it once)
         self.on_storage_error: Callable[[], bool] = lambda: True
         self.dead_letters = DeadLetterForwarder(self.stage_record, clock)  # at-least-once dead-lettering
+        self.shares = SharePartitions(lambda: self, clock=clock)  # Kafka share groups (routing.share)
 
     # --- start and stop ----------------------------------------------------------------
     def load(self) -> None:
@@ -109,6 +111,7 @@ class Router:
         self.state.write("transient", [])
         definitions = self.state.read("definitions", {"vhosts": {}})
         positions = self.state.read("ack-floors", {})
+        self.shares.restore(positions)
         for name, defs in definitions["vhosts"].items():
             self.vhost_create(name, persist=False).restore(_decode(defs), positions)
         self.vhost_create(DEFAULT_VHOST, persist=False)
@@ -201,12 +204,14 @@ class Router:
                         floor["prioritised"] = True
                     if clean_stop:
                         floor["delivered"] = queue.delivered_bound
+        floors.update(self.shares.positions())
         if floors != self._floors_written:
             self.state.write("ack-floors", floors)
             self._floors_written = floors
 
     def topic_deleted(self, topic: str) -> None:
         """A Kafka client deleted a topic: the queue or exchange log it backed goes with it."""
+        self.shares.forget_topic(topic)
         for vhost in self.vhosts.values():
             vhost.topic_deleted(topic)
 
@@ -427,6 +432,7 @@ class Router:
         """Periodic: expire messages at queue heads, drop unused queues (x-expires), route held
         at-least-once dead letters again."""
         now = self.clock()
+        self.shares.expire_locks()
         for vhost in self.vhosts.values():
             for queue in list(vhost.queues.values()):
                 queue.expire_head()

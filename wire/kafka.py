@@ -93,6 +93,10 @@ ADVERTISED: dict[int, tuple[int, int]] = {
     71: (0, 0),   # GetTelemetrySubscriptions
     72: (0, 0),   # PushTelemetry
     75: (0, 0),   # DescribeTopicPartitions
+    76: (1, 1),   # ShareGroupHeartbeat (KIP-932; v1 is Kafka 4.1's, the first generally available)
+    77: (1, 1),   # ShareGroupDescribe
+    78: (1, 1),   # ShareFetch
+    79: (1, 1),   # ShareAcknowledge
 }
 REJECTED = {PRODUCE: range(0, 3)}
 

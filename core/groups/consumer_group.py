@@ -191,6 +191,7 @@ class ConsumerGroups:
         self.session_timeout_ms = session_timeout_ms
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.groups: dict[str, ConsumerGroup] = {}
+        self.is_share_group: Callable[[str], bool] = lambda group_id: False  # share group ids are taken
 
     # --- ConsumerGroupHeartbeat ------------------------------------------------------------
     def heartbeat(self, hb: HeartbeatRequest) -> HeartbeatResult:
@@ -233,6 +234,8 @@ class ConsumerGroups:
         group = self.groups.get(hb.group_id)
         if group is not None:
             return group
+        if self.is_share_group(hb.group_id):
+            raise _Fail(ErrorCode.group_id_not_found, f"Group {hb.group_id} is a share group, not a consumer group.")
         classic = self.classic.get(hb.group_id)
         if classic is not None and not classic.is_(GroupState.EMPTY, GroupState.DEAD):
             raise _Fail(ErrorCode.group_id_not_found,

@@ -39,6 +39,7 @@ from kio.schema.errors import ErrorCode
 
 from core.errors import LogError, RecordTooLargeError
 from core.groups.consumer_group import ConsumerGroups
+from core.groups.share_group import ShareGroups
 from core.groups.group import Group, GroupState, Member
 from core.groups.results import (
     CommitInfo, GroupDescription, GroupListing, JoinResult, MemberDescription, OffsetDeleteInfo, SyncResult,
@@ -76,6 +77,11 @@ class GroupCoordinator:
         self.consumer = ConsumerGroups(  # KIP-848 groups; a group id is classic or consumer, not both
             lambda: {n: t.partitions for n, t in logs.store.topics().items()}, self._groups, clock,
             session_timeout_ms=consumer_session_timeout_ms, heartbeat_interval_ms=consumer_heartbeat_interval_ms)
+        self.share = ShareGroups(  # KIP-932 share groups: their ids are taken, too
+            lambda: {n: t.partitions for n, t in logs.store.topics().items()},
+            lambda g: "consumer" if g in self.consumer.groups else "classic" if g in self._groups else None, clock)
+        self.consumer.is_share_group = self.share.groups.__contains__
+        self.share_deleted: Callable[[str], None] = lambda group_id: None  # its share partitions go too
 
     # --- life cycle -------------------------------------------------------------------
     def load(self) -> None:
@@ -138,7 +144,7 @@ class GroupCoordinator:
             return self._send(respond, JoinResult.failed(ErrorCode.invalid_group_id, member_id))
         if not self.min_session_timeout_ms <= session_ms <= self.max_session_timeout_ms:
             return self._send(respond, JoinResult.failed(ErrorCode.invalid_session_timeout, member_id))
-        if not self.consumer.take_over_for_classic(group_id):
+        if group_id in self.share.groups or not self.consumer.take_over_for_classic(group_id):
             return self._send(respond, JoinResult.failed(ErrorCode.inconsistent_group_protocol, member_id))
         group = self._groups.get(group_id)
         if group is None:
@@ -458,6 +464,7 @@ class GroupCoordinator:
             for group in list(self._groups.values()):
                 self._tick_group(group, now)
             self.consumer.tick()
+            self.share.tick()
         finally:
             self._flush()
 
@@ -492,9 +499,13 @@ class GroupCoordinator:
                 for g in self._groups.values()
                 if not g.is_(DEAD) and (wanted is None or g.state.value.lower() in wanted)] + [
             GroupListing(g.group_id, "consumer", g.state, "consumer") for g in self.consumer.groups.values()
+            if wanted is None or g.state.lower() in wanted] + [
+            GroupListing(g.group_id, "share", g.state, "share") for g in self.share.groups.values()
             if wanted is None or g.state.lower() in wanted]
 
     def group_type(self, group_id: str) -> str | None:
+        if group_id in self.share.groups:
+            return "share"
         return "consumer" if group_id in self.consumer.groups else "classic" if group_id in self._groups else None
 
     def describe_group(self, group_id: str) -> GroupDescription:
@@ -520,6 +531,12 @@ class GroupCoordinator:
         self._ensure_loaded()
         results: dict[str, ErrorCode] = {}
         for group_id in group_ids:
+            share_error = self.share.delete(group_id)
+            if share_error is not None:
+                results[group_id] = share_error
+                if share_error == ErrorCode.none:
+                    self.share_deleted(group_id)
+                continue
             consumer_error = self.consumer.delete(group_id)  # an empty consumer group: its offsets go below
             if consumer_error == ErrorCode.none and group_id not in self._groups:
                 self._groups[group_id] = Group(group_id)

@@ -48,6 +48,8 @@ class KafkaContext:
     traffic: dict[str, list[int]] = field(default_factory=dict)
     cluster: object = None  # gateway.cluster.node.ClusterNode in cluster mode; None on a single node
     quotas: object = None  # gateway.kafka.quotas.Quotas, made on first use (its file is in the data dir)
+    router: Callable[[], object] = lambda: None  # the AMQP model (routing.broker.Router): share partitions live there
+    share_sessions: dict = field(default_factory=dict)  # (group, member) -> share session (apis.share_groups)
     _names_by_id: dict = field(default_factory=dict, repr=False)  # topic id -> name (Fetch v13+)
 
     def leader_log(self, topic: str, index: int, current_epoch: int = -1) -> tuple[PartitionLog | None, int, ErrorCode]:

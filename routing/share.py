@@ -1,0 +1,338 @@
+"""Share partitions (KIP-932): a share group's delivery state over one topic partition IS a queue.
+
+DESIGN.md: delivery state is one thing. What Kafka keeps per share partition (the start
+offset below which every record is settled, acquired records with their locks, delivery
+counts, archived records) is what :class:`routing.queue.Queue` keeps over its cursor (the ack
+floor, unacked offsets with owners, delivery counts, settled offsets), so a share partition is
+a queue driven by a Kafka share group:
+
+* a share group named like an AMQP queue, reading that queue's topic (partition), uses **that
+  queue**: pika consumers and share consumers compete for the same messages, each goes to one
+  consumer of either kind, a release (or an expired lock) returns it to both, a reject
+  dead-letters it per the queue's arguments, and the delivery count is the queue's count;
+* any other (group, topic, partition) gets a :class:`ShareQueue`, a queue nobody declared:
+  it starts at ``share.auto.offset.reset`` (latest by default, as in Kafka), sees records
+  below the high watermark only, and archives a record after ``group.share.delivery.count.limit``
+  deliveries (Kafka's count limit is one more than a quorum queue's delivery limit).
+
+Acquisition is ``Queue.get`` for the member's :class:`ShareOwner`; each acquired offset gets
+a lock deadline (``share.record.lock.duration.ms``); :meth:`SharePartitions.expire_locks`
+returns expired ones to the queue as a release would. Accept is an ack, release a requeue,
+reject a reject without requeue. The start offsets and delivery counts of plain share
+partitions are saved with the queues' ack floors (key ``share:<group>:<topic>[#partition]``).
+"""
+from __future__ import annotations
+
+import logging
+import struct
+import time
+from typing import Callable
+
+from core.log import PartitionLog
+from routing.queue import Queue, position_key
+
+log = logging.getLogger(__name__)
+
+GAP, ACCEPT, RELEASE, REJECT = 0, 1, 2, 3  # Kafka's AcknowledgeType
+DEFAULT_LOCK_MS = 30_000  # group.share.record.lock.duration.ms
+DEFAULT_DELIVERY_COUNT_LIMIT = 5  # group.share.delivery.count.limit
+_PEEK = struct.Struct(">qi11xi")  # baseOffset, batchLength, lastOffsetDelta (at byte 23)
+_READ_BYTES = 1 << 20
+
+
+class ShareOwner:
+    """Owns, in a queue's cursor, what one member of one share group acquired."""
+    __slots__ = ("group", "member_id")
+
+    def __init__(self, group: str, member_id: str):
+        self.group, self.member_id = group, member_id
+
+    def __repr__(self) -> str:
+        return f"<share member {self.member_id} of {self.group}>"
+
+
+class ShareQueue(Queue):
+    """A plain share partition: a queue over a Kafka topic partition that no one declared."""
+
+    counts_deliveries = True  # every delivery counts towards the delivery-count limit
+
+    def _priority_stage(self, prioritised: bool):
+        return None  # Kafka records are delivered in offset order (returned ones first)
+
+    def sync_end(self) -> None:
+        self.cursor.log_start(self.plog.log_start_offset)
+        self.cursor.log_end(self.plog.high_watermark)  # Kafka readers see committed records only
+
+
+class SharePartition:
+    def __init__(self, group: str, queue: Queue, shared: bool):
+        self.group = group
+        self.queue = queue
+        self.shared = shared  # True: the AMQP queue of the same name
+        self.locks: dict[int, float] = {}  # acquired offset -> lock deadline (clock seconds)
+
+    @property
+    def plog(self) -> PartitionLog:
+        return self.queue.plog
+
+    def delivery_count(self, offset: int, redelivered: bool) -> int:
+        """Kafka's delivery count of a delivery being made now (1 for the first)."""
+        if self.queue.counts_deliveries:
+            return self.queue.delivery_counts.get(offset, 0) + 1
+        return 2 if redelivered else 1
+
+    def acquire(self, owner: ShareOwner, max_records: int, max_bytes: int, deadline: float) -> list[tuple[int, int]]:
+        """Acquire up to ``max_records`` for ``owner``: [(offset, delivery count)] in offset order."""
+        out, size = [], 0
+        queue = self.queue
+        while len(out) < max_records and (not out or size < max_bytes):
+            taken = queue.get(owner, no_ack=False)
+            if taken is None:
+                break
+            offset, redelivered, record = taken
+            out.append((offset, self.delivery_count(offset, redelivered)))
+            self.locks[offset] = deadline
+            size += len(record.value or b"") + len(record.key or b"") + 70
+        out.sort()
+        return out
+
+    def owned(self, offset: int, owner: ShareOwner) -> bool:
+        return self.queue.cursor.owner_of(offset) is owner
+
+    def acknowledge(self, owner: ShareOwner, first: int, last: int, types: tuple[int, ...]) -> bool:
+        """One acknowledgement batch; False (nothing done) if an offset is not acquired by ``owner``."""
+        offsets = range(first, last + 1)
+        if not types or (len(types) != 1 and len(types) != len(offsets)) or any(t not in (0, 1, 2, 3) for t in types):
+            return False
+        kinds = [types[0]] * len(offsets) if len(types) == 1 else list(types)
+        if any(kind != GAP and not self.owned(o, owner) for o, kind in zip(offsets, kinds)):
+            return False
+        accept, release, reject = [], [], []
+        for offset, kind in zip(offsets, kinds):
+            if kind == GAP and not self.owned(offset, owner):
+                continue  # a gap (no record there) that was never acquired
+            self.locks.pop(offset, None)
+            (release if kind == RELEASE else reject if kind == REJECT else accept).append(offset)
+        if accept:
+            self.queue.ack(accept)
+        if release:
+            self.queue.reject(release, requeue=True)
+        if reject:
+            self.queue.reject(reject, requeue=False)
+        return True
+
+    def release_owner(self, owner: ShareOwner) -> int:
+        mine = self.queue.cursor.owned_by(owner)
+        for offset in mine:
+            self.locks.pop(offset, None)
+        if mine:
+            self.queue.reject(mine, requeue=True)
+        return len(mine)
+
+    def expire(self, now: float) -> int:
+        """Acquisition locks past their deadline: those records go back as released."""
+        late = [o for o, deadline in self.locks.items() if deadline <= now]
+        if not late:
+            return 0
+        for offset in late:
+            del self.locks[offset]
+        cursor = self.queue.cursor
+        late = [o for o in late if isinstance(cursor.owner_of(o), ShareOwner)]
+        if late:
+            self.queue.reject(sorted(late), requeue=True)
+        return len(late)
+
+    def read_batches(self, offsets: list[int]) -> bytes:
+        """The stored batches holding ``offsets`` (sorted), each once, read from the log as stored."""
+        plog, out, position = self.plog, [], -1
+        end = plog.next_offset
+        runs: list[list[int]] = []
+        for offset in offsets:
+            if runs and offset == runs[-1][1] + 1:
+                runs[-1][1] = offset
+            else:
+                runs.append([offset, offset])
+        for first, last in runs:
+            at = max(first, position)
+            while at <= last and at < end:
+                data = plog.read(at, _READ_BYTES, max_offset=end).records
+                if not data:
+                    break
+                cut, batch_end = 0, at
+                while cut + _PEEK.size <= len(data):
+                    base, length, delta = _PEEK.unpack_from(data, cut)
+                    if base > last:
+                        break
+                    cut += 12 + length
+                    batch_end = base + delta + 1
+                out.append(data[:cut])
+                if batch_end <= at:
+                    break
+                at = position = batch_end
+        return b"".join(out)
+
+
+class SharePartitions:
+    """Every share partition of this broker, found or made on first use.
+
+    ``router`` gives the AMQP model (None when this broker runs none: then every share partition
+    is a plain one); ``auto_offset_reset(group)`` is ``"earliest"``, ``"latest"`` or a timestamp
+    in ms; ``lock_ms(group)`` the acquisition lock duration."""
+
+    def __init__(self, router: Callable[[], object], *, clock: Callable[[], float] = time.time,
+                 delivery_count_limit: int = DEFAULT_DELIVERY_COUNT_LIMIT):
+        self.router = router
+        self.clock = clock
+        self.delivery_count_limit = delivery_count_limit
+        self.auto_offset_reset: Callable[[str], str | int] = lambda group: "latest"
+        self.lock_ms: Callable[[str], int] = lambda group: DEFAULT_LOCK_MS
+        self.partitions: dict[tuple[str, str, int], SharePartition] = {}
+        self.owners: dict[tuple[str, str], ShareOwner] = {}
+        self.saved: dict[str, dict] = {}  # share:... -> {"floor", "deliveries"}, from the last run
+        self.on_released: Callable[[], None] = lambda: None  # records became available again
+
+    # --- finding ----------------------------------------------------------------------------
+    def owner(self, group: str, member_id: str) -> ShareOwner:
+        key = (group, member_id)
+        owner = self.owners.get(key)
+        if owner is None:
+            owner = self.owners[key] = ShareOwner(group, member_id)
+        return owner
+
+    def get(self, group: str, topic: str, index: int, plog: PartitionLog) -> SharePartition:
+        key = (group, topic, index)
+        sp = self.partitions.get(key)
+        if sp is not None and not sp.queue.deleted and sp.plog is plog and (sp.shared or self._queue_for(*key) is None):
+            return sp
+        if sp is not None:  # its queue was deleted or declared, or the log replaced: let go of it
+            self._drop(sp)
+        queue = self._queue_for(group, topic, index)
+        sp = SharePartition(group, queue, True) if queue is not None else \
+            SharePartition(group, self._plain(group, topic, index, plog), False)
+        self.partitions[key] = sp
+        return sp
+
+    def _queue_for(self, group: str, topic: str, index: int) -> Queue | None:
+        router = self.router()
+        if router is None:
+            return None
+        for vhost in router.vhosts.values():
+            queue = vhost.queues.get(group)
+            if queue is not None and queue.topic == topic and queue.partition == index and not queue.is_stream \
+                    and not queue.deleted:
+                return queue
+        return None
+
+    def _plain(self, group: str, topic: str, index: int, plog: PartitionLog) -> ShareQueue:
+        saved = self.saved.get(_key(group, topic, index))
+        if saved is not None:
+            floor = saved.get("floor", 0)
+        else:
+            reset = self.auto_offset_reset(group)
+            if reset == "earliest":
+                floor = plog.log_start_offset
+            elif reset == "latest":
+                floor = plog.high_watermark
+            else:
+                found = plog.offset_for_timestamp(int(reset))
+                floor = plog.high_watermark if found is None else found[0]
+        counts = {int(o): n for o, n in (saved or {}).get("deliveries", {}).items()}
+        queue = ShareQueue("", group, topic, None, durable=True, exclusive_owner=None, auto_delete=False,
+                           arguments={"x-delivery-limit": self.delivery_count_limit - 1}, ack_floor=floor,
+                           clock=self.clock, delivery_counts=counts)
+        queue.partition = index
+        queue.attach(plog)
+        return queue
+
+    def _drop(self, sp: SharePartition) -> None:
+        if not sp.queue.deleted and sp.shared:
+            for owner in {o for o in sp.queue.cursor.unacked.values() if isinstance(o, ShareOwner)}:
+                sp.release_owner(owner)
+        self.partitions.pop((sp.group, sp.queue.topic, sp.queue.partition), None)
+
+    # --- members come and go -------------------------------------------------------------------
+    def release_member(self, group: str, member_id: str) -> int:
+        """A member left its group (or its share session closed): what it acquired goes back."""
+        owner = self.owners.pop((group, member_id), None)
+        if owner is None:
+            return 0
+        released = 0
+        for (g, _t, _i), sp in list(self.partitions.items()):
+            if g == group and not sp.queue.deleted:
+                released += sp.release_owner(owner)
+        if released:
+            self.changed([sp.queue for (g, _t, _i), sp in self.partitions.items() if g == group])
+        return released
+
+    def expire_locks(self) -> int:
+        now, expired, touched = self.clock(), 0, []
+        for sp in list(self.partitions.values()):
+            if sp.locks and not sp.queue.deleted:
+                n = sp.expire(now)
+                if n:
+                    expired += n
+                    touched.append(sp.queue)
+        if expired:
+            log.info("share groups: %d acquisition lock(s) expired, records released", expired)
+            self.changed(touched)
+        return expired
+
+    def changed(self, queues: list[Queue]) -> None:
+        """Records were released or rejected: AMQP consumers of shared queues and parked share
+        fetches may take them; dead letters get appended."""
+        for queue in queues:
+            if queue.consumers and not queue.deleted:
+                queue.dispatch()
+        router = self.router()
+        if router is not None:
+            router.settle_appends()
+        self.on_released()
+
+    # --- persistence (with the queues' ack floors) ---------------------------------------------
+    def positions(self) -> dict[str, dict]:
+        out = dict(self.saved)
+        for (group, topic, index), sp in self.partitions.items():
+            if sp.shared or sp.queue.deleted:
+                continue
+            entry = out[_key(group, topic, index)] = {"floor": sp.queue.ack_floor}
+            counts = sp.queue.delivery_counts_json()
+            if counts:
+                entry["deliveries"] = counts
+        return out
+
+    def restore(self, positions: dict[str, dict]) -> None:
+        self.saved = {k: v for k, v in positions.items() if k.startswith("share:")}
+
+    def forget_topic(self, topic: str) -> None:
+        for key in [k for k in self.partitions if k[1] == topic]:
+            del self.partitions[key]
+        self.saved = {k: v for k, v in self.saved.items() if _split(k)[1][0] != topic}
+
+    def forget_group(self, group: str) -> None:
+        for key in [k for k in self.partitions if k[0] == group]:
+            self._drop(self.partitions[key])
+        self.saved = {k: v for k, v in self.saved.items() if not k.startswith(f"share:{group}:")}
+
+    def describe(self, group: str) -> list[tuple[str, int, int]]:
+        """(topic, partition, start offset) of each share partition of ``group`` known here."""
+        out = {}
+        for key, value in self.saved.items():
+            g, where = _split(key)
+            if g == group:
+                out[where] = value.get("floor", 0)
+        for (g, topic, index), sp in self.partitions.items():
+            if g == group and not sp.queue.deleted:
+                out[(topic, index)] = sp.queue.ack_floor
+        return sorted((t, i, floor) for (t, i), floor in out.items())
+
+
+def _key(group: str, topic: str, index: int) -> str:
+    return f"share:{group}:{position_key(topic, index)}"
+
+
+def _split(key: str) -> tuple[str, tuple[str, int]]:
+    """share:<group>:<topic>[#p] -> (group, (topic, p)); group ids may hold ':', topics may not."""
+    body = key[len("share:"):]
+    group, _, where = body.rpartition(":")
+    topic, _, part = where.partition("#")
+    return group, (topic, int(part) if part else 0)
