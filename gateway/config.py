@@ -135,6 +135,17 @@ OPTIONS: tuple[Option, ...] = (
            "(Kafka's group.consumer.session.timeout.ms)"),
     Option("group_consumer_heartbeat_interval_ms", _int_at_least(1), 5000, "MS",
            "Kafka KIP-848 groups: the heartbeat interval given to members (group.consumer.heartbeat.interval.ms)"),
+    Option("group_share_session_timeout_ms", _int_at_least(1), 45000, "MS",
+           "Kafka share groups (KIP-932): a member silent this long is removed and its records are released "
+           "(group.share.session.timeout.ms; the group config share.session.timeout.ms wins)"),
+    Option("group_share_heartbeat_interval_ms", _int_at_least(1), 5000, "MS",
+           "Kafka share groups: the heartbeat interval given to members (group.share.heartbeat.interval.ms)"),
+    Option("group_share_record_lock_duration_ms", _int_at_least(1000), 30000, "MS",
+           "Kafka share groups: how long an acquired record stays locked to its member before it is released "
+           "(group.share.record.lock.duration.ms; the group config share.record.lock.duration.ms wins)"),
+    Option("group_share_delivery_count_limit", _int_at_least(2), 5, "N",
+           "Kafka share groups over a plain topic: deliveries of a record before it is archived "
+           "(group.share.delivery.count.limit; a group named like an AMQP queue uses the queue's delivery limit)"),
     Option("consumer_timeout_ms", _int_at_least(0), 1800000, "MS",
            "AMQP: close a channel whose delivery stays unacknowledged this long (406; RabbitMQ's "
            "consumer_timeout; 0: never; a queue's x-consumer-timeout wins)"),
@@ -233,6 +244,10 @@ class Settings:
     group_max_session_timeout_ms: int
     group_consumer_session_timeout_ms: int
     group_consumer_heartbeat_interval_ms: int
+    group_share_session_timeout_ms: int
+    group_share_heartbeat_interval_ms: int
+    group_share_record_lock_duration_ms: int
+    group_share_delivery_count_limit: int
     consumer_timeout_ms: int
     delayed_messages_max: int
     definitions: Path | None

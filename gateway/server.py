@@ -191,6 +191,7 @@ class Broker:
         self.kafka.router = lambda: self.amqp.router
         groups.share.on_member_gone = lambda group, member: share_groups.member_gone(self.kafka, group, member)
         groups.share_deleted = lambda group: self.amqp.router.shares.forget_group(group)
+        self._configure_share_groups(groups)
         self.kafka.storage_failed = self.amqp.storage_failed
         if self.cluster is not None:
             self.amqp_home = AmqpHome(self, self.cluster)
@@ -217,6 +218,13 @@ class Broker:
             self._close_ports()
             self._unlock()
             raise
+
+    def _configure_share_groups(self, groups: GroupCoordinator) -> None:
+        s = self.settings
+        groups.share.session_timeout_ms = lambda group: s.group_share_session_timeout_ms
+        groups.share.heartbeat_interval_ms = lambda group: s.group_share_heartbeat_interval_ms
+        self.kafka.share_lock_ms = lambda group: s.group_share_record_lock_duration_ms
+        self.kafka.share_delivery_count_limit = s.group_share_delivery_count_limit
 
     def _join_cluster(self) -> None:
         s = self.settings

@@ -512,6 +512,8 @@ class GroupCoordinator:
         self._ensure_loaded()
         if group_id in self.consumer.groups:
             return self.consumer.describe_classic(group_id)
+        if group_id in self.share.groups:
+            return self.share.describe_classic(group_id)
         group = self._groups.get(group_id)
         if group is None:
             return GroupDescription(ErrorCode.none, DEAD.value, "", "", [], group_id)

@@ -27,6 +27,8 @@ from typing import Callable, Mapping
 
 from kio.schema.errors import ErrorCode
 
+from core.groups.results import GroupDescription, MemberDescription
+
 log = logging.getLogger(__name__)
 
 LEAVE_EPOCH = -1
@@ -104,13 +106,14 @@ class ShareGroups:
             group = self.groups[group_id] = ShareGroup(group_id)
         member = group.members.get(member_id)
         interval = self.heartbeat_interval_ms(group_id)
+        changed = False
         if member is None:
             if member_epoch != 0:
                 return ShareHeartbeatResult(ErrorCode.unknown_member_id,
                                             f"member {member_id} is not in share group {group_id}", member_id)
             member = group.members[member_id] = ShareMember(member_id, rack_id, client_id, client_host)
             member.subscribed_topic_names = list(subscribed_topic_names or [])
-            group.group_epoch += 1
+            changed = True
             log.info("share group %s: member %s joined", group_id, member_id)
         elif member_epoch not in (0, member.member_epoch):
             return ShareHeartbeatResult(ErrorCode.fenced_member_epoch,
@@ -118,10 +121,11 @@ class ShareGroups:
                                         f"{member.member_epoch}, not {member_epoch}", member_id)
         elif subscribed_topic_names is not None and list(subscribed_topic_names) != member.subscribed_topic_names:
             member.subscribed_topic_names = list(subscribed_topic_names)
-            group.group_epoch += 1
+            changed = True
         member.last_heartbeat = self.clock()
         member.rack_id = rack_id if rack_id is not None else member.rack_id
-        self._refresh_topics(group)
+        if self._refresh_topics(group) or changed:
+            group.group_epoch += 1
         target = self._assignment(group, member)
         if member.member_epoch != group.group_epoch or target != member.assigned or member_epoch == 0:
             member.assigned = target
@@ -144,14 +148,15 @@ class ShareGroups:
             return ErrorCode.group_id_not_found, f"Group {group_id} is not a share group (it is a {kind} group)."
         return None
 
-    def _refresh_topics(self, group: ShareGroup) -> None:
-        """A subscribed topic appeared, vanished or grew: a new group epoch, new assignments."""
+    def _refresh_topics(self, group: ShareGroup) -> bool:
+        """True when a subscribed topic appeared, vanished or grew (a new group epoch is due)."""
         existing = self.topics()
         wanted = {t for m in group.members.values() for t in m.subscribed_topic_names}
         now = {t: existing[t] for t in wanted if t in existing}
-        if now != group.topics:
-            group.topics = now
-            group.group_epoch += 1
+        if now == group.topics:
+            return False
+        group.topics = now
+        return True
 
     def _assignment(self, group: ShareGroup, member: ShareMember) -> TopicPartitions:
         return {t: set(range(group.topics[t])) for t in member.subscribed_topic_names if t in group.topics}
@@ -174,6 +179,13 @@ class ShareGroups:
     def is_member(self, group_id: str, member_id: str) -> bool:
         group = self.groups.get(group_id)
         return group is not None and member_id in group.members
+
+    def describe_classic(self, group_id: str) -> GroupDescription:
+        """DescribeGroups of a share group: state, protocol type ``share``, members (no metadata)."""
+        group = self.groups[group_id]
+        members = [MemberDescription(m.member_id, None, m.client_id, m.client_host, b"", b"")
+                   for m in group.members.values()]
+        return GroupDescription(ErrorCode.none, group.state, "share", ASSIGNOR, members, group_id)
 
     def delete(self, group_id: str) -> ErrorCode | None:
         """DeleteGroups of a share group: NON_EMPTY_GROUP while it has members; None: not a share group."""

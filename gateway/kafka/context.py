@@ -50,6 +50,10 @@ class KafkaContext:
     quotas: object = None  # gateway.kafka.quotas.Quotas, made on first use (its file is in the data dir)
     router: Callable[[], object] = lambda: None  # the AMQP model (routing.broker.Router): share partitions live there
     share_sessions: dict = field(default_factory=dict)  # (group, member) -> share session (apis.share_groups)
+    # share groups' settings, per group (broker settings, overridden by group configs)
+    share_lock_ms: Callable[[str], int] = lambda group: 30_000
+    share_auto_offset_reset: Callable[[str], object] = lambda group: "latest"  # or "earliest", or a timestamp (ms)
+    share_delivery_count_limit: int = 5
     _names_by_id: dict = field(default_factory=dict, repr=False)  # topic id -> name (Fetch v13+)
 
     def leader_log(self, topic: str, index: int, current_epoch: int = -1) -> tuple[PartitionLog | None, int, ErrorCode]:

@@ -205,7 +205,10 @@ def topics(broker) -> list[dict]:
 def group(broker, group_id: str) -> dict:
     groups = broker.kafka.groups
     described = groups.describe_group(group_id)
-    offsets = groups.fetch_offsets(group_id, None)
+    if groups.group_type(group_id) == "share":  # a share group's position is each share partition's start
+        offsets = {(t, i): (start, -1, "") for t, i, start in broker.amqp.router.shares.describe(group_id)}
+    else:
+        offsets = groups.fetch_offsets(group_id, None)
     lag_rows, total = [], 0
     for (name, index), (offset, _epoch, metadata) in sorted(offsets.items()):
         plog = broker.kafka.partition(name, index)

@@ -34,8 +34,13 @@ class ShareSession:
 
 
 def _shares(ctx):
+    """The AMQP model's share partitions, with this listener's settings (the model may be replaced
+    in cluster mode, so they are applied on every use)."""
     shares = ctx.router().shares
     shares.on_released = ctx.waiters.notify  # parked fetches may take released records
+    shares.lock_ms = ctx.share_lock_ms
+    shares.auto_offset_reset = ctx.share_auto_offset_reset
+    shares.delivery_count_limit = ctx.share_delivery_count_limit
     return shares
 
 
