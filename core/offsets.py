@@ -44,7 +44,7 @@ from __future__ import annotations
 import logging
 import struct
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Mapping
 
 from core.errors import LogError, UnknownTopicError
@@ -74,6 +74,10 @@ class OffsetAndMetadata:
 
     def as_tuple(self) -> tuple[int, int, str]:
         return self.offset, self.leader_epoch, self.metadata
+
+    def stamped(self, now_ms: int) -> "OffsetAndMetadata":
+        """With ``now_ms`` as commit time if it has none (offset retention counts from it)."""
+        return self if self.commit_timestamp >= 0 else replace(self, commit_timestamp=now_ms)
 
 
 # --- partitioning -------------------------------------------------------------------------
@@ -223,9 +227,10 @@ class OffsetStore:
                         del self._cache[group_id]
             elif txn_producer is not None:
                 self._pending.setdefault(txn_producer, {}).setdefault(group_id, {})[(topic, partition)] = \
-                    decode_value(record.value)
+                    decode_value(record.value).stamped(record.timestamp)
             else:
-                self._cache.setdefault(group_id, {})[(topic, partition)] = decode_value(record.value)
+                self._cache.setdefault(group_id, {})[(topic, partition)] = \
+                    decode_value(record.value).stamped(record.timestamp)
         except (ValueError, struct.error, UnicodeDecodeError) as exc:
             log.warning("skipping unreadable %s record at offset %d: %s", OFFSETS_TOPIC, record.offset, exc)
             return 0
@@ -263,6 +268,7 @@ class OffsetStore:
         if not offsets:
             return None
         now_ms = int(self.clock() * 1000)
+        offsets = {tp: om.stamped(now_ms) for tp, om in offsets.items()}
         records = [Record(i, now_ms, encode_key(group_id, topic, partition), encode_value(om))
                    for i, ((topic, partition), om) in enumerate(offsets.items())]
         durable_at = self._append(group_id, records)
@@ -276,6 +282,7 @@ class OffsetStore:
         if not offsets:
             return None
         now_ms = int(self.clock() * 1000)
+        offsets = {tp: om.stamped(now_ms) for tp, om in offsets.items()}
         records = [Record(i, now_ms, encode_key(group_id, topic, partition), encode_value(om))
                    for i, ((topic, partition), om) in enumerate(offsets.items())]
         durable_at = self._append(group_id, records, producer_id=producer_id, producer_epoch=producer_epoch,

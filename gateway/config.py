@@ -130,6 +130,14 @@ OPTIONS: tuple[Option, ...] = (
            "Kafka: the shortest session.timeout.ms a group member may ask for (INVALID_SESSION_TIMEOUT below)"),
     Option("group_max_session_timeout_ms", _int_at_least(1), 1800000, "MS",
            "Kafka: the longest session.timeout.ms a group member may ask for"),
+    Option("group_initial_rebalance_delay_ms", _int_at_least(0), 3000, "MS",
+           "Kafka: the first JoinGroup of an empty classic group waits this long for more members, again "
+           "while new ones arrive, up to the rebalance timeout (group.initial.rebalance.delay.ms; 0: no wait)"),
+    Option("offsets_retention_minutes", _int_at_least(1), 10080, "N",
+           "Kafka: committed offsets of a group empty this long are deleted; offsets committed outside any "
+           "group, this long after their commit (offsets.retention.minutes)"),
+    Option("offsets_retention_check_interval_ms", _int_at_least(1), 600000, "MS",
+           "Kafka: how often expired offsets are looked for (offsets.retention.check.interval.ms)"),
     Option("group_consumer_session_timeout_ms", _int_at_least(1), 45000, "MS",
            "Kafka KIP-848 groups (group.protocol=consumer): a member silent this long is removed "
            "(Kafka's group.consumer.session.timeout.ms)"),
@@ -242,6 +250,9 @@ class Settings:
     channel_max: int
     group_min_session_timeout_ms: int
     group_max_session_timeout_ms: int
+    group_initial_rebalance_delay_ms: int
+    offsets_retention_minutes: int
+    offsets_retention_check_interval_ms: int
     group_consumer_session_timeout_ms: int
     group_consumer_heartbeat_interval_ms: int
     group_share_session_timeout_ms: int

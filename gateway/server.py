@@ -52,7 +52,7 @@ from gateway.config import HostPort, Settings
 from gateway.kafka.apis import share_groups
 from gateway.kafka.apis import txn as txn_api
 from gateway.kafka.connection import KafkaFactory
-from gateway.kafka.context import KafkaContext
+from gateway.kafka.context import KafkaContext, group_config
 from gateway.kafka.waiters import Waiters
 from gateway.logs import fields
 from gateway.management import definitions, history, metrics
@@ -169,7 +169,10 @@ class Broker:
         groups = GroupCoordinator(self.logs, min_session_timeout_ms=self.settings.group_min_session_timeout_ms,
                                   max_session_timeout_ms=self.settings.group_max_session_timeout_ms,
                                   consumer_session_timeout_ms=self.settings.group_consumer_session_timeout_ms,
-                                  consumer_heartbeat_interval_ms=self.settings.group_consumer_heartbeat_interval_ms)
+                                  consumer_heartbeat_interval_ms=self.settings.group_consumer_heartbeat_interval_ms,
+                                  initial_rebalance_delay_ms=self.settings.group_initial_rebalance_delay_ms,
+                                  offsets_retention_ms=self.settings.offsets_retention_minutes * 60_000,
+                                  offsets_retention_check_interval_ms=self.settings.offsets_retention_check_interval_ms)
         transactions = TransactionCoordinator(self.logs, producers, groups.offsets)
         self.kafka = KafkaContext(
             logs=self.logs, producers=producers, groups=groups, transactions=transactions,
@@ -195,6 +198,8 @@ class Broker:
         self.kafka.storage_failed = self.amqp.storage_failed
         if self.cluster is not None:
             self.amqp_home = AmqpHome(self, self.cluster)
+            # offsets expire only on the leader of their __consumer_offsets partition
+            groups.retention.leads = lambda p: self.cluster.replicas.leader_of(OFFSETS_TOPIC, p) is not None
         self._apply_limits()
         factories = {
             "kafka": _Gate(KafkaFactory(self.kafka, require_auth=self.settings.kafka_require_auth),
@@ -220,11 +225,15 @@ class Broker:
             raise
 
     def _configure_share_groups(self, groups: GroupCoordinator) -> None:
-        s = self.settings
-        groups.share.session_timeout_ms = lambda group: s.group_share_session_timeout_ms
-        groups.share.heartbeat_interval_ms = lambda group: s.group_share_heartbeat_interval_ms
-        self.kafka.share_lock_ms = lambda group: s.group_share_record_lock_duration_ms
-        self.kafka.share_delivery_count_limit = s.group_share_delivery_count_limit
+        """Share groups read the broker's group.share.* settings, overridden per group by group configs."""
+        s, kafka = self.settings, self.kafka
+        kafka.group_defaults = {"share.session.timeout.ms": s.group_share_session_timeout_ms,
+                                "share.heartbeat.interval.ms": s.group_share_heartbeat_interval_ms,
+                                "share.record.lock.duration.ms": s.group_share_record_lock_duration_ms}
+        groups.share.session_timeout_ms = lambda group: int(group_config(kafka, group, "share.session.timeout.ms"))
+        groups.share.heartbeat_interval_ms = lambda group: int(group_config(kafka, group,
+                                                                            "share.heartbeat.interval.ms"))
+        kafka.share_delivery_count_limit = s.group_share_delivery_count_limit
 
     def _join_cluster(self) -> None:
         s = self.settings

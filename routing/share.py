@@ -313,6 +313,25 @@ class SharePartitions:
             self._drop(self.partitions[key])
         self.saved = {k: v for k, v in self.saved.items() if not k.startswith(f"share:{group}:")}
 
+    def set_start(self, group: str, topic: str, index: int, plog: PartitionLog, offset: int) -> None:
+        """AlterShareGroupOffsets of a plain share partition: start at ``offset`` (within the log),
+        with no record acquired or counted; the group has no members (the caller checks)."""
+        sp = self.partitions.pop((group, topic, index), None)
+        if sp is not None and sp.shared:
+            raise ValueError(f"share group {group} reads AMQP queue {sp.queue.name!r}: its position is the "
+                             f"queue's (purge the queue, or consume it)")
+        start = min(max(offset, plog.log_start_offset), plog.high_watermark)
+        self.saved[_key(group, topic, index)] = {"floor": start}
+
+    def reset_topic(self, group: str, topic: str) -> None:
+        """DeleteShareGroupOffsets: the group forgets the topic; a later fetch starts afresh."""
+        for key in [k for k in self.partitions if k[0] == group and k[1] == topic]:
+            self._drop(self.partitions[key])
+        self.saved = {k: v for k, v in self.saved.items() if _split(k)[0] != group or _split(k)[1][0] != topic}
+
+    def shared_queue(self, group: str, topic: str, index: int) -> Queue | None:
+        return self._queue_for(group, topic, index)
+
     def describe(self, group: str) -> list[tuple[str, int, int]]:
         """(topic, partition, start offset) of each share partition of ``group`` known here."""
         out = {}

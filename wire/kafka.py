@@ -97,6 +97,9 @@ ADVERTISED: dict[int, tuple[int, int]] = {
     77: (1, 1),   # ShareGroupDescribe
     78: (1, 1),   # ShareFetch
     79: (1, 1),   # ShareAcknowledge
+    90: (0, 1),   # DescribeShareGroupOffsets
+    91: (0, 0),   # AlterShareGroupOffsets
+    92: (0, 0),   # DeleteShareGroupOffsets
 }
 REJECTED = {PRODUCE: range(0, 3)}
 

@@ -12,13 +12,10 @@ its describeTopics pages through DescribeTopicPartitions (librdkafka's uses Meta
 from __future__ import annotations
 
 import base64
-import io
 import json
 import logging
 import os
 import re
-import socket
-import struct
 import signal
 import subprocess
 import sys
@@ -37,12 +34,11 @@ from kafka.protocol.admin import AlterClientQuotasRequest, DescribeClientQuotasR
 from kafka.structs import OffsetAndMetadata
 from kio.schema.get_telemetry_subscriptions.v0 import GetTelemetrySubscriptionsRequest, GetTelemetrySubscriptionsResponse
 from kio.schema.push_telemetry.v0 import PushTelemetryRequest, PushTelemetryResponse
-from kio.schema.request_header.v2.header import RequestHeader
-from kio.serial import entity_reader, entity_writer
 
 from compat_tests import tools
 from compat_tests.conftest import unique_name
 from compat_tests.kafka.helpers import wait_until
+from compat_tests.kafka.kio_call import kio_call
 from tests.brokerproc import ROOT, start_broker
 
 COMMON = {"socket.timeout.ms": 15000, "reconnect.backoff.max.ms": 1000}
@@ -347,45 +343,48 @@ def test_consumer_over_its_byte_rate_is_throttled(bootstrap, admin, topic_name):
         _alter(admin, [([("client-id", client)], {"consumer_byte_rate": None})])
 
 
+def test_a_client_over_its_request_percentage_is_throttled(bootstrap, admin, topic_name):
+    """request_percentage: time the broker spends on the client's requests, as a share of its one
+    event-loop thread. 0.01 % is 0.1 ms a second: a few produce requests use that up, and the
+    answers carry throttle_time_ms (librdkafka's throttle_cb), while another client id is free."""
+    client = unique_name("greedy")
+    _create(admin, topic_name, 1)
+    assert _alter(admin, [([("client-id", client)], {"request_percentage": 0.01})]) == [(0, None)]
+    try:
+        throttles = []
+        producer = Producer({"bootstrap.servers": bootstrap, "client.id": client, "linger.ms": 0,
+                             "throttle_cb": lambda event: throttles.append(event.throttle_time), **COMMON})
+        for _ in range(20):
+            producer.produce(topic_name, b"x" * 100)
+            producer.flush(30)
+        wait_until(lambda: producer.poll(0.1) is not None and throttles, 60, "a throttle callback")
+        assert max(throttles) > 0, throttles
+        others = []
+        free = Producer({"bootstrap.servers": bootstrap, "client.id": unique_name("free"), "linger.ms": 0,
+                         "throttle_cb": lambda event: others.append(event.throttle_time), **COMMON})
+        for _ in range(20):
+            free.produce(topic_name, b"x" * 100)
+            free.flush(30)
+        assert free.poll(0.5) == 0 and others == []
+    finally:
+        _alter(admin, [([("client-id", client)], {"request_percentage": None})])
+
+
 # --- telemetry (KIP-714) ----------------------------------------------------------------------
-
-def _kio_call(address, api_key, request, response_cls, correlation_id=1):
-    out = io.BytesIO()
-    entity_writer(RequestHeader)(out, RequestHeader(request_api_key=api_key, request_api_version=0,
-                                                    correlation_id=correlation_id, client_id="kio-test"))
-    entity_writer(type(request))(out, request)
-    body = out.getvalue()
-    with socket.create_connection(address, timeout=10) as s:
-        s.sendall(struct.pack(">i", len(body)) + body)
-        head = _read(s, 4)
-        data = _read(s, struct.unpack(">i", head)[0])
-    assert struct.unpack_from(">i", data)[0] == correlation_id
-    response, _ = entity_reader(response_cls)(data, 5)  # correlation id, empty header tags
-    return response
-
-
-def _read(s, n):
-    buf = b""
-    while len(buf) < n:
-        chunk = s.recv(n - len(buf))
-        assert chunk, "connection closed"
-        buf += chunk
-    return buf
-
 
 def test_telemetry_subscriptions_ask_for_nothing(kafka_broker):
     address = kafka_broker.address
-    first = _kio_call(address, 71, GetTelemetrySubscriptionsRequest(client_instance_id=uuid.UUID(int=0)),
+    first = kio_call(address, 71, GetTelemetrySubscriptionsRequest(client_instance_id=uuid.UUID(int=0)),
                       GetTelemetrySubscriptionsResponse)
     assert first.error_code == 0 and first.client_instance_id.int != 0
     assert first.requested_metrics == () and first.push_interval.total_seconds() == 300
     assert first.telemetry_max_bytes == 1024 * 1024 and first.accepted_compression_types == (4, 3, 1, 2)
-    again = _kio_call(address, 71, GetTelemetrySubscriptionsRequest(client_instance_id=first.client_instance_id),
+    again = kio_call(address, 71, GetTelemetrySubscriptionsRequest(client_instance_id=first.client_instance_id),
                       GetTelemetrySubscriptionsResponse)
     assert again.client_instance_id == first.client_instance_id and again.subscription_id == first.subscription_id
 
     def push(instance, subscription):
-        return _kio_call(address, 72, PushTelemetryRequest(client_instance_id=instance, subscription_id=subscription,
+        return kio_call(address, 72, PushTelemetryRequest(client_instance_id=instance, subscription_id=subscription,
                                                             terminating=True, compression_type=0, metrics=b""),
                          PushTelemetryResponse).error_code
     assert push(first.client_instance_id, first.subscription_id) == 0

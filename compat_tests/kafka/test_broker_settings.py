@@ -62,7 +62,8 @@ def test_session_timeout_bounds_are_settings(broker_with):
 
 
 def test_describe_configs_of_the_broker(broker_with):
-    broker = broker_with("--group-max-session-timeout-ms", "600000")
+    broker = broker_with("--group-max-session-timeout-ms", "600000", "--offsets-retention-minutes", "60",
+                         "--group-share-record-lock-duration-ms", "15000")
     host, port = broker.address("kafka")
     admin = AdminClient({"bootstrap.servers": f"{host}:{port}"})
     res = ConfigResource(ResourceType.BROKER, "0")
@@ -71,3 +72,6 @@ def test_describe_configs_of_the_broker(broker_with):
     assert configs["group.min.session.timeout.ms"].value == "6000"
     assert configs["group.max.session.timeout.ms"].value == "600000"
     assert configs["broker.id"].value == "0" and int(configs["message.max.bytes"].value) > 0
+    assert configs["offsets.retention.minutes"].value == "60"
+    assert configs["group.share.record.lock.duration.ms"].value == "15000"
+    assert configs["group.share.delivery.count.limit"].value == "5"

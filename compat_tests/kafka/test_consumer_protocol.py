@@ -53,8 +53,8 @@ def consumer(bootstrap, group, **conf) -> Consumer:
 class Member:
     """A consumer in its own thread that records every value and commits synchronously after each batch."""
 
-    def __init__(self, bootstrap, group, topics, name):
-        self.c = consumer(bootstrap, group, **{"client.id": name})
+    def __init__(self, bootstrap, group, topics, name, **conf):
+        self.c = consumer(bootstrap, group, **{"client.id": name, **conf})
         self.owned: set[int] = set()  # kept by the (incremental) rebalance callbacks, in the consuming thread
         self.c.subscribe(topics, on_assign=lambda c, ps: self.owned.update(tp.partition for tp in ps),
                          on_revoke=lambda c, ps: self.owned.difference_update(tp.partition for tp in ps),
@@ -182,29 +182,79 @@ def test_regex_subscription_picks_up_a_topic_created_later(bootstrap):
         c.close()
 
 
-def test_classic_consumer_cannot_join_a_live_consumer_group(bootstrap):
-    topic, group = unique_name("mixed"), unique_name("g-mixed")
-    create_topic(bootstrap, topic, 1)
-    produce(bootstrap, topic, 0, 1, 1)
-    modern = consumer(bootstrap, group)
-    classic = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "classic",
-                        "auto.offset.reset": "earliest", **COMMON})
+def classic_member(bootstrap, group, topics, name) -> "Member":
+    """A member speaking the classic protocol (JoinGroup/SyncGroup, librdkafka's eager range assignor)."""
+    return Member(bootstrap, group, topics, name, **{"group.protocol": "classic", "partition.assignment.strategy": "range"})
+
+
+def group_type(bootstrap, group) -> str:
+    a_client = admin(bootstrap)  # kept referenced until its future is done
+    listed = a_client.list_consumer_groups(request_timeout=15).result(30)
+    [g] = [g for g in listed.valid if g.group_id == group]
+    return g.type.name
+
+
+def test_a_classic_group_upgrades_online_and_back(bootstrap):
+    """KIP-848 online migration: a consumer-protocol member joins a live classic group, which
+    becomes a consumer group keeping its classic members; when it leaves, the group is classic
+    again. Records keep flowing; none is lost."""
+    topic, group = unique_name("migrate"), unique_name("g-migrate")
+    create_topic(bootstrap, topic, 6)
+    produce(bootstrap, topic, 0, 300)
+    old = [classic_member(bootstrap, group, [topic], "classic-a"), classic_member(bootstrap, group, [topic], "classic-b")]
+    members = list(old)
     try:
-        assigned = []
-        modern.subscribe([topic], on_assign=lambda c, ps: assigned.extend(ps))
-        wait_until(lambda: modern.poll(0.2) is not None or bool(assigned), 30, "modern member assigned")
-        classic.subscribe([topic])
-        error = None
-        deadline = time.monotonic() + 30
-        while error is None and time.monotonic() < deadline:
-            m = classic.poll(0.5)
-            if m is not None and m.error() is not None:
-                error = m.error()
-        assert error is not None and error.code() == KafkaError.INCONSISTENT_GROUP_PROTOCOL, error
-        a_client = admin(bootstrap)
-        listed = a_client.list_consumer_groups(request_timeout=15).result(30)
-        [g] = [g for g in listed.valid if g.group_id == group]
-        assert g.type.name == "CONSUMER"
+        wait_until(lambda: sorted(len(m.assignment()) for m in old) == [3, 3], 45, "a classic 3/3 split")
+        wait_until(lambda: len(all_values(members)) == 300, 30, "300 records")
+        assert group_type(bootstrap, group) == "CLASSIC"
+
+        new = Member(bootstrap, group, [topic], "modern")  # group.protocol=consumer
+        members.append(new)
+        produce(bootstrap, topic, 300, 300)
+        wait_until(lambda: sorted(len(m.assignment()) for m in members) == [2, 2, 2], 60, "a 2/2/2 split, online")
+        assert group_type(bootstrap, group) == "CONSUMER"
+        wait_until(lambda: len(all_values(members)) == 600, 45, "600 records")
+
+        new.close()
+        wait_until(lambda: group_type(bootstrap, group) == "CLASSIC", 45, "downgraded after the last modern member left")
+        wait_until(lambda: sorted(len(m.assignment()) for m in old) == [3, 3], 60, "classic 3/3 again")
+        produce(bootstrap, topic, 600, 300)
+        wait_until(lambda: len(all_values(members)) == 900, 45, "900 records")
+        seen = all_values(members)
+        assert set(seen) == {f"m-{i}".encode() for i in range(900)}
+        assert sum(seen.values()) - 900 <= 300, Counter(seen.values())  # only in-flight records at a revocation
+        for m in members:
+            assert not m.errors, (m.c, m.errors)
     finally:
-        classic.close()
-        modern.close()
+        for m in members:
+            m.close()
+
+
+def test_a_rebalance_storm_loses_nothing(bootstrap):
+    """Members join and leave every second while records keep coming: nothing is lost, and what
+    comes twice is only what was in flight (consumed, not yet committed) at a revocation."""
+    topic, group = unique_name("storm"), unique_name("g-storm")
+    create_topic(bootstrap, topic, 6)
+    steady = [Member(bootstrap, group, [topic], "steady-0"), Member(bootstrap, group, [topic], "steady-1")]
+    gone: list[Member] = []
+    total, sent = 2400, 0
+    try:
+        for second in range(12):  # 200 records a second; a member comes or goes each second
+            produce(bootstrap, topic, sent, 200)
+            sent += 200
+            if second % 2 == 0:
+                gone.append(Member(bootstrap, group, [topic], f"visitor-{second}"))
+            else:
+                gone[-1].close()
+            time.sleep(1)
+        assert sent == total
+        everyone = steady + gone
+        wait_until(lambda: set(all_values(everyone)) == {f"m-{i}".encode() for i in range(total)}, 60,
+                   "every record after the storm")
+        seen = all_values(everyone)
+        assert sum(seen.values()) - total <= 600, Counter(seen.values())  # at most what six revocations had in flight
+        for m in everyone:
+            assert not m.errors, (m.c, m.errors)
+    finally:
+        for m in steady + gone:
+            m.close()

@@ -1,8 +1,9 @@
 """Consumer groups: Kafka's classic group coordinator and the committed offsets behind it.
 
-``core.groups.coordinator`` runs the join/sync/heartbeat/leave protocol and the offset
-commit rules; ``core.groups.group`` keeps one group's books; ``core.offsets`` stores offsets
-in the compacted ``__consumer_offsets`` topic.
+``core.groups.coordinator`` runs the join/sync/heartbeat/leave protocol, ``core.groups.offset_commits``
+the offset commit rules, ``core.groups.retention`` offset expiry (offsets.retention.minutes);
+``core.groups.group`` keeps one group's books; ``core.offsets`` stores offsets in the compacted
+``__consumer_offsets`` topic.
 """
 from core.groups.coordinator import GroupCoordinator
 from core.groups.group import GroupState

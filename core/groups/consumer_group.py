@@ -77,6 +77,12 @@ class ConsumerMember:
     pending_revocation: TopicPartitions = field(default_factory=dict)
     last_heartbeat: float = 0.0
     revocation_deadline: float | None = None
+    classic: object = None  # a classic member hosted by this group (core.groups.migration.ClassicMembership)
+
+    @property
+    def session_timeout_ms(self) -> int | None:
+        """A classic member's own session timeout; None: the group's."""
+        return None if self.classic is None else self.classic.session_timeout_ms
 
     def subscribed(self, topics: Mapping[str, int]) -> set[str]:
         """The existing topics this member subscribes to (names, or the regex's whole-name matches)."""
@@ -192,6 +198,7 @@ class ConsumerGroups:
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.groups: dict[str, ConsumerGroup] = {}
         self.is_share_group: Callable[[str], bool] = lambda group_id: False  # share group ids are taken
+        self.migration = None  # core.groups.migration.Migration: classic members and conversions
 
     # --- ConsumerGroupHeartbeat ------------------------------------------------------------
     def heartbeat(self, hb: HeartbeatRequest) -> HeartbeatResult:
@@ -237,6 +244,10 @@ class ConsumerGroups:
         if self.is_share_group(hb.group_id):
             raise _Fail(ErrorCode.group_id_not_found, f"Group {hb.group_id} is a share group, not a consumer group.")
         classic = self.classic.get(hb.group_id)
+        if classic is not None and not classic.is_(GroupState.EMPTY, GroupState.DEAD) and hb.member_epoch == 0 \
+                and self.migration is not None and self.migration.can_upgrade(classic):
+            group = self.groups[hb.group_id] = self.migration.upgrade(classic)  # online upgrade (KIP-848)
+            return group
         if classic is not None and not classic.is_(GroupState.EMPTY, GroupState.DEAD):
             raise _Fail(ErrorCode.group_id_not_found,
                         f"Group {hb.group_id} is a classic group with members; it cannot become a consumer group "
@@ -281,8 +292,8 @@ class ConsumerGroups:
         if hb.subscribed_topic_regex is not None and (hb.subscribed_topic_regex or None) != member.subscribed_topic_regex:
             member.subscribed_topic_regex = hb.subscribed_topic_regex or None
             bump = True
-        self._refresh(group, bump)
-        self._reconcile(group, member, hb.owned, now)
+        self.refresh(group, bump)
+        self.reconcile(group, member, hb.owned, now)
         send = (hb.member_epoch == 0 or member.assigned != before
                 or (hb.owned is not None and _flat(hb.owned) != _flat(member.assigned)))
         return HeartbeatResult(ErrorCode.none, None, member.member_id, member.member_epoch,
@@ -356,10 +367,12 @@ class ConsumerGroups:
         group.target.pop(member.member_id, None)
         if member.instance_id and group.static_members.get(member.instance_id) == member.member_id:
             del group.static_members[member.instance_id]
-        self._refresh(group, True)
+        self.refresh(group, True)
+        if self.migration is not None:
+            self.migration.maybe_downgrade(group)  # only classic members left: a classic group again
 
     # --- target assignment and reconciliation -------------------------------------------------
-    def _refresh(self, group: ConsumerGroup, bump: bool) -> None:
+    def refresh(self, group: ConsumerGroup, bump: bool) -> None:
         """Bump the group epoch on a membership/subscription change or when a subscribed topic's
         metadata changed; then compute a new target assignment if the epoch moved."""
         existing = self.topics()
@@ -385,7 +398,7 @@ class ConsumerGroups:
             log.info("group %s: epoch %d, target assignment by %s: %s", group.group_id, group.group_epoch,
                      group.assignor, {m: {t: sorted(ps) for t, ps in a.items()} for m, a in group.target.items()})
 
-    def _reconcile(self, group: ConsumerGroup, member: ConsumerMember, owned: TopicPartitions | None,
+    def reconcile(self, group: ConsumerGroup, member: ConsumerMember, owned: TopicPartitions | None,
                    now: float) -> None:
         if member.state == MemberState.UNREVOKED_PARTITIONS:
             if owned is None or _flat(owned) & _flat(member.pending_revocation):
@@ -420,7 +433,10 @@ class ConsumerGroups:
         now = self.clock()
         for group in list(self.groups.values()):
             for member in list(group.members.values()):
-                if now >= member.last_heartbeat + self.session_timeout_ms / 1000:
+                if group.group_id not in self.groups:
+                    break  # downgraded to a classic group by a removal
+                timeout_ms = member.session_timeout_ms or self.session_timeout_ms
+                if now >= member.last_heartbeat + timeout_ms / 1000:
                     log.info("group %s: member %s's session timed out", group.group_id, member.member_id)
                     self.remove_member(group, member)
                 elif member.revocation_deadline is not None and now >= member.revocation_deadline:

@@ -1,4 +1,5 @@
-"""Kafka's classic consumer-group coordinator (JoinGroup/SyncGroup/Heartbeat/LeaveGroup) and offsets.
+"""Kafka's classic consumer-group coordinator (JoinGroup/SyncGroup/Heartbeat/LeaveGroup) and offsets
+(the offset requests in ``core.groups.offset_commits``, offset retention in ``core.groups.retention``).
 
 How a rebalance runs, as in Kafka's GroupCoordinator:
 
@@ -8,7 +9,7 @@ How a rebalance runs, as in Kafka's GroupCoordinator:
    members that did not rejoin are removed. A group that was Empty instead waits
    ``initial_rebalance_delay_ms``, extended by that much again while new members keep arriving
    in generation 0, never beyond the rebalance timeout, so a fleet starting together lands in
-   one generation.
+   one generation (Kafka's InitialDelayedJoin; with a delay of 0, at once, as any join phase).
 2. The generation goes up by one, a protocol is voted, and all parked joins are answered at
    once; the leader's answer carries every member's metadata. The group is CompletingRebalance.
 3. The leader's SyncGroup carries the assignments; it answers every parked SyncGroup and the
@@ -37,16 +38,16 @@ from typing import Callable
 
 from kio.schema.errors import ErrorCode
 
-from core.errors import LogError, RecordTooLargeError
+from core.errors import LogError
 from core.groups.consumer_group import ConsumerGroups
+from core.groups.migration import Migration
 from core.groups.share_group import ShareGroups
 from core.groups.group import Group, GroupState, Member
-from core.groups.results import (
-    CommitInfo, GroupDescription, GroupListing, JoinResult, MemberDescription, OffsetDeleteInfo, SyncResult,
-)
-from core.groups.subscriptions import offset_delete_errors
+from core.groups.offset_commits import OffsetCommits
+from core.groups.results import GroupDescription, GroupListing, JoinResult, MemberDescription, SyncResult
+from core.groups.retention import DEFAULT_CHECK_INTERVAL_MS, DEFAULT_RETENTION_MS, OffsetRetention
 from core.log_manager import LogManager
-from core.offsets import MAX_METADATA_BYTES, OffsetAndMetadata, OffsetStore
+from core.offsets import OffsetStore
 
 log = logging.getLogger(__name__)
 
@@ -59,11 +60,13 @@ JoinCallback = Callable[[JoinResult], None]
 SyncCallback = Callable[[SyncResult], None]
 
 
-class GroupCoordinator:
+class GroupCoordinator(OffsetCommits):
     def __init__(self, logs: LogManager, clock: Callable[[], float] = time.time, *,
                  initial_rebalance_delay_ms: int = 3000, min_session_timeout_ms: int = 6000,
                  max_session_timeout_ms: int = 1_800_000, offsets_partitions: int = 1,
-                 consumer_session_timeout_ms: int = 45_000, consumer_heartbeat_interval_ms: int = 5_000):
+                 consumer_session_timeout_ms: int = 45_000, consumer_heartbeat_interval_ms: int = 5_000,
+                 offsets_retention_ms: int = DEFAULT_RETENTION_MS,
+                 offsets_retention_check_interval_ms: int = DEFAULT_CHECK_INTERVAL_MS):
         self.logs = logs
         self.clock = clock
         self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
@@ -81,7 +84,11 @@ class GroupCoordinator:
             lambda: {n: t.partitions for n, t in logs.store.topics().items()},
             lambda g: "consumer" if g in self.consumer.groups else "classic" if g in self._groups else None, clock)
         self.consumer.is_share_group = self.share.groups.__contains__
+        self.consumer.migration = self.migration = Migration(self.consumer, self._groups, clock, self._prepare_rebalance)
         self.share_deleted: Callable[[str], None] = lambda group_id: None  # its share partitions go too
+        self.retention = OffsetRetention(self.offsets, self._groups, self.consumer, self.share.groups.__contains__,
+                                         clock, retention_ms=offsets_retention_ms,
+                                         check_interval_ms=offsets_retention_check_interval_ms)
 
     # --- life cycle -------------------------------------------------------------------
     def load(self) -> None:
@@ -144,6 +151,11 @@ class GroupCoordinator:
             return self._send(respond, JoinResult.failed(ErrorCode.invalid_group_id, member_id))
         if not self.min_session_timeout_ms <= session_ms <= self.max_session_timeout_ms:
             return self._send(respond, JoinResult.failed(ErrorCode.invalid_session_timeout, member_id))
+        hosted = self.consumer.groups.get(group_id)
+        if hosted is not None and hosted.members:  # a classic member of a consumer group (KIP-848 migration)
+            return self._send(respond, self.migration.join(hosted, member_id, instance_id, client_id, client_host,
+                                                           protocol_type, protocols, session_ms, rebalance_ms,
+                                                           require_known))
         if group_id in self.share.groups or not self.consumer.take_over_for_classic(group_id):
             return self._send(respond, JoinResult.failed(ErrorCode.inconsistent_group_protocol, member_id))
         group = self._groups.get(group_id)
@@ -269,7 +281,7 @@ class GroupCoordinator:
         group.sync_deadline = None
         now = self.clock()
         timeout_ms = group.rebalance_timeout_ms()
-        if group.is_(EMPTY):
+        if group.is_(EMPTY) and self.initial_rebalance_delay_ms > 0:  # 0: ends once everyone has joined
             delay_ms = self.initial_rebalance_delay_ms
             group.initial_delay = True
             group.initial_remaining_ms = max(timeout_ms - delay_ms, 0)
@@ -334,6 +346,9 @@ class GroupCoordinator:
               assignments, respond) -> None:
         if not group_id:
             return self._send(respond, SyncResult.failed(ErrorCode.invalid_group_id))
+        if group_id in self.consumer.groups:
+            return self._send(respond, self.migration.sync(self.consumer.groups[group_id], generation_id, member_id,
+                                                           instance_id, protocol_type, protocol_name))
         group = self._groups.get(group_id)
         if group is None:
             return self._send(respond, SyncResult.failed(ErrorCode.unknown_member_id))
@@ -380,6 +395,9 @@ class GroupCoordinator:
         self._ensure_loaded()
         if not group_id:
             return ErrorCode.invalid_group_id
+        if group_id in self.consumer.groups:
+            return self.migration.heartbeat(self.consumer.groups[group_id], generation_id, member_id,
+                                            group_instance_id)
         group = self._groups.get(group_id)
         if group is None or group.is_(EMPTY):
             return ErrorCode.unknown_member_id
@@ -404,6 +422,8 @@ class GroupCoordinator:
     def _leave(self, group_id, members):
         if not group_id:
             return ErrorCode.invalid_group_id, []
+        if group_id in self.consumer.groups:
+            return self.migration.leave(self.consumer.groups[group_id], members)
         group = self._groups.get(group_id)
         if group is None:
             return ErrorCode.none, [(m, i, ErrorCode.unknown_member_id) for m, i in members]
@@ -457,7 +477,8 @@ class GroupCoordinator:
 
     # --- timers -----------------------------------------------------------------------
     def tick(self) -> None:
-        """Expire sessions, pending member ids and late syncs; end join phases whose time is up."""
+        """Expire sessions, pending member ids and late syncs; end join phases whose time is up;
+        expire committed offsets when the retention check is due."""
         self._ensure_loaded()
         try:
             now = self.clock()
@@ -465,6 +486,7 @@ class GroupCoordinator:
                 self._tick_group(group, now)
             self.consumer.tick()
             self.share.tick()
+            self.retention.tick(now)
         finally:
             self._flush()
 
@@ -560,82 +582,3 @@ class GroupCoordinator:
                 del self._groups[group_id]
                 results[group_id] = ErrorCode.none
         return results
-
-    def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]) -> OffsetDeleteInfo:
-        """OffsetDelete: the offsets :func:`offset_delete_errors` allows are tombstoned."""
-        self._ensure_loaded()
-        error, errors = offset_delete_errors(group_id, self._groups.get(group_id), partitions)
-        try:
-            durable_at = self.offsets.delete_topic_partitions(group_id, [tp for tp, e in errors.items() if not e])
-        except (LogError, OSError):
-            log.exception("could not write the offset tombstones of group %s", group_id)
-            return OffsetDeleteInfo(ErrorCode.coordinator_not_available, {}, None)
-        return OffsetDeleteInfo(error, errors, durable_at)
-
-    # --- offsets ------------------------------------------------------------------------
-    def commit_offsets(self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None,
-                       offsets: dict[tuple[str, int], tuple[int, int, str | None]]) -> CommitInfo:
-        self._ensure_loaded()
-        error = (self.consumer.commit_error(group_id, member_id or "", generation_id) if group_id in self.consumer.groups
-                 else self._commit_check(group_id, generation_id, member_id or "", group_instance_id))
-        if error is not None:
-            return CommitInfo({tp: error for tp in offsets}, None)
-        errors: dict[tuple[str, int], ErrorCode] = {}
-        accepted: dict[tuple[str, int], OffsetAndMetadata] = {}
-        now_ms = int(self.clock() * 1000)
-        for (topic, partition), (offset, leader_epoch, metadata) in offsets.items():
-            meta = metadata or ""
-            topic_md = self.logs.store.get_topic(topic)
-            if topic_md is None or not 0 <= partition < topic_md.partitions:
-                errors[(topic, partition)] = ErrorCode.unknown_topic_or_partition
-            elif len(meta.encode()) > MAX_METADATA_BYTES:
-                errors[(topic, partition)] = ErrorCode.offset_metadata_too_large
-            else:
-                accepted[(topic, partition)] = OffsetAndMetadata(offset, leader_epoch, meta, now_ms)
-                errors[(topic, partition)] = ErrorCode.none
-        if not accepted:
-            return CommitInfo(errors, None)
-        if group_id not in self._groups and group_id not in self.consumer.groups:
-            self._groups[group_id] = Group(group_id)  # a group used only to store offsets
-        try:
-            durable_at = self.offsets.commit(group_id, accepted)
-        except (LogError, OSError, ValueError) as exc:
-            code = (ErrorCode.invalid_commit_offset_size if isinstance(exc, RecordTooLargeError)
-                    else ErrorCode.coordinator_not_available)
-            log.warning("offset commit of group %s failed: %s", group_id, exc)
-            return CommitInfo({tp: (code if tp in accepted else e) for tp, e in errors.items()}, None)
-        return CommitInfo(errors, durable_at)
-
-    def check_member(self, group_id: str, generation_id: int, member_id: str,
-                     instance_id: str | None) -> ErrorCode | None:
-        """The error a commit from this member and generation gets (None: it may commit)."""
-        self._ensure_loaded()
-        return self._commit_check(group_id, generation_id, member_id, instance_id)
-
-    def _commit_check(self, group_id: str, generation_id: int, member_id: str,
-                      instance_id: str | None) -> ErrorCode | None:
-        group = self._groups.get(group_id)
-        if group is None:
-            # Nobody manages this group: a generation below zero is a client using us as an
-            # offset store (assign() + commit); anything else comes from a generation long gone.
-            return None if generation_id < 0 else ErrorCode.illegal_generation
-        if group.is_(DEAD):
-            return ErrorCode.coordinator_not_available
-        if generation_id < 0 and group.is_(EMPTY):
-            return None
-        error = self._validate_member(group, member_id, instance_id, generation_id)
-        if error is not None:
-            return error
-        if group.is_(COMPLETING):
-            return ErrorCode.rebalance_in_progress
-        group.members[member_id].last_heartbeat = self.clock()
-        return None
-
-    def fetch_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None
-                      ) -> dict[tuple[str, int], tuple[int, int, str | None]]:
-        """Committed offsets; partitions asked for but never committed come back as (-1, -1, "")."""
-        self._ensure_loaded()
-        committed = self.offsets.fetch(group_id, partitions)
-        if partitions is None:
-            return {tp: om.as_tuple() for tp, om in committed.items()}
-        return {tp: committed[tp].as_tuple() if tp in committed else (-1, -1, "") for tp in partitions}

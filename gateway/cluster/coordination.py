@@ -23,6 +23,11 @@ _ONE_GROUP = {
     13: {"members": []},
     14: {"protocol_type": None, "protocol_name": None, "assignment": b""},
     47: {"topics": []},  # OffsetDelete
+    # ConsumerGroupHeartbeat and ShareGroupHeartbeat: the group's state is its coordinator's
+    68: {"error_message": None, "member_id": None, "member_epoch": -1, "heartbeat_interval": 0, "assignment": None},
+    76: {"error_message": None, "member_id": None, "member_epoch": -1, "heartbeat_interval": 0, "assignment": None},
+    91: {"error_message": None, "responses": []},  # AlterShareGroupOffsets
+    92: {"error_message": None, "responses": []},  # DeleteShareGroupOffsets
 }
 
 

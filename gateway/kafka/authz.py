@@ -113,6 +113,20 @@ def _response_reader(api_key: int, version: int):
     return entity_reader(response_class(api_key, version))
 
 
+def with_throttle(h, data: bytes, throttle_ms: int) -> bytes:
+    """The response with ``throttle_time_ms`` raised to at least ``throttle_ms`` (if it has one)."""
+    cls = response_class(h.api_key, h.api_version)
+    if data is None or "throttle_time" not in getattr(cls, "__dataclass_fields__", {}):
+        return data
+
+    def longer(entity):
+        current = entity.throttle_time.total_seconds() * 1000
+        if current >= throttle_ms:
+            return entity
+        return dataclasses.replace(entity, throttle_time=type(entity.throttle_time)(milliseconds=throttle_ms))
+    return _rewrite(h, data, longer)
+
+
 def _rewrite(h, data: bytes, post) -> bytes:
     if data is None:
         return data
@@ -363,16 +377,22 @@ def _create_partitions(check, h, req):
     return Verdict(_filtered(req, "topics", lambda t: t.name not in denied), lambda r: _with(r, "results", entries))
 
 
+_CONFIG_RESOURCES = {2: ("topic", TOPIC_DENIED), 32: ("group", GROUP_DENIED)}  # others: the cluster's
+
+
 def _config_resource(resource) -> tuple[str, str]:
-    return ("topic", resource.resource_name) if resource.resource_type == 2 else ("cluster", CLUSTER_NAME)
+    kind = _CONFIG_RESOURCES.get(resource.resource_type)
+    return (kind[0], resource.resource_name) if kind else ("cluster", CLUSTER_NAME)
 
 
 def _configs(operation: str, results: str):
+    """Kafka's rule: DESCRIBE_CONFIGS/ALTER_CONFIGS on the topic, on the group, or on the cluster
+    (brokers and the rest); a denied resource gets TOPIC_/GROUP_/CLUSTER_AUTHORIZATION_FAILED."""
     def rule(check, h, req):
         denied = [r for r in req.resources if not check(operation, *_config_resource(r))]
         if not denied:
             return None
-        entries = [{"error_code": TOPIC_DENIED if r.resource_type == 2 else CLUSTER_DENIED,
+        entries = [{"error_code": _CONFIG_RESOURCES.get(r.resource_type, ("", CLUSTER_DENIED))[1],
                     "error_message": "Authorization failed.", "resource_type": r.resource_type,
                     "resource_name": r.resource_name, "configs": []} for r in denied]
         return Verdict(_filtered(req, "resources", lambda r: r not in denied), lambda r: _with(r, results, entries))
@@ -531,6 +551,14 @@ RULES: dict[int, typing.Callable] = {
     71: lambda check, h, req: None,  # GetTelemetrySubscriptions: no ACL in Kafka either
     72: lambda check, h, req: None,  # PushTelemetry
     75: _describe_topic_partitions,
+    # share groups: READ on the group (Kafka also checks the topics; that check is left to the cluster rule)
+    76: _group_only("read", {"error_message": "Not authorized", "member_id": None, "member_epoch": -1,
+                             "heartbeat_interval": 0, "assignment": None}),
+    78: _group_only("read", {"error_message": "Not authorized", "acquisition_lock_timeout": 0, "responses": [],
+                             "node_endpoints": []}),
+    79: _group_only("read", {"error_message": "Not authorized", "responses": [], "node_endpoints": []}),
+    91: _group_only("read", {"error_message": "Not authorized", "responses": []}),
+    92: _group_only("delete", {"error_message": "Not authorized", "responses": []}),
     # DescribeUserScramCredentials, AlterUserScramCredentials and the ACL APIs check the
     # cluster themselves (their answers carry per-entry errors).
     29: lambda check, h, req: None,

@@ -21,7 +21,7 @@ from collections import deque
 
 from twisted.internet import defer, protocol
 
-from gateway.kafka import authz
+from gateway.kafka import authz, quotas
 from gateway.kafka.apis import dispatch
 from gateway.logs import connection_ids, fields
 from gateway.netutil import no_delay
@@ -223,6 +223,11 @@ class KafkaConnection(protocol.Protocol):
             return
         if result is None:  # no response (acks=0 produce)
             return
+        throttle = quotas.request_throttle_ms(self.ctx, self, request, time.monotonic() - started)
+        if throttle:  # over its request_percentage: the answer says so and comes that much later
+            h = request.header
+            result = defer.maybeDeferred(lambda: result).addCallback(
+                lambda data: quotas.hold(self.ctx, authz.with_throttle(h, data, throttle), throttle))
         slot = [_PENDING]
         self._slots.append(slot)
         name = api_name(request.header.api_key)

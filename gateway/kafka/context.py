@@ -9,6 +9,7 @@ from typing import Callable
 from kio.schema.errors import ErrorCode
 
 from core.errors import LogError
+from core.group_configs import GroupConfigFileError, GroupConfigs
 from core.log import PartitionLog
 from core.log_manager import LogManager
 from core.metadata import check_topic_name
@@ -48,12 +49,11 @@ class KafkaContext:
     traffic: dict[str, list[int]] = field(default_factory=dict)
     cluster: object = None  # gateway.cluster.node.ClusterNode in cluster mode; None on a single node
     quotas: object = None  # gateway.kafka.quotas.Quotas, made on first use (its file is in the data dir)
+    group_configs: object = None  # core.group_configs.GroupConfigs, made on first use: see group_configs()
     router: Callable[[], object] = lambda: None  # the AMQP model (routing.broker.Router): share partitions live there
     share_sessions: dict = field(default_factory=dict)  # (group, member) -> share session (apis.share_groups)
-    # share groups' settings, per group (broker settings, overridden by group configs)
-    share_lock_ms: Callable[[str], int] = lambda group: 30_000
-    share_auto_offset_reset: Callable[[str], object] = lambda group: "latest"  # or "earliest", or a timestamp (ms)
-    share_delivery_count_limit: int = 5
+    group_defaults: dict = field(default_factory=dict)  # broker settings behind group configs (share.*...)
+    share_delivery_count_limit: int = 5  # group.share.delivery.count.limit
     _names_by_id: dict = field(default_factory=dict, repr=False)  # topic id -> name (Fetch v13+)
 
     def leader_log(self, topic: str, index: int, current_epoch: int = -1) -> tuple[PartitionLog | None, int, ErrorCode]:
@@ -136,3 +136,26 @@ class KafkaContext:
             return uuid.UUID(topic.topic_id) if topic and topic.topic_id else uuid.UUID(int=0)
         except ValueError:
             return uuid.UUID(int=0)
+
+
+def group_configs(ctx: KafkaContext) -> GroupConfigs:
+    """The broker's per-group configs (core.group_configs.GroupConfigs), loaded from the data
+    directory on first use; the KIP-848 keys default to the broker's own settings. Raises
+    core.group_configs.GroupConfigFileError (and makes nothing) while the file is damaged."""
+    gc = ctx.group_configs
+    if gc is None:
+        consumer = getattr(ctx.groups, "consumer", None)
+        defaults = {} if consumer is None else {
+            "consumer.session.timeout.ms": consumer.session_timeout_ms,
+            "consumer.heartbeat.interval.ms": consumer.heartbeat_interval_ms}
+        gc = ctx.group_configs = GroupConfigs(ctx.logs.data_dir, {**defaults, **getattr(ctx, "group_defaults", {})})
+    return gc
+
+
+def group_config(ctx: KafkaContext, group_id: str, name: str) -> str:
+    """One group's value of a group config; the broker's default while the configs file is damaged
+    (the admin APIs report that file; consumers keep going)."""
+    try:
+        return group_configs(ctx).get(group_id, name)
+    except GroupConfigFileError:
+        return str(ctx.group_defaults.get(name, GroupConfigs.default(name)))

@@ -13,6 +13,12 @@ throttled again.
 
 A Fetch over the quota gets no records (its bytes are not counted), as Kafka answers it; a
 Produce over the quota is appended and acknowledged late. Replica fetches are not throttled.
+
+``request_percentage`` (Kafka's request quota) is measured the same way over the time the broker
+spends handling a client's requests on its one event-loop thread: 100 is the whole of that
+thread for the client, 50 half of it. Over it, any response (but ApiVersions and the SASL
+handshake, which Kafka exempts too) carries the throttle in its ``throttle_time_ms`` and is
+held back that long; with a byte-rate throttle as well, the longer one applies.
 """
 from __future__ import annotations
 
@@ -22,7 +28,7 @@ from typing import Callable
 
 from twisted.internet import task
 
-from core.quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, ClientQuotaStore
+from core.quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE, ClientQuotaStore
 
 WINDOW_S = 1.0
 SAMPLES = 11
@@ -119,6 +125,28 @@ def fetch_max_bytes(ctx, conn, h) -> int:
         return 0x7FFFFFFF
     quota = q.store.byte_rate(CONSUMER_BYTE_RATE, *_client(conn, h))
     return 0x7FFFFFFF if quota is None else max(int(quota[0] * (SAMPLES - 1) * WINDOW_S), 1)
+
+
+EXEMPT_FROM_REQUEST_QUOTA = frozenset({17, 18, 36})  # SaslHandshake, ApiVersions, SaslAuthenticate
+
+
+def request_throttle_ms(ctx, conn, request, busy_s: float) -> int:
+    """Count ``busy_s`` seconds of handling for this client; the throttle (ms) once that puts it
+    over its ``request_percentage``. Followers' fetches are not counted."""
+    h = request.header
+    if h.api_key in EXEMPT_FROM_REQUEST_QUOTA or _from_replica(h.api_key, request.body):
+        return 0
+    q = quotas_of(ctx)
+    if not q.store.has(REQUEST_PERCENTAGE):
+        return 0
+    return q.record(REQUEST_PERCENTAGE, *_client(conn, h), busy_s * 100)
+
+
+def _from_replica(api_key: int, body) -> bool:
+    if api_key != 1 or body is None:
+        return False
+    state = getattr(body, "replica_state", None)  # Fetch v15+
+    return (state.replica_id if state is not None else getattr(body, "replica_id", -1)) >= 0
 
 
 def hold(ctx, data: bytes, throttle_ms: int):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import time
 
+from core.groups.retention import KEEP as STORED_OFFSET
 from core.offsets import OffsetAndMetadata
 from gateway.logs import fields
 from gateway.stream.subscriptions import Subscription, start_offset
@@ -262,7 +263,8 @@ class StreamCommands:
             log.warning("stream store-offset refused: no read permission", extra=fields(
                 user=self.username, vhost=self.vhost.name, stream=r.stream, reference=r.reference))
             return
-        self.service.offsets.commit(r.reference, {(queue.topic, queue.partition): OffsetAndMetadata(r.offset + 1)})
+        self.service.offsets.commit(r.reference, {(queue.topic, queue.partition): OffsetAndMetadata(
+            r.offset + 1, metadata=STORED_OFFSET)})  # kept as long as the stream, not expired
         self.service.request_flush()
 
     def on_query_offset(self, r) -> None:

@@ -1,4 +1,7 @@
-"""Topic administration: CreateTopics, DeleteTopics, CreatePartitions, configs, DescribeCluster."""
+"""Topic administration: CreateTopics, DeleteTopics, CreatePartitions, configs, DescribeCluster.
+
+Configs: topics (2), brokers (4, read only) and groups (32, core.group_configs; a group need not
+exist to have configs, as in Kafka)."""
 from __future__ import annotations
 
 import logging
@@ -8,16 +11,19 @@ from kio.schema.errors import ErrorCode
 from core.config import LIST_CONFIGS, default_configs, validate_configs
 from core.errors import (InvalidConfigError, InvalidPartitionsError, InvalidReplicationFactorError, InvalidTopicError,
                          LogError, TopicExistsError, UnknownTopicError)
+from core.group_configs import INT, GroupConfigFileError, InvalidGroupConfig, type_of
 from core.metadata import check_topic_name
 from gateway.kafka.apis.registry import handles
 from gateway.kafka.apis.metadata import UNKNOWN_OPERATIONS, broker_list, controller_id
+from gateway.kafka.context import group_configs
 from gateway.logs import fields
 from wire.kafka import respond
 
 log = logging.getLogger(__name__)
 
-TOPIC, BROKER = 2, 4  # DescribeConfigs resource types
-DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5  # config sources
+TOPIC, BROKER, GROUP = 2, 4, 32  # DescribeConfigs resource types
+DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG, DYNAMIC_GROUP_CONFIG = 1, 4, 5, 8  # config sources
+STRING_TYPE, INT_TYPE = 2, 3  # DescribeConfigs v3+ config_type
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3  # IncrementalAlterConfigs operations
 
 _ERRORS: list[tuple[type, ErrorCode]] = [
@@ -137,8 +143,25 @@ def _broker_configs(ctx) -> dict[str, str]:
             "listeners": advertised, "group.min.session.timeout.ms": str(groups.min_session_timeout_ms),
             "group.max.session.timeout.ms": str(groups.max_session_timeout_ms),
             "group.initial.rebalance.delay.ms": str(groups.initial_rebalance_delay_ms),
+            "offsets.retention.minutes": str(groups.retention.retention_ms // 60_000),
+            "offsets.retention.check.interval.ms": str(groups.retention.check_interval_ms),
+            "group.consumer.session.timeout.ms": str(groups.consumer.session_timeout_ms),
+            "group.consumer.heartbeat.interval.ms": str(groups.consumer.heartbeat_interval_ms),
+            "group.share.delivery.count.limit": str(ctx.share_delivery_count_limit),
+            **{f"group.{name}": str(value) for name, value in ctx.group_defaults.items()},
             "message.max.bytes": default_configs()["max.message.bytes"],
             "log.retention.ms": default_configs()["retention.ms"]}
+
+
+def _group_entries(ctx, group_id: str, synonyms: bool) -> list[dict]:
+    out = []
+    for name, value, is_default in group_configs(ctx).describe(group_id):
+        out.append({"name": name, "value": value, "read_only": False,
+                    "config_source": DEFAULT_CONFIG if is_default else DYNAMIC_GROUP_CONFIG, "is_sensitive": False,
+                    "is_default": is_default, "config_type": INT_TYPE if type_of(name) == INT else STRING_TYPE,
+                    "synonyms": [] if is_default or not synonyms else
+                    [{"name": name, "value": value, "source": DYNAMIC_GROUP_CONFIG}], "documentation": None})
+    return out
 
 
 @handles(32)
@@ -158,14 +181,48 @@ def describe_configs(ctx, conn, h, req):
             entry["configs"] = [{"name": k, "value": v, "read_only": True, "config_source": STATIC_BROKER_CONFIG,
                                  "is_sensitive": False, "is_default": False, "synonyms": [], "config_type": 0,
                                  "documentation": None} for k, v in sorted(_broker_configs(ctx).items())]
+        elif r.resource_type == GROUP:
+            if not r.resource_name:
+                entry["error_code"], entry["error_message"] = ErrorCode.invalid_request, "Group name must not be empty"
+            else:
+                try:
+                    entry["configs"] = _group_entries(ctx, r.resource_name, getattr(req, "include_synonyms", False))
+                except GroupConfigFileError as exc:
+                    log.error("%s", exc)
+                    entry["error_code"], entry["error_message"] = ErrorCode.unknown_server_error, str(exc)
         else:
             entry["error_code"] = ErrorCode.invalid_request
-            entry["error_message"] = f"resource type {r.resource_type} has no configs here (topics: 2, brokers: 4)"
+            entry["error_message"] = (f"resource type {r.resource_type} has no configs here "
+                                      "(topics: 2, brokers: 4, groups: 32)")
         if r.configuration_keys:  # null or empty: every config
             wanted = set(r.configuration_keys)
             entry["configs"] = [c for c in entry["configs"] if c["name"] in wanted]
         results.append(entry)
     return respond(h, {"throttle_time": 0, "results": results})
+
+
+def _alter_group(ctx, r, validate_only: bool, change) -> dict:
+    """``change(group_configs)`` applies the request's changes to one group's configs, all or none."""
+    entry = {"error_code": ErrorCode.none, "error_message": None, "resource_type": r.resource_type,
+             "resource_name": r.resource_name}
+    names = [c.name for c in r.configs]
+    if not r.resource_name:
+        entry["error_code"], entry["error_message"] = ErrorCode.invalid_request, "Group name must not be empty"
+    elif len(set(names)) != len(names):
+        entry["error_code"], entry["error_message"] = ErrorCode.invalid_request, "Error due to duplicate config keys"
+    else:
+        try:
+            change(group_configs(ctx))
+            if not validate_only:
+                log.info("altered group configs", extra=fields(
+                    group=r.resource_name, changes={c.name: c.value for c in r.configs}))
+        except InvalidGroupConfig as exc:
+            entry["error_code"], entry["error_message"] = ErrorCode.invalid_config, str(exc)
+        except (GroupConfigFileError, OSError) as exc:
+            log.error("group configs not saved: %s", exc, extra=fields(group=r.resource_name))
+            entry["error_code"] = ErrorCode.unknown_server_error
+            entry["error_message"] = f"the group configs could not be saved: {exc}"
+    return entry
 
 
 def _alter(ctx, r, validate_only: bool, changes_of) -> dict:
@@ -174,7 +231,8 @@ def _alter(ctx, r, validate_only: bool, changes_of) -> dict:
     try:
         if r.resource_type != TOPIC:
             entry["error_code"] = ErrorCode.invalid_request
-            entry["error_message"] = "only topic configs can be changed (broker configs are start-up settings)"
+            entry["error_message"] = ("only topic and group configs can be changed "
+                                      "(broker configs are start-up settings)")
             return entry
         topic = ctx.logs.store.get_topic(r.resource_name)
         if topic is None:
@@ -197,7 +255,10 @@ def alter_configs(ctx, conn, h, req):
             new = {c.name: c.value for c in r.configs}
             return {**{k: None for k in current if k not in new}, **new}
         return changes
-    out = [_alter(ctx, r, req.validate_only, replace_all(r)) for r in req.resources]
+    def replace_group(r):
+        return lambda gc: gc.replace(r.resource_name, {c.name: c.value for c in r.configs}, req.validate_only)
+    out = [_alter_group(ctx, r, req.validate_only, replace_group(r)) if r.resource_type == GROUP
+           else _alter(ctx, r, req.validate_only, replace_all(r)) for r in req.resources]
     return respond(h, {"throttle_time": 0, "responses": out})
 
 
@@ -225,7 +286,11 @@ def incremental_alter_configs(ctx, conn, h, req):
                     out[c.name] = ",".join(items) or None
             return out
         return changes
-    out = [_alter(ctx, r, req.validate_only, incremental(r)) for r in req.resources]
+    def alter_group(r):
+        ops = [(c.name, c.config_operation, c.value) for c in r.configs]
+        return lambda gc: gc.alter(r.resource_name, ops, req.validate_only)
+    out = [_alter_group(ctx, r, req.validate_only, alter_group(r)) if r.resource_type == GROUP
+           else _alter(ctx, r, req.validate_only, incremental(r)) for r in req.resources]
     return respond(h, {"throttle_time": 0, "responses": out})
 
 

@@ -71,7 +71,7 @@ def consumer_group_describe(ctx, conn, h, req):
                     "subscribed_topic_regex": m.subscribed_topic_regex,
                     "assignment": {"topic_partitions": _by_id(ctx, m.assigned, True)},
                     "target_assignment": {"topic_partitions": _by_id(ctx, group.target.get(m.member_id, {}), True)},
-                    "member_type": 1} for m in group.members.values()]
+                    "member_type": 1 if m.classic is None else 0} for m in group.members.values()]
         out.append({"error_code": ErrorCode.none, "error_message": None, "group_id": group_id,
                     "group_state": group.state, "group_epoch": group.group_epoch,
                     "assignment_epoch": group.assignment_epoch, "assignor_name": group.assignor, "members": members,

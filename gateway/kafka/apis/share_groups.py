@@ -20,7 +20,9 @@ from kio.schema.errors import ErrorCode
 
 from gateway.kafka.apis.consumer_groups import _by_id
 from gateway.kafka.apis.metadata import UNKNOWN_OPERATIONS
+from core.group_configs import auto_offset_reset_ms
 from gateway.kafka.apis.registry import handles
+from gateway.kafka.context import group_config
 from wire.kafka import respond
 
 FINAL_EPOCH = -1
@@ -33,13 +35,14 @@ class ShareSession:
     partitions: set[tuple[str, int]] = field(default_factory=set)
 
 
-def _shares(ctx):
+def share_partitions(ctx):
     """The AMQP model's share partitions, with this listener's settings (the model may be replaced
     in cluster mode, so they are applied on every use)."""
     shares = ctx.router().shares
     shares.on_released = ctx.waiters.notify  # parked fetches may take released records
-    shares.lock_ms = ctx.share_lock_ms
-    shares.auto_offset_reset = ctx.share_auto_offset_reset
+    shares.lock_ms = lambda group: int(group_config(ctx, group, "share.record.lock.duration.ms"))
+    shares.auto_offset_reset = lambda group: auto_offset_reset_ms(
+        group_config(ctx, group, "share.auto.offset.reset"), int(shares.clock() * 1000))
     shares.delivery_count_limit = ctx.share_delivery_count_limit
     return shares
 
@@ -106,7 +109,7 @@ def _session(ctx, group: str, member: str, epoch: int, add, forget) -> tuple[Sha
 
 def _close(ctx, group: str, member: str) -> None:
     if ctx.share_sessions.pop((group, member), None) is not None:
-        _shares(ctx).release_member(group, member)
+        share_partitions(ctx).release_member(group, member)
 
 
 def _top_error(h, error: ErrorCode, message: str, extra: dict) -> bytes:
@@ -151,12 +154,12 @@ def _share_partition(ctx, group: str, name: str | None, index: int):
     plog, _epoch, error = ctx.leader_log(name, index)
     if error:
         return None, error
-    return _shares(ctx).get(group, name, index, plog), ErrorCode.none
+    return share_partitions(ctx).get(group, name, index, plog), ErrorCode.none
 
 
 def _acknowledge(ctx, answer: _Answer, group: str, member: str, topics, error_key: str) -> list:
     """Apply acknowledgement batches; their outcome goes in ``error_key`` of each partition entry."""
-    owner = _shares(ctx).owner(group, member)
+    owner = share_partitions(ctx).owner(group, member)
     touched = []
     for t in topics:
         name = ctx.topic_name(t.topic_id)
@@ -178,7 +181,7 @@ def _acknowledge(ctx, answer: _Answer, group: str, member: str, topics, error_ke
                     "records not acquired by this member (lock expired, or acknowledged already)"
                     if error == ErrorCode.invalid_record_state else None)
     if touched:
-        _shares(ctx).changed(touched)
+        share_partitions(ctx).changed(touched)
     return touched
 
 
@@ -187,7 +190,7 @@ def _acknowledge(ctx, answer: _Answer, group: str, member: str, topics, error_ke
 @handles(78)
 def share_fetch(ctx, conn, h, req):
     group, member, epoch = req.group_id or "", req.member_id or "", req.share_session_epoch
-    lock_ms = _shares(ctx).lock_ms(group)
+    lock_ms = share_partitions(ctx).lock_ms(group)
     extra = {"acquisition_lock_timeout": datetime.timedelta(milliseconds=lock_ms)}
     if not group or not member:
         return _top_error(h, ErrorCode.invalid_request, "GroupId and MemberId must be set", extra)
@@ -234,7 +237,7 @@ def _ready(ctx, group: str, session: ShareSession) -> bool:
         plog = ctx.partition(name, index)
         if plog is None:
             continue
-        sp = _shares(ctx).get(group, name, index, plog)
+        sp = share_partitions(ctx).get(group, name, index, plog)
         sp.queue.sync_end()
         if sp.queue.cursor.has_ready or (sp.queue.stage is not None and sp.queue.stage.lanes):
             return True
@@ -243,7 +246,7 @@ def _ready(ctx, group: str, session: ShareSession) -> bool:
 
 def _acquire(ctx, answer: _Answer, group: str, member: str, session: ShareSession, req, lock_ms: int) -> bool:
     """Acquire up to max_records across the session's partitions; True if any were."""
-    shares = _shares(ctx)
+    shares = share_partitions(ctx)
     owner = shares.owner(group, member)
     budget = req.max_records if req.max_records > 0 else 500
     byte_budget = req.max_bytes if req.max_bytes > 0 else 50 * 1024 * 1024
