@@ -91,8 +91,24 @@ def java_string_hash(text: str) -> int:
     return h - (1 << 32) if h & 0x80000000 else h
 
 
+# Share groups' start offsets in cluster mode (routing.share, gateway.cluster.share_state) are kept
+# as the offsets of this key + the group id, in the group's own partition; not a group of their own.
+SHARE_STATE_PREFIX = "__share-state:"
+
+
+def share_state_key(group_id: str) -> str:
+    return SHARE_STATE_PREFIX + group_id
+
+
+def is_share_state(key: str) -> bool:
+    return key.startswith(SHARE_STATE_PREFIX)
+
+
 def partition_for(group_id: str, partitions: int) -> int:
-    """Kafka's ``Utils.abs(groupId.hashCode) % offsets.topic.num.partitions``."""
+    """Kafka's ``Utils.abs(groupId.hashCode) % offsets.topic.num.partitions`` (a share group's state
+    goes with the group)."""
+    if is_share_state(group_id):
+        group_id = group_id[len(SHARE_STATE_PREFIX):]
     h = java_string_hash(group_id)
     return (0 if h == -(1 << 31) else abs(h)) % partitions
 

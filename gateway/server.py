@@ -48,6 +48,7 @@ from gateway.stream.connection import StreamFactory
 from gateway.stream.service import StreamService
 from gateway.cluster.amqp_home import AmqpHome
 from gateway.cluster.node import ClusterNode
+from gateway.cluster.share_state import RemoteShareState
 from gateway.config import HostPort, Settings
 from gateway.kafka.apis import share_groups
 from gateway.kafka.apis import txn as txn_api
@@ -246,6 +247,7 @@ class Broker:
         except ZkError as exc:
             raise StartupError(str(exc)) from None
         self.kafka.cluster = self.cluster
+        self.kafka.share_remote = RemoteShareState(self.kafka, on_read=self.kafka.waiters.notify)
         log.info("joined the cluster", extra=fields(node_id=s.node_id, zookeeper=s.zookeeper,
                                                     brokers=sorted(self.cluster.view.brokers),
                                                     controller=self.cluster.view.controller_id))
@@ -255,6 +257,7 @@ class Broker:
         self.kafka.producers.reset(topic, partition)  # followers do not track producers: rebuild from the log
         if topic == OFFSETS_TOPIC:
             self.kafka.groups.offsets.reload(partition)
+        self.amqp.router.shares.forget_partition(topic, partition)  # share state: read it again
 
     def _amqp_factory(self):
         local = AmqpFactory(self.amqp)

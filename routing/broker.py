@@ -433,6 +433,7 @@ class Router:
         at-least-once dead letters again."""
         now = self.clock()
         self.shares.expire_locks()
+        self.shares.sync_remote()
         for vhost in self.vhosts.values():
             for queue in list(vhost.queues.values()):
                 queue.expire_head()

@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 GAP, ACCEPT, RELEASE, REJECT = 0, 1, 2, 3  # Kafka's AcknowledgeType
 DEFAULT_LOCK_MS = 30_000  # group.share.record.lock.duration.ms
 DEFAULT_DELIVERY_COUNT_LIMIT = 5  # group.share.delivery.count.limit
+PENDING = object()  # a start offset being read from the group's coordinator
 _PEEK = struct.Struct(">qi11xi")  # baseOffset, batchLength, lastOffsetDelta (at byte 23)
 _READ_BYTES = 1 << 20
 
@@ -190,6 +191,10 @@ class SharePartitions:
         self.owners: dict[tuple[str, str], ShareOwner] = {}
         self.saved: dict[str, dict] = {}  # share:... -> {"floor", "deliveries"}, from the last run
         self.on_released: Callable[[], None] = lambda: None  # records became available again
+        # cluster mode: start offsets kept by the group's coordinator (gateway.cluster.share_state),
+        # since a partition's leader may change; None on a single node (the file above is enough)
+        self.remote = None
+        self._remote_written: dict[tuple[str, str, int], int] = {}
 
     # --- finding ----------------------------------------------------------------------------
     def owner(self, group: str, member_id: str) -> ShareOwner:
@@ -199,7 +204,9 @@ class SharePartitions:
             owner = self.owners[key] = ShareOwner(group, member_id)
         return owner
 
-    def get(self, group: str, topic: str, index: int, plog: PartitionLog) -> SharePartition:
+    def get(self, group: str, topic: str, index: int, plog: PartitionLog) -> SharePartition | None:
+        """The share partition; None while its start offset is being read from the group's
+        coordinator (cluster mode): ask again later."""
         key = (group, topic, index)
         sp = self.partitions.get(key)
         if sp is not None and not sp.queue.deleted and sp.plog is plog and (sp.shared or self._queue_for(*key) is None):
@@ -207,8 +214,18 @@ class SharePartitions:
         if sp is not None:  # its queue was deleted or declared, or the log replaced: let go of it
             self._drop(sp)
         queue = self._queue_for(group, topic, index)
-        sp = SharePartition(group, queue, True) if queue is not None else \
-            SharePartition(group, self._plain(group, topic, index, plog), False)
+        if queue is not None:
+            sp = SharePartition(group, queue, True)
+        else:
+            saved = self.saved.get(_key(group, topic, index))
+            if self.remote is not None:
+                start = self.remote.start(group, topic, index)
+                if start is PENDING:
+                    return None
+                saved = None if start is None else {"floor": start}
+                if start is not None:
+                    self._remote_written[key] = start
+            sp = SharePartition(group, self._plain(group, topic, index, plog, saved), False)
         self.partitions[key] = sp
         return sp
 
@@ -223,8 +240,7 @@ class SharePartitions:
                 return queue
         return None
 
-    def _plain(self, group: str, topic: str, index: int, plog: PartitionLog) -> ShareQueue:
-        saved = self.saved.get(_key(group, topic, index))
+    def _plain(self, group: str, topic: str, index: int, plog: PartitionLog, saved: dict | None) -> ShareQueue:
         if saved is not None:
             floor = saved.get("floor", 0)
         else:
@@ -288,7 +304,30 @@ class SharePartitions:
             router.settle_appends()
         self.on_released()
 
-    # --- persistence (with the queues' ack floors) ---------------------------------------------
+    # --- persistence (with the queues' ack floors; cluster mode: with the group's coordinator) ----
+    def sync_remote(self) -> None:
+        """Cluster mode: send the start offsets that moved to their groups' coordinators."""
+        if self.remote is None:
+            return
+        moved = {}
+        for key, sp in self.partitions.items():
+            if sp.shared or sp.queue.deleted:
+                continue
+            floor = sp.queue.ack_floor
+            if self._remote_written.get(key) != floor:
+                moved[key] = floor
+        if moved:
+            self._remote_written.update(moved)
+            self.remote.write(moved)
+
+    def forget_partition(self, topic: str, index: int) -> None:
+        """This broker (again) leads a partition: what it knew of its share state may be stale."""
+        for key in [k for k in self.partitions if k[1] == topic and k[2] == index]:
+            del self.partitions[key]
+            self._remote_written.pop(key, None)
+        if self.remote is not None:
+            self.remote.forget(topic, index)
+
     def positions(self) -> dict[str, dict]:
         out = dict(self.saved)
         for (group, topic, index), sp in self.partitions.items():

@@ -47,7 +47,7 @@ from core.groups.offset_commits import OffsetCommits
 from core.groups.results import GroupDescription, GroupListing, JoinResult, MemberDescription, SyncResult
 from core.groups.retention import DEFAULT_CHECK_INTERVAL_MS, DEFAULT_RETENTION_MS, OffsetRetention
 from core.log_manager import LogManager
-from core.offsets import OffsetStore
+from core.offsets import OffsetStore, is_share_state
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,8 @@ class GroupCoordinator(OffsetCommits):
         self.consumer.is_share_group = self.share.groups.__contains__
         self.consumer.migration = self.migration = Migration(self.consumer, self._groups, clock, self._prepare_rebalance)
         self.share_deleted: Callable[[str], None] = lambda group_id: None  # its share partitions go too
-        self.retention = OffsetRetention(self.offsets, self._groups, self.consumer, self.share.groups.__contains__,
+        self.retention = OffsetRetention(self.offsets, self._groups, self.consumer,
+                                         lambda g: g in self.share.groups or is_share_state(g),
                                          clock, retention_ms=offsets_retention_ms,
                                          check_interval_ms=offsets_retention_check_interval_ms)
 
@@ -95,7 +96,8 @@ class GroupCoordinator(OffsetCommits):
         """Create ``__consumer_offsets`` if missing and replay it; groups with offsets come back Empty."""
         replayed = self.offsets.load()
         for group_id in self.offsets.groups():
-            self._groups.setdefault(group_id, Group(group_id))
+            if not is_share_state(group_id):  # share groups' start offsets are not a group
+                self._groups.setdefault(group_id, Group(group_id))
         self._loaded = True
         log.info("loaded %d offset record(s) of %d group(s)", replayed, len(self.offsets.groups()))
 

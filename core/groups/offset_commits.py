@@ -21,7 +21,7 @@ from core.errors import LogError, RecordTooLargeError
 from core.groups.group import Group, GroupState
 from core.groups.results import CommitInfo, OffsetDeleteInfo
 from core.groups.subscriptions import offset_delete_errors
-from core.offsets import MAX_METADATA_BYTES, OffsetAndMetadata
+from core.offsets import MAX_METADATA_BYTES, OffsetAndMetadata, is_share_state
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ class OffsetCommits:
                 errors[(topic, partition)] = ErrorCode.none
         if not accepted:
             return CommitInfo(errors, None)
-        if group_id not in self._groups and group_id not in self.consumer.groups:
+        if group_id not in self._groups and group_id not in self.consumer.groups and not is_share_state(group_id):
             self._groups[group_id] = Group(group_id)  # a group used only to store offsets
         try:
             durable_at = self.offsets.commit(group_id, accepted)

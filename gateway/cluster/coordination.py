@@ -79,6 +79,11 @@ def misdirected(ctx, h, req) -> bytes | None:
         return _answer(h, {"groups": [{"error_code": NOT_COORDINATOR, "group_id": g, "group_state": "",
                                        "protocol_type": "", "protocol_data": "", "members": [],
                                        "authorized_operations": -(2**31)} for g in req.groups]})
+    if key == 90:  # DescribeShareGroupOffsets
+        if all(_here(ctx, g.group_id) for g in req.groups):
+            return None
+        return _answer(h, {"groups": [{"group_id": g.group_id, "topics": [], "error_code": NOT_COORDINATOR,
+                                       "error_message": None} for g in req.groups]})
     if key == 42:  # DeleteGroups
         if all(_here(ctx, g) for g in req.groups_names):
             return None

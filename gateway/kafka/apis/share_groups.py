@@ -44,6 +44,7 @@ def share_partitions(ctx):
     shares.auto_offset_reset = lambda group: auto_offset_reset_ms(
         group_config(ctx, group, "share.auto.offset.reset"), int(shares.clock() * 1000))
     shares.delivery_count_limit = ctx.share_delivery_count_limit
+    shares.remote = ctx.share_remote
     return shares
 
 
@@ -148,7 +149,8 @@ class _Answer:
 
 
 def _share_partition(ctx, group: str, name: str | None, index: int):
-    """(share partition, error) for a partition this broker leads."""
+    """(share partition, error) for a partition this broker leads; (None, NONE) while its state is
+    being read from the group's coordinator (cluster mode)."""
     if name is None:
         return None, ErrorCode.unknown_topic_id
     plog, _epoch, error = ctx.leader_log(name, index)
@@ -168,6 +170,8 @@ def _acknowledge(ctx, answer: _Answer, group: str, member: str, topics, error_ke
                 continue
             entry = answer.entry(name, t.topic_id, p.partition_index)
             sp, error = _share_partition(ctx, group, name, p.partition_index)
+            if not error and sp is None:
+                error = ErrorCode.invalid_record_state  # nothing can have been acquired there yet
             if not error:
                 for batch in p.acknowledgement_batches:
                     if batch.last_offset < batch.first_offset or \
@@ -238,6 +242,8 @@ def _ready(ctx, group: str, session: ShareSession) -> bool:
         if plog is None:
             continue
         sp = share_partitions(ctx).get(group, name, index, plog)
+        if sp is None:
+            continue
         sp.queue.sync_end()
         if sp.queue.cursor.has_ready or (sp.queue.stage is not None and sp.queue.stage.lanes):
             return True
@@ -259,6 +265,8 @@ def _acquire(ctx, answer: _Answer, group: str, member: str, session: ShareSessio
         if error:
             answer.entry(name, ctx.topic_id(name), index)["error_code"] = error
             continue
+        if sp is None:
+            continue  # its start offset is on its way from the coordinator
         acquired = sp.acquire(owner, budget, byte_budget, deadline)
         if not acquired:
             continue

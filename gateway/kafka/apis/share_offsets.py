@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
+from core.offsets import share_state_key
 from gateway.kafka.apis.registry import handles
 from gateway.kafka.apis.share_groups import share_partitions
 from wire.kafka import respond
@@ -35,7 +36,10 @@ def describe_share_group_offsets(ctx, conn, h, req):
             out.append({"group_id": g.group_id, "topics": [], "error_code": ErrorCode.group_id_not_found,
                         "error_message": f"Group {g.group_id} is not a share group."})
             continue
-        known = {(t, i): start for t, i, start in shares.describe(g.group_id)}
+        # cluster mode: the coordinator (here) keeps the start offsets its partitions' leaders wrote
+        stored = ctx.groups.offsets.fetch(share_state_key(g.group_id)) if ctx.cluster is not None else {}
+        known = {tp: om.offset for tp, om in stored.items()}
+        known.update({(t, i): start for t, i, start in shares.describe(g.group_id)})
         wanted = sorted(known) if g.topics is None else [(t.topic_name, i) for t in g.topics for i in t.partitions]
         topics: dict[str, list[dict]] = {}
         for name, index in wanted:

@@ -1,0 +1,124 @@
+"""Cluster mode: share partitions' start offsets kept by their group's coordinator.
+
+A plain share partition (routing.share) lives with its topic partition's leader, which changes on
+a failover; its start offset must outlive that broker. Kafka sends it to a share coordinator;
+here the group's own coordinator keeps it, as the committed offsets of the key
+``__share-state:<group>`` in the group's ``__consumer_offsets`` partition (so it is replicated and
+moves with the coordinator). The leader writes the offsets that moved (every AMQP tick, a
+quarter second) and reads them when it starts serving a partition. A coordinator elsewhere is
+reached with OffsetCommit/OffsetFetch over the blocking admin client on a worker thread, so the
+reactor never waits; until a read is back the share partition serves nothing (PENDING).
+
+After a failover the new leader starts at the last start offset written: records accepted after
+it come again (at least once); acquisition locks and delivery counts start afresh.
+"""
+from __future__ import annotations
+
+import logging
+
+from twisted.internet import threads
+
+from core.offsets import OffsetAndMetadata, share_state_key
+from gateway.cluster import coordination
+from gateway.ctl.kafka_client import KafkaAdmin, KafkaClientError
+from routing.share import PENDING
+
+log = logging.getLogger(__name__)
+
+
+class RemoteShareState:
+    def __init__(self, ctx, on_read=lambda: None):
+        self.ctx = ctx
+        self.on_read = on_read  # a read came back: parked share fetches may go on
+        self._known: dict[tuple[str, str, int], int | None] = {}
+        self._reading: set[tuple[str, str, int]] = set()
+
+    # --- reads ----------------------------------------------------------------------------------
+    def start(self, group: str, topic: str, index: int):
+        """The stored start offset, None if there is none, or PENDING while it is being read."""
+        key = (group, topic, index)
+        if key in self._known:
+            return self._known.pop(key)
+        if key in self._reading:
+            return PENDING
+        node = coordination.coordinator(self.ctx, share_state_key(group), 0)
+        if node is None:
+            return PENDING  # no coordinator right now: try again at the next fetch
+        if node == self.ctx.node_id:
+            found = self.ctx.groups.offsets.fetch(share_state_key(group)).get((topic, index))
+            return None if found is None else found.offset
+        address = self._address(node)
+        if address is None:
+            return PENDING
+        self._reading.add(key)
+        threads.deferToThread(_fetch_offset, address, share_state_key(group), topic, index).addCallbacks(
+            lambda offset: self._read(key, offset), lambda failure: self._failed(key, failure))
+        return PENDING
+
+    def _read(self, key, offset: int | None) -> None:
+        self._reading.discard(key)
+        self._known[key] = offset
+        self.on_read()
+
+    def _failed(self, key, failure) -> None:
+        self._reading.discard(key)
+        log.warning("share state of %s not read from its coordinator: %s (retried at the next fetch)", key,
+                    failure.getErrorMessage())
+
+    def forget(self, topic: str, index: int) -> None:
+        for key in [k for k in self._known if k[1] == topic and k[2] == index]:
+            del self._known[key]
+
+    # --- writes ---------------------------------------------------------------------------------
+    def write(self, moved: dict[tuple[str, str, int], int]) -> None:
+        by_group: dict[str, dict[tuple[str, int], int]] = {}
+        for (group, topic, index), offset in moved.items():
+            by_group.setdefault(group, {})[(topic, index)] = offset
+        for group, offsets in by_group.items():
+            key = share_state_key(group)
+            node = coordination.coordinator(self.ctx, key, 0)
+            if node == self.ctx.node_id:
+                self.ctx.groups.offsets.commit(key, {tp: OffsetAndMetadata(o) for tp, o in offsets.items()})
+                continue
+            address = None if node is None else self._address(node)
+            if address is None:
+                log.warning("share state of group %s not written: its coordinator is unknown", group)
+                continue
+            threads.deferToThread(_commit_offsets, address, key, offsets).addErrback(
+                lambda failure, g=group: log.warning("share state of group %s not written: %s", g,
+                                                     failure.getErrorMessage()))
+
+    def _address(self, node: int) -> str | None:
+        info = self.ctx.cluster.view.brokers.get(node)
+        return None if info is None else f"{info.host}:{info.port}"
+
+
+# --- on a worker thread ---------------------------------------------------------------------------
+
+def _fetch_offset(address: str, key: str, topic: str, index: int) -> int | None:
+    with KafkaAdmin(address, client_id="gateway-share-state") as client:
+        answer = client.call(9, {"group_id": key, "topics": [{"name": topic, "partition_indexes": [index]}],
+                                 "groups": [{"group_id": key, "topics": [{"name": topic, "partition_indexes": [index]}]}],
+                                 "require_stable": False})
+    groups = getattr(answer, "groups", None)
+    topics = groups[0].topics if groups else answer.topics
+    for t in topics:
+        for p in t.partitions:
+            if p.error_code:
+                raise KafkaClientError(f"OffsetFetch of {key}: error {p.error_code}")
+            return p.committed_offset if p.committed_offset >= 0 else None
+    return None
+
+
+def _commit_offsets(address: str, key: str, offsets: dict[tuple[str, int], int]) -> None:
+    topics: dict[str, list[dict]] = {}
+    for (topic, index), offset in offsets.items():
+        topics.setdefault(topic, []).append({"partition_index": index, "committed_offset": offset,
+                                             "committed_leader_epoch": -1, "committed_metadata": ""})
+    with KafkaAdmin(address, client_id="gateway-share-state") as client:
+        answer = client.call(8, {"group_id": key, "generation_id_or_member_epoch": -1, "member_id": "",
+                                 "group_instance_id": None, "retention_time_ms": -1,
+                                 "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]})
+    errors = [p.error_code for t in answer.topics for p in t.partitions if p.error_code]
+    if errors:
+        raise KafkaClientError(f"OffsetCommit of {key}: errors {errors}")
