@@ -24,7 +24,7 @@ def _owned(ctx, topic_partitions) -> dict[str, set[int]] | None:
     return owned
 
 
-def _by_id(ctx, parts: dict[str, set[int]], with_names: bool = False) -> list[dict]:
+def by_id(ctx, parts: dict[str, set[int]], with_names: bool = False) -> list[dict]:
     out = []
     for name in sorted(parts):
         entry = {"topic_id": ctx.topic_id(name), "partitions": sorted(parts[name])}
@@ -44,10 +44,14 @@ def consumer_group_heartbeat(ctx, conn, h, req):
         subscribed_topic_regex=getattr(req, "subscribed_topic_regex", None), server_assignor=req.server_assignor,
         owned=_owned(ctx, req.topic_partitions), client_id=h.client_id or "", client_host=conn.peer_host,
         api_version=h.api_version)
-    result = ctx.groups.consumer.heartbeat(hb)
+    return heartbeat_response(ctx, h, ctx.groups.consumer.heartbeat(hb))
+
+
+def heartbeat_response(ctx, h, result) -> bytes:
+    """A ConsumerGroupHeartbeat or ShareGroupHeartbeat answer (the same fields in both)."""
     assignment = None
     if result.assignment is not None:
-        assignment = {"topic_partitions": _by_id(ctx, result.assignment)}
+        assignment = {"topic_partitions": by_id(ctx, result.assignment)}
     return respond(h, {"throttle_time": 0, "error_code": result.error, "error_message": result.message,
                        "member_id": result.member_id, "member_epoch": result.member_epoch,
                        "heartbeat_interval": result.heartbeat_interval_ms, "assignment": assignment})
@@ -69,8 +73,8 @@ def consumer_group_describe(ctx, conn, h, req):
                     "member_epoch": m.member_epoch, "client_id": m.client_id, "client_host": m.client_host,
                     "subscribed_topic_names": tuple(m.subscribed_topic_names),
                     "subscribed_topic_regex": m.subscribed_topic_regex,
-                    "assignment": {"topic_partitions": _by_id(ctx, m.assigned, True)},
-                    "target_assignment": {"topic_partitions": _by_id(ctx, group.target.get(m.member_id, {}), True)},
+                    "assignment": {"topic_partitions": by_id(ctx, m.assigned, True)},
+                    "target_assignment": {"topic_partitions": by_id(ctx, group.target.get(m.member_id, {}), True)},
                     "member_type": 1 if m.classic is None else 0} for m in group.members.values()]
         out.append({"error_code": ErrorCode.none, "error_message": None, "group_id": group_id,
                     "group_state": group.state, "group_epoch": group.group_epoch,

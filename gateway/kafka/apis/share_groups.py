@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
-from gateway.kafka.apis.consumer_groups import _by_id
+from gateway.kafka.apis.consumer_groups import by_id, heartbeat_response
 from gateway.kafka.apis.metadata import UNKNOWN_OPERATIONS
 from core.group_configs import auto_offset_reset_ms
 from gateway.kafka.apis.registry import handles
@@ -54,12 +54,7 @@ def share_group_heartbeat(ctx, conn, h, req):
     result = ctx.groups.share.heartbeat(req.group_id, req.member_id or "", req.member_epoch, rack_id=req.rack_id,
                                         subscribed_topic_names=names, client_id=h.client_id or "",
                                         client_host=conn.peer_host)
-    assignment = None
-    if result.assignment is not None:
-        assignment = {"topic_partitions": _by_id(ctx, result.assignment)}
-    return respond(h, {"throttle_time": 0, "error_code": result.error, "error_message": result.message,
-                       "member_id": result.member_id, "member_epoch": result.member_epoch,
-                       "heartbeat_interval": result.heartbeat_interval_ms, "assignment": assignment})
+    return heartbeat_response(ctx, h, result)
 
 
 @handles(77)
@@ -77,7 +72,7 @@ def share_group_describe(ctx, conn, h, req):
         members = [{"member_id": m.member_id, "rack_id": m.rack_id, "member_epoch": m.member_epoch,
                     "client_id": m.client_id, "client_host": m.client_host,
                     "subscribed_topic_names": tuple(m.subscribed_topic_names),
-                    "assignment": {"topic_partitions": _by_id(ctx, m.assigned, True)}}
+                    "assignment": {"topic_partitions": by_id(ctx, m.assigned, True)}}
                    for m in group.members.values()]
         out.append({"error_code": ErrorCode.none, "error_message": None, "group_id": group_id,
                     "group_state": group.state, "group_epoch": group.group_epoch,
