@@ -361,12 +361,17 @@ class SharePartitions:
                              f"queue's (purge the queue, or consume it)")
         start = min(max(offset, plog.log_start_offset), plog.high_watermark)
         self.saved[_key(group, topic, index)] = {"floor": start}
+        if self.remote is not None:  # cluster mode: the coordinator's copy is what a leader reads
+            self._remote_written[(group, topic, index)] = start
+            self.remote.write({(group, topic, index): start})
 
     def reset_topic(self, group: str, topic: str) -> None:
         """DeleteShareGroupOffsets: the group forgets the topic; a later fetch starts afresh."""
         for key in [k for k in self.partitions if k[0] == group and k[1] == topic]:
             self._drop(self.partitions[key])
         self.saved = {k: v for k, v in self.saved.items() if _split(k)[0] != group or _split(k)[1][0] != topic}
+        if self.remote is not None:
+            self.remote.delete(group, topic)
 
     def shared_queue(self, group: str, topic: str, index: int) -> Queue | None:
         return self._queue_for(group, topic, index)

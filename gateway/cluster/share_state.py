@@ -88,6 +88,17 @@ class RemoteShareState:
                 lambda failure, g=group: log.warning("share state of group %s not written: %s", g,
                                                      failure.getErrorMessage()))
 
+    def delete(self, group: str, topic: str) -> None:
+        """DeleteShareGroupOffsets (run on the group's coordinator): its copy of the topic goes."""
+        key = share_state_key(group)
+        if coordination.coordinator(self.ctx, key, 0) != self.ctx.node_id:
+            log.warning("share state of group %s for topic %s not deleted: the coordinator moved", group, topic)
+            return
+        offsets = self.ctx.groups.offsets
+        stored = [tp for tp in offsets.fetch(key) if tp[0] == topic]
+        if stored:
+            offsets.delete_topic_partitions(key, stored)
+
     def _address(self, node: int) -> str | None:
         info = self.ctx.cluster.view.brokers.get(node)
         return None if info is None else f"{info.host}:{info.port}"
