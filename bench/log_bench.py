@@ -6,9 +6,12 @@ For 1 KB records in batches of 16 KB to 1 MB it measures, on a fresh log each ti
 * append with an fsync after every batch (the worst case for a synchronous producer);
 * read of the whole log back in 1 MB fetches.
 
-Beside them it runs ``dd if=/dev/zero bs=1M conv=fdatasync`` on the same file system: the
-physical limit for sequential writes made durable. Ratios are ours / dd, both measured in
-this run (the machine is shared, so absolute numbers drift; ratios drift less).
+Beside them it runs dd on the same file system, as the peer of each row: for "fsync at end",
+``dd if=/dev/zero bs=1M conv=fdatasync`` (the physical limit for sequential writes made
+durable); for "fsync per batch", ``dd bs=<the batch size> oflag=dsync``, a synchronous write per
+block of the same size, which is what a producer waiting for every batch costs the disk. Ratios
+are ours / dd, both measured in this run (the machine is shared, so absolute numbers drift;
+ratios drift less).
 
     python -m bench log [--mb 256] [--dir DIR] [--json .cache/bench/results/log.json]
 """
@@ -29,13 +32,15 @@ BATCH_SIZES = [16 * 1024, 64 * 1024, 256 * 1024, 1024 * 1024]
 RECORD = 1024
 
 
-def dd_limit(directory: Path, mb: int) -> float:
-    """MB/s of dd writing ``mb`` MiB and fdatasync'ing them (median of three)."""
+def dd_limit(directory: Path, mb: int, block: int = 1024 * 1024, sync_each: bool = False) -> float:
+    """MB/s of dd writing ``mb`` MiB in ``block``-byte writes (median of three), made durable at
+    the end (``conv=fdatasync``) or after every block (``oflag=dsync``)."""
     target = directory / "dd.bin"
     rates = []
     for _ in range(3):
         done = subprocess.run(
-            ["dd", "if=/dev/zero", f"of={target}", "bs=1M", f"count={mb}", "conv=fdatasync"],
+            ["dd", "if=/dev/zero", f"of={target}", f"bs={block}", f"count={max(mb * 1024 * 1024 // block, 1)}",
+             "oflag=dsync" if sync_each else "conv=fdatasync"],
             capture_output=True, text=True, check=True,
         )
         m = re.search(r"(\d+) bytes .* copied, ([\d.,]+) s", done.stderr)
@@ -96,20 +101,30 @@ def run(args):
         directory = Path(tmp)
         print(f"measuring dd conv=fdatasync ({args.mb} MiB x3) ...", flush=True)
         limit = dd_limit(directory, args.mb)
+        synced: dict[int, float] = {}  # batch size -> dd oflag=dsync MB/s
         for size in BATCH_SIZES:
             for fsync_each in (False, True):
                 mb = args.mb if not fsync_each else min(args.mb, 64 if size < 256 * 1024 else args.mb)
                 how = "fsync per batch" if fsync_each else "fsync at end"
                 print(f"  batch {size // 1024} KiB, {how} ({mb} MiB) ...", flush=True)
                 append, read = one_run(directory, size, mb, fsync_each)
+                peer = dd_limit(directory, mb, size, sync_each=True) if fsync_each else limit
+                if fsync_each:
+                    synced[size] = peer
                 samples.add(f"append {size // 1024} KiB batches, {how}", "broker", append, unit="MB/s")
-                samples.add(f"append {size // 1024} KiB batches, {how}", "peer", limit, unit="MB/s")
+                samples.add(f"append {size // 1024} KiB batches, {how}", "peer", peer, unit="MB/s")
                 if not fsync_each:
                     samples.add(f"read {size // 1024} KiB batches", "broker", read, unit="MB/s")
-    notes = [f"peer: dd if=/dev/zero bs=1M conv=fdatasync on the same file system, {limit:.1f} MB/s (the "
-             "physical limit for durable sequential writes); log rows are one run each"]
-    return peers.SuiteResult("log", samples.rows(), notes, {"dd": "dd bs=1M conv=fdatasync, same disk"},
-                             {"dd_mb_s": round(limit, 1), "mb": args.mb})
+    notes = [f"peer of the fsync-at-end rows: dd if=/dev/zero bs=1M conv=fdatasync on the same file system, "
+             f"{limit:.1f} MB/s (the physical limit for durable sequential writes); peer of the fsync-per-batch "
+             "rows: dd bs=<batch> oflag=dsync (one synchronous write per block), "
+             + ", ".join(f"{k // 1024} KiB {v:.1f} MB/s" for k, v in synced.items())
+             + "; log rows are one run each"]
+    return peers.SuiteResult("log", samples.rows(), notes,
+                             {"dd": "dd bs=1M conv=fdatasync (fsync at end) / dd bs=<batch> oflag=dsync "
+                                    "(fsync per batch), same disk"},
+                             {"dd_mb_s": round(limit, 1), "dd_dsync_mb_s": {str(k): round(v, 1) for k, v in synced.items()},
+                              "mb": args.mb})
 
 
 def main(argv=None) -> int:
