@@ -11,9 +11,11 @@ offset expires depends on its group (Kafka's ``offsetExpirationCondition``):
 * a group that had members and is Empty now: ``retention_ms`` after it became Empty, all its
   offsets at once;
 * offsets without group membership (a standalone ``assign()`` + commit, a transactional commit
-  for a group nobody joined, a RabbitMQ stream client's store-offset) and every group after a
-  restart, since membership is not persisted: ``retention_ms`` after each offset's own commit
-  (Kafka's rule for a group without a protocol type, or without a state timestamp).
+  for a group nobody joined) and every group after a restart, since membership is not
+  persisted: ``retention_ms`` after each offset's own commit (Kafka's rule for a group without a
+  protocol type, or without a state timestamp);
+* a RabbitMQ stream client's stored offset (metadata :data:`KEEP`) never: RabbitMQ keeps it as
+  long as the stream, and so do we; share groups' start offsets (``__share-state:``) neither.
 
 Kafka 4 counts an Empty KIP-848 group's offsets from their commit time, which is never later
 than the time the group emptied; counting from the latter keeps them at least as long.
