@@ -195,7 +195,7 @@ class Broker:
         self.kafka.router = lambda: self.amqp.router
         groups.share.on_member_gone = lambda group, member: share_groups.member_gone(self.kafka, group, member)
         groups.share_deleted = lambda group: self.amqp.router.shares.forget_group(group)
-        self._configure_share_groups(groups)
+        self._configure_group_settings(groups)
         self.kafka.storage_failed = self.amqp.storage_failed
         if self.cluster is not None:
             self.amqp_home = AmqpHome(self, self.cluster)
@@ -225,12 +225,19 @@ class Broker:
             self._unlock()
             raise
 
-    def _configure_share_groups(self, groups: GroupCoordinator) -> None:
-        """Share groups read the broker's group.share.* settings, overridden per group by group configs."""
+    def _configure_group_settings(self, groups: GroupCoordinator) -> None:
+        """KIP-848 and share groups read the broker's group.consumer.* / group.share.* settings,
+        overridden per group by group configs."""
         s, kafka = self.settings, self.kafka
-        kafka.group_defaults = {"share.session.timeout.ms": s.group_share_session_timeout_ms,
+        kafka.group_defaults = {"consumer.session.timeout.ms": s.group_consumer_session_timeout_ms,
+                                "consumer.heartbeat.interval.ms": s.group_consumer_heartbeat_interval_ms,
+                                "share.session.timeout.ms": s.group_share_session_timeout_ms,
                                 "share.heartbeat.interval.ms": s.group_share_heartbeat_interval_ms,
                                 "share.record.lock.duration.ms": s.group_share_record_lock_duration_ms}
+        groups.consumer.session_timeout_for = lambda group: int(group_config(kafka, group,
+                                                                             "consumer.session.timeout.ms"))
+        groups.consumer.heartbeat_interval_for = lambda group: int(group_config(kafka, group,
+                                                                                "consumer.heartbeat.interval.ms"))
         groups.share.session_timeout_ms = lambda group: int(group_config(kafka, group, "share.session.timeout.ms"))
         groups.share.heartbeat_interval_ms = lambda group: int(group_config(kafka, group,
                                                                             "share.heartbeat.interval.ms"))

@@ -125,3 +125,18 @@ def test_classic_and_consumer_groups_exclude_each_other():
     assert not w.groups.take_over_for_classic("g")
     w.hb("a", -1)
     assert w.groups.take_over_for_classic("g") and "g" not in w.groups.groups
+
+
+def test_per_group_session_timeout_and_heartbeat_interval():
+    """The group configs consumer.session.timeout.ms / consumer.heartbeat.interval.ms (looked up
+    per group) win over the broker's settings."""
+    w = World()
+    w.groups.heartbeat_interval_for = lambda group_id: 1234 if group_id == "g" else 5000
+    w.groups.session_timeout_for = lambda group_id: 2000 if group_id == "g" else 45000
+    assert w.join("a").heartbeat_interval_ms == 1234
+    w.now += 1.5
+    w.groups.tick()
+    assert "a" in w.groups.groups["g"].members
+    w.now += 1.0  # 2.5 s without a heartbeat: past this group's 2 s session
+    w.groups.tick()
+    assert "a" not in w.groups.groups["g"].members

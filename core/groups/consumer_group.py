@@ -196,6 +196,9 @@ class ConsumerGroups:
         self.clock = clock
         self.session_timeout_ms = session_timeout_ms
         self.heartbeat_interval_ms = heartbeat_interval_ms
+        # per group: the group configs consumer.session.timeout.ms / consumer.heartbeat.interval.ms
+        self.session_timeout_for: Callable[[str], int] = lambda group_id: self.session_timeout_ms
+        self.heartbeat_interval_for: Callable[[str], int] = lambda group_id: self.heartbeat_interval_ms
         self.groups: dict[str, ConsumerGroup] = {}
         self.is_share_group: Callable[[str], bool] = lambda group_id: False  # share group ids are taken
         self.migration = None  # core.groups.migration.Migration: classic members and conversions
@@ -297,7 +300,8 @@ class ConsumerGroups:
         send = (hb.member_epoch == 0 or member.assigned != before
                 or (hb.owned is not None and _flat(hb.owned) != _flat(member.assigned)))
         return HeartbeatResult(ErrorCode.none, None, member.member_id, member.member_epoch,
-                               self.heartbeat_interval_ms, _copy(member.assigned) if send else None)
+                               self.heartbeat_interval_for(group.group_id),
+                               _copy(member.assigned) if send else None)
 
     def _join(self, group: ConsumerGroup, hb: HeartbeatRequest) -> tuple[ConsumerMember, bool]:
         member_id = hb.member_id or uuid.uuid4().hex  # v0 only: v1 clients make their own id
@@ -435,7 +439,7 @@ class ConsumerGroups:
             for member in list(group.members.values()):
                 if group.group_id not in self.groups:
                     break  # downgraded to a classic group by a removal
-                timeout_ms = member.session_timeout_ms or self.session_timeout_ms
+                timeout_ms = member.session_timeout_ms or self.session_timeout_for(group.group_id)
                 if now >= member.last_heartbeat + timeout_ms / 1000:
                     log.info("group %s: member %s's session timed out", group.group_id, member.member_id)
                     self.remove_member(group, member)
