@@ -14,7 +14,7 @@ import os
 import re
 from typing import Any, Callable, Hashable, Iterable
 
-from core.errors import InvalidTopicError, TopicExistsError, UnknownTopicError
+from core.errors import InvalidPartitionsError, InvalidTopicError, TopicExistsError, UnknownTopicError
 from core.log_manager import LogManager
 from core.names import queue_topic
 from routing.errors import (
@@ -314,6 +314,9 @@ class VirtualHost:
             # A topic that Kafka clients made, or a durable queue coming back: its data is the queue's.
             if extra:
                 self.logs.alter_topic_configs(topic, extra)
+        except InvalidPartitionsError as exc:  # the broker's partition budget (--max-partitions) is spent
+            raise ChannelError(PRECONDITION_FAILED, f"cannot declare queue '{name or topic}' in vhost "
+                                                    f"'{self.name}': {exc}") from None
         if not self.available(topic):
             raise UnknownTopicError(f"topic {topic!r} is led by another broker")
         return self.logs.get_log(topic, 0)

@@ -258,3 +258,26 @@ def test_stream_queue_retention_and_offsets(make_router):
     assert [queue.stream_start(spec) for spec in ("first", "last", "next", 1, "30m")] == [0, 2, 3, 1, 0]
     with pytest.raises(ChannelError):
         vhost.declare_queue("bad", owner="c", durable=True, arguments={"x-queue-type": "stream", "x-max-age": "7x"})
+
+
+def test_a_queue_over_the_partition_budget_is_refused_with_a_clear_406(tmp_path):
+    """Each queue is a partition and each partition keeps files open: past --max-partitions the
+    declaration gets 406 PRECONDITION_FAILED naming the limit and the fix (it was a 541)."""
+    from core.log_manager import LogManager
+    from core.metadata import LocalMetadataStore
+    from routing.broker import Router
+    logs = LogManager(tmp_path, LocalMetadataStore(tmp_path), max_partitions=2)
+    logs.startup()
+    try:
+        router = Router(tmp_path, logs)
+        router.load()
+        vhost = router.vhosts["/"]
+        vhost.declare_queue("q1", owner="c", durable=True)
+        vhost.declare_queue("q2", owner="c", durable=True)
+        with pytest.raises(ChannelError) as refused:
+            vhost.declare_queue("q3", owner="c", durable=True)
+        assert refused.value.reply_code == 406
+        assert "cannot declare queue 'q3'" in refused.value.reply_text and "--max-partitions" in refused.value.reply_text
+        assert "q3" not in vhost.queues
+    finally:
+        logs.shutdown()
