@@ -185,6 +185,18 @@ def _nest(flat: set[tuple[str, int]]) -> TopicPartitions:
     return out
 
 
+def delete_empty(table: dict, group_id: str) -> ErrorCode | None:
+    """DeleteGroups in a table of KIP-848 or share groups: NON_EMPTY_GROUP while the group has
+    members, NONE once removed; None when the table has no such group."""
+    group = table.get(group_id)
+    if group is None:
+        return None
+    if group.members:
+        return ErrorCode.non_empty_group
+    del table[group_id]
+    return ErrorCode.none
+
+
 class ConsumerGroups:
     """Every KIP-848 group of one coordinator. ``classic`` is the classic coordinator's group
     table: a group id is one or the other, and an empty classic group is taken over on join."""
@@ -475,13 +487,7 @@ class ConsumerGroups:
 
     # --- admin --------------------------------------------------------------------------------
     def delete(self, group_id: str) -> ErrorCode | None:
-        group = self.groups.get(group_id)
-        if group is None:
-            return None
-        if group.members:
-            return ErrorCode.non_empty_group
-        del self.groups[group_id]
-        return ErrorCode.none
+        return delete_empty(self.groups, group_id)
 
     def describe_classic(self, group_id: str) -> GroupDescription:
         """DescribeGroups of a consumer group: its state, type ``consumer``, assignor, members

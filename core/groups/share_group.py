@@ -27,6 +27,7 @@ from typing import Callable, Mapping
 
 from kio.schema.errors import ErrorCode
 
+from core.groups.consumer_group import delete_empty
 from core.groups.results import GroupDescription, MemberDescription
 
 log = logging.getLogger(__name__)
@@ -189,10 +190,4 @@ class ShareGroups:
 
     def delete(self, group_id: str) -> ErrorCode | None:
         """DeleteGroups of a share group: NON_EMPTY_GROUP while it has members; None: not a share group."""
-        group = self.groups.get(group_id)
-        if group is None:
-            return None
-        if group.members:
-            return ErrorCode.non_empty_group
-        del self.groups[group_id]
-        return ErrorCode.none
+        return delete_empty(self.groups, group_id)

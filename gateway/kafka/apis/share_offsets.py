@@ -26,6 +26,11 @@ def _group_error(ctx, group: str) -> tuple[ErrorCode, str | None]:
     return ErrorCode.none, None
 
 
+def _refused(h, error: ErrorCode, message: str | None) -> bytes:
+    """Alter/DeleteShareGroupOffsets answered for the whole group (not a share group, not empty)."""
+    return respond(h, {"throttle_time": 0, "error_code": error, "error_message": message, "responses": []})
+
+
 @handles(90)
 def describe_share_group_offsets(ctx, conn, h, req):
     shares = share_partitions(ctx)
@@ -63,7 +68,7 @@ def describe_share_group_offsets(ctx, conn, h, req):
 def alter_share_group_offsets(ctx, conn, h, req):
     error, message = _group_error(ctx, req.group_id)
     if error:
-        return respond(h, {"throttle_time": 0, "error_code": error, "error_message": message, "responses": []})
+        return _refused(h, error, message)
     shares = share_partitions(ctx)
     responses = []
     for t in req.topics:
@@ -88,7 +93,7 @@ def alter_share_group_offsets(ctx, conn, h, req):
 def delete_share_group_offsets(ctx, conn, h, req):
     error, message = _group_error(ctx, req.group_id)
     if error:
-        return respond(h, {"throttle_time": 0, "error_code": error, "error_message": message, "responses": []})
+        return _refused(h, error, message)
     shares = share_partitions(ctx)
     responses = []
     for t in req.topics:
