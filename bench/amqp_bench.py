@@ -10,9 +10,11 @@ Rows, each measured on broker and peer in alternation (who goes first flips each
   transient publish through a fanout exchange to 10 queues;
 * pika (transient publish, consume) and aio-pika (persistent publish with confirms, consume),
   ``--client-messages`` each (``bench/client_load.py``): what applications get;
-* end-to-end latency p50/p99 at a fixed offered rate (a publisher and a consumer connection in
-  one process, send time in the body): ``--latency-rate``, by default half of RabbitMQ's
-  median transient publish rate measured above, for ``--latency-seconds``.
+* end-to-end latency p50/p99 (publish -> delivery; a publisher and a consumer connection,
+  send time in the body) at fixed offered rates for ``--latency-seconds`` each: raw frames at
+  1,000 msg/s, at half RabbitMQ's median transient publish rate measured above
+  (``--latency-rate`` overrides), persistent + confirms at half its confirmed median; pika
+  transient and persistent with ``confirm_delivery`` at 1,000 msg/s.
 
 RabbitMQ is a private node started by ``compat_tests.rabbitmq.RabbitMQNode`` (free ports, its
 own epmd); if it cannot start, our broker is measured alone.
@@ -45,7 +47,35 @@ def add_arguments(parser) -> None:
     parser.add_argument("--latency-rate", type=float, default=None,
                         help="msgs/s offered in the latency rows (default: half RabbitMQ's transient median)")
     parser.add_argument("--latency-seconds", type=float, default=5.0)
+    parser.add_argument("--latency-size", type=int, default=1024, help="body bytes in the latency rows")
     parser.add_argument("--skip-clients", action="store_true", help="no pika / aio-pika rows")
+
+
+def _half_peer_median(samples, case: str) -> float:
+    """Half the peer's median of a throughput row (ours when there is no peer), to 100 msg/s."""
+    got = samples.cases[case]["peer"] or samples.cases[case]["broker"]
+    return round(sorted(got)[len(got) // 2] / 2, -2)
+
+
+def latency_runs(args, samples, target, names):
+    """(row label, load module, spec) of every end-to-end latency row: raw frames at 1,000 msg/s,
+    at half RabbitMQ's transient peak, and persistent + confirms at half its confirmed peak (both
+    peaks measured with the latency rows' body size); pika
+    transient and persistent (confirm_delivery) at 1,000 msg/s. ``--latency-rate`` replaces the
+    half-peak transient rate."""
+    transient = args.latency_rate or _half_peer_median(samples, f"raw: publish transient {args.latency_size} B")
+    confirmed = _half_peer_median(samples, f"raw: publish persistent + confirms {args.latency_size} B")
+    base = {"address": target.address("amqp"), "mode": "latency", "seconds": args.latency_seconds,
+            "size": args.latency_size}
+    runs = [(f"raw: transient {rate:,.0f} msg/s", {"rate": rate}) for rate in (1000, transient)]
+    runs.append((f"raw: persistent + confirms {confirmed:,.0f} msg/s", {"rate": confirmed, "confirm": True}))
+    for label, extra in runs:
+        yield label, "bench.amqp_load", {**base, **extra, "queue": f"bench-lat-{next(names)}"}
+    if args.skip_clients:
+        return
+    for label, confirm in (("pika: transient 1,000 msg/s", False), ("pika: persistent + confirm_delivery 1,000 msg/s", True)):
+        yield label, "bench.client_load", {**base, "client": "pika", "rate": 1000, "confirm": confirm,
+                                           "queue": f"bench-lat-{next(names)}"}
 
 
 def start_peer():
@@ -87,6 +117,10 @@ def run(args) -> peers.SuiteResult:
                 queue = f"{base}-confirm" if mode == "consume" else f"{base}-{mode}"
                 load("bench.amqp_load", who, target, {"address": target.address("amqp"), "queue": queue,
                      "messages": args.messages, "size": args.size, "mode": mode}, case, size=args.size)
+            for mode, case in RAW[:2]:  # the peaks the latency rows take half of, at their body size
+                load("bench.amqp_load", who, target, {"address": target.address("amqp"), "queue": f"{base}-{mode}-lat",
+                     "messages": args.messages // 2, "size": args.latency_size, "mode": mode, "delete": True},
+                     f"{case} {args.latency_size} B", size=args.latency_size)
             if args.skip_clients:
                 continue
             for client, mode, case in CLIENTS:
@@ -94,19 +128,14 @@ def run(args) -> peers.SuiteResult:
                      "queue": f"{base}-{client}", "messages": args.client_messages, "size": args.size,
                      "mode": mode}, case, size=args.size)
 
-        rate = args.latency_rate
-        if rate is None:
-            peak = samples.cases["raw: publish transient"]["peer"] or samples.cases["raw: publish transient"]["broker"]
-            rate = round(sorted(peak)[len(peak) // 2] / 2, -2)
         for rep, who, target in peers.alternate(targets, args.repeat):
-            spec = {"address": target.address("amqp"), "queue": f"bench-lat-{next(names)}", "mode": "latency",
-                    "rate": rate, "seconds": args.latency_seconds, "size": args.size}
-            r, used = peers.measured(lambda: peers.run_load("bench.amqp_load", spec), target.pid)
-            cpu[who] += used
-            samples.add(f"raw: latency p50 at {rate:,.0f} msg/s", who, r["p50_ms"], unit="ms", better="lower")
-            samples.add(f"raw: latency p99 at {rate:,.0f} msg/s", who, r["p99_ms"], unit="ms", better="lower")
-            print(f"  {target.name:<8} latency at {rate:,.0f} msg/s (achieved {r['achieved_rate']:,.0f}): "
-                  f"p50 {r['p50_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms, max {r['max_ms']:.1f} ms", flush=True)
+            for label, module, spec in latency_runs(args, samples, target, names):
+                r, used = peers.measured(lambda: peers.run_load(module, spec), target.pid)
+                cpu[who] += used
+                samples.add(f"{label}: latency p50", who, r["p50_ms"], unit="ms", better="lower")
+                samples.add(f"{label}: latency p99", who, r["p99_ms"], unit="ms", better="lower")
+                print(f"  {target.name:<8} {label} (achieved {r['achieved_rate']:,.0f}/s): p50 {r['p50_ms']:.2f} ms, "
+                      f"p99 {r['p99_ms']:.2f} ms, max {r['max_ms']:.1f} ms", flush=True)
     finally:
         ours.close()
         if peer is not None:
@@ -115,13 +144,15 @@ def run(args) -> peers.SuiteResult:
     notes = [f"raw rows: {args.messages:,} messages of {args.size} B per run; pika/aio-pika rows: "
              f"{args.client_messages:,}; medians of {args.repeat} alternating runs",
              "fanout rows count publishes (each is stored 10 times)",
-             f"latency: {args.latency_seconds:g} s at a fixed offered rate (half RabbitMQ's transient median "
-             "unless --latency-rate), transient 100 B, prefetch 1000, after 0.5 s warm-up",
+             f"latency: {args.latency_seconds:g} s at each fixed offered rate (1,000 msg/s; half RabbitMQ's "
+             "transient median unless --latency-rate; persistent + confirms at half its confirmed median), "
+             f"{args.latency_size} B, publisher and consumer on separate connections, prefetch 1000, after 0.5 s warm-up; "
+             "publish -> delivery",
              f"broker CPU over all runs: ours {cpu['broker']:.1f} s, RabbitMQ (beam.smp) {cpu['peer']:.1f} s"]
     if peer_note:
         notes.append(peer_note)
     meta = {"peer": "rabbitmq" if peer else None, "peer_label": peer_label, "messages": args.messages,
-            "size": args.size, "repeat": args.repeat, "latency_rate": rate, "cpu_seconds": cpu}
+            "size": args.size, "repeat": args.repeat, "cpu_seconds": cpu}
     return peers.SuiteResult("amqp", samples.rows(), notes, {"rabbitmq": peer_label} if peer else {}, meta)
 
 

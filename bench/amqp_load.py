@@ -18,9 +18,12 @@ SPEC: ``{"address": "host:port", "queue": str, "messages": int, "size": int, "mo
 * ``latency``: a second connection consumes (prefetch 1,000, multiple ack every 100) while this
   one publishes ``rate`` transient messages a second for ``seconds``, each body starting with
   the send time; reports p50/p99/max of receive time minus send time, after a 0.5 s warm-up.
+  ``"confirm": true``: persistent messages on a confirm-mode channel instead.
 * ``spread`` (bench.scale): ``queues`` exclusive queues, then ``messages`` confirmed publishes
   round robin over them; reports the broker's CPU seconds per message over the publish phase
   (``pid``: the broker process, read from /proc).
+* ``memory`` (bench.scale): the broker's RSS growth for ``messages`` ready persistent messages
+  in one queue (confirmed publishes), or for ``queues`` idle durable queues; all deleted after.
 * ``idle`` (bench.scale): ``connections`` connections opened (handshake + one channel) and left
   idle; reports the broker's RSS growth per connection (``pid`` as above).
 
@@ -289,18 +292,24 @@ def run_fanout(conn: Conn, name: str, n: int, size: int, fanout: int) -> tuple[f
     return elapsed, None
 
 
-def run_latency(address: str, queue: str, rate: float, seconds: float, size: int) -> dict:
-    """Publish at a fixed rate on one connection, consume on another, in one thread (select)."""
+def run_latency(address: str, queue: str, rate: float, seconds: float, size: int, confirm: bool = False) -> dict:
+    """Publish at a fixed rate on one connection, consume on another, in one thread (select).
+
+    ``confirm``: persistent messages on a channel in confirm mode (the publisher's confirms are
+    read and counted; the latency is still publish -> delivery, which need not wait for the disk)."""
     import select
     pub, con = Conn(address), Conn(address)
     declare(pub, queue)
+    if confirm:
+        pub.send(1, commands.Confirm.Select())
+        pub.expect(commands.Confirm.SelectOk)
     con.send(1, commands.Basic.Qos(prefetch_count=PREFETCH))
     con.expect(commands.Basic.QosOk)
     con.send(1, commands.Basic.Consume(queue=queue, consumer_tag="lat", no_ack=False))
     con.expect(commands.Basic.ConsumeOk)
     size = max(size, 8)
     head = (frame.marshal(commands.Basic.Publish(exchange="", routing_key=queue), 1)
-            + frame.marshal(header.ContentHeader(0, size, commands.Basic.Properties(delivery_mode=1)), 1)
+            + frame.marshal(header.ContentHeader(0, size, commands.Basic.Properties(delivery_mode=2 if confirm else 1)), 1)
             + struct.pack(">BHI", 3, 1, size))
     tail = b"x" * (size - 8) + b"\xce"
     stamp = struct.Struct(">d").pack
@@ -320,7 +329,13 @@ def run_latency(address: str, queue: str, rate: float, seconds: float, size: int
                 pub.sock.sendall(one * due)
                 sent += due
         wait = 0.001 if sent < total else 0.05
-        if select.select([con.sock], [], [], wait)[0]:
+        readable = select.select([con.sock, pub.sock] if confirm else [con.sock], [], [], wait)[0]
+        if pub.sock in readable:  # confirms: read so the broker's socket never fills
+            pub._recv()
+            for ftype, ch, s, e in pub.frames():
+                if ftype == 1 and struct.unpack_from(">HH", pub.buf, s) != (60, 80):
+                    pub._check_close(s)
+        if con.sock in readable:
             con._recv()
             buf = con.buf
             arrived = clock()
@@ -426,10 +441,43 @@ def run_idle(address: str, count: int, pid: int) -> dict:
             "kb_per_connection": (after - before) / max(count - 1, 1) / 1024}
 
 
+def run_memory(address: str, queue: str, pid: int, messages: int, size: int, queues: int) -> dict:
+    """Broker RSS growth for ``messages`` ready persistent messages of ``size`` B in one queue
+    (published with confirms), or, with ``queues``, for that many idle durable queues."""
+    from bench.peers import rss_bytes
+    conn = Conn(address)
+    time.sleep(1.0)
+    before = rss_bytes(pid)
+    start = time.perf_counter()
+    if queues:
+        names = [f"{queue}-{i}" for i in range(queues)]
+        for i in range(0, queues, 500):
+            conn.sock.sendall(b"".join(frame.marshal(commands.Queue.Declare(queue=q, durable=True), 1)
+                                       for q in names[i:i + 500]))
+            expect_many(conn, 50, 11, len(names[i:i + 500]))
+    else:
+        run_confirm(conn, queue, messages, size)
+        ready = declare(conn, queue, passive=True)
+        if ready != messages:
+            raise RuntimeError(f"{ready:,} of {messages:,} messages ready in {queue}")
+    elapsed = time.perf_counter() - start
+    time.sleep(3.0)  # let the broker settle (allocators, lazily made buffers, a queue's paging)
+    after = rss_bytes(pid)
+    for q in (names if queues else [queue]):  # the peer is reused by later runs
+        conn.send(1, commands.Queue.Delete(queue=q))
+    expect_many(conn, 50, 41, queues or 1)
+    conn.close()
+    return {"seconds": elapsed, "rss_before": before, "rss_after": after, "rss_growth_mb": (after - before) / 2**20}
+
+
 def main(spec: dict) -> dict:
     n, q, mode = spec.get("messages", 0), spec["queue"], spec["mode"]
     if mode == "latency":
-        return {"mode": mode, **run_latency(spec["address"], q, spec["rate"], spec["seconds"], spec["size"])}
+        return {"mode": mode, **run_latency(spec["address"], q, spec["rate"], spec["seconds"], spec["size"],
+                                            confirm=spec.get("confirm", False))}
+    if mode == "memory":
+        return {"mode": mode, **run_memory(spec["address"], q, spec["pid"], n, spec.get("size", 1024),
+                                           spec.get("queues", 0))}
     if mode == "idle":
         return {"mode": mode, **run_idle(spec["address"], spec["connections"], spec["pid"])}
     conn = Conn(spec["address"])
@@ -441,6 +489,8 @@ def main(spec: dict) -> dict:
         elapsed, send_s = run_transient(conn, q, n, spec["size"])
     elif mode == "confirm":
         elapsed, send_s = run_confirm(conn, q, n, spec["size"])
+        if spec.get("delete"):  # no consume run follows
+            delete(conn, q)
     elif mode == "consume":
         elapsed, send_s = run_consume(conn, q, n)
     elif mode == "fanout":

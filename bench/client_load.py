@@ -12,7 +12,15 @@ SPEC: ``{"address": "host:port", "queue": str, "messages": int, "size": int, "cl
 * aio-pika ``publish``: a channel with publisher confirms, persistent messages awaited in windows
   of 1,000 (asyncio.gather); ``consume``: queue.iterator(), prefetch 1,000, multiple ack every 500.
 
-``consume`` reads (and then deletes) the queue its ``publish`` run filled. Prints one JSON line.
+``consume`` reads (and then deletes) the queue its ``publish`` run filled.
+
+* pika ``latency``: a consumer connection in one thread (prefetch 1,000, a multiple ack every
+  100) and a publisher connection in another sending ``rate`` messages a second for ``seconds``,
+  each body starting with its send time; ``"confirm": true`` makes them persistent on a
+  ``confirm_delivery`` channel (each publish then waits for its confirm, as a pika application's
+  does). Reports p50/p99/max of publish -> delivery after a 0.5 s warm-up, and the rate achieved.
+
+Prints one JSON line.
 """
 from __future__ import annotations
 
@@ -91,7 +99,58 @@ async def aio_pika_run(spec: dict) -> float:
     return elapsed
 
 
+def pika_latency(spec: dict) -> dict:
+    import struct
+    import threading
+    import pika
+    from bench.amqp_load import _latency_summary
+    q, rate, seconds, confirm = spec["queue"], spec["rate"], spec["seconds"], spec.get("confirm", False)
+    total = int(rate * seconds)
+    params = pika.URLParameters(_url(spec["address"]))
+    pub_conn, con_conn = pika.BlockingConnection(params), pika.BlockingConnection(params)
+    pub, con = pub_conn.channel(), con_conn.channel()
+    pub.queue_declare(q, durable=True)
+    if confirm:
+        pub.confirm_delivery()
+    con.basic_qos(prefetch_count=PREFETCH)
+    clock, stamp, unpack = time.perf_counter, struct.Struct(">d"), struct.Struct(">d").unpack_from
+    t0 = clock()
+    latencies, state = [], {"got": 0}
+
+    def on_message(channel, method, properties, body):
+        arrived = clock()
+        sent_at = unpack(body)[0]
+        if sent_at - t0 >= 0.5:
+            latencies.append(arrived - sent_at)
+        state["got"] += 1
+        if state["got"] % 100 == 0 or state["got"] == total:
+            channel.basic_ack(method.delivery_tag, multiple=True)
+        if state["got"] >= total:
+            channel.stop_consuming()
+    con.basic_consume(q, on_message)
+    consumer = threading.Thread(target=con.start_consuming, daemon=True)
+    consumer.start()
+    props = pika.BasicProperties(delivery_mode=2 if confirm else 1)
+    pad = b"x" * max(spec["size"] - 8, 0)
+    for i in range(total):
+        due = t0 + i / rate
+        now = clock()
+        if due > now:
+            time.sleep(due - now)
+        pub.basic_publish("", q, stamp.pack(clock()) + pad, props)
+    offered = total / max(clock() - t0, 1e-9)
+    consumer.join(timeout=60)
+    if consumer.is_alive():
+        raise RuntimeError(f"pika latency run: {state['got']}/{total} delivered 60 s after the last publish")
+    con_conn.close()
+    pub.queue_delete(q)
+    pub_conn.close()
+    return _latency_summary(latencies, rate, offered, total)
+
+
 def main(spec: dict) -> dict:
+    if spec["mode"] == "latency":
+        return {**spec, **pika_latency(spec)}
     if spec["client"] == "pika":
         elapsed = pika_run(spec)
     else:

@@ -47,12 +47,13 @@ class OurBroker:
 
     name = "gateway"
 
-    def __init__(self, tag: str):
+    def __init__(self, tag: str, *args: str):
+        """``args``: more ``gateway serve`` options."""
         from tests.brokerproc import start_broker
         self.data_dir = CACHE / "data" / f"{tag}-{os.getpid()}"
         shutil.rmtree(self.data_dir, ignore_errors=True)
         self.data_dir.mkdir(parents=True)
-        self.proc = start_broker(self.data_dir, "--log-level", "warning")
+        self.proc = start_broker(self.data_dir, "--log-level", "warning", *args)
 
     @property
     def pid(self) -> int:

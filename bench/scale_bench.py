@@ -8,6 +8,9 @@
   cost(N) / cost(1), and the time the N declarations took, our broker next to RabbitMQ;
 * idle connections: ``--connections`` (1,000) AMQP connections (handshake and one channel each)
   left idle: the broker's RSS growth / connections, next to RabbitMQ's beam.smp;
+* memory: the broker's RSS with ``--memory-queues`` (10,000) idle durable queues, and with
+  ``--memory-messages`` (1,000,000) ready persistent 1 KB messages in one queue, next to
+  RabbitMQ (fresh brokers for each; our partition budget raised for 10,000 queues);
 * start-up on a large log (ours only: Tansu keeps nothing on disk): a 1-partition topic filled
   with ``--startup-gb`` GB of 1 KB records (default 1 for CI and a quick manual run; 10 is the
   issue's manual setting), then the time from process start to listening after a clean stop
@@ -27,7 +30,7 @@ import time
 
 from bench import peers
 
-PARTS = ("partitions", "queues", "connections", "startup")
+PARTS = ("partitions", "queues", "connections", "memory", "startup")
 
 
 def add_arguments(parser) -> None:
@@ -36,6 +39,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--queues", type=int, default=1000,
                         help="10,000 is the issue's figure (the manual setting)")
     parser.add_argument("--connections", type=int, default=1000)
+    parser.add_argument("--memory-messages", type=int, default=1_000_000, help="ready 1 KB messages in the RSS row")
+    parser.add_argument("--memory-queues", type=int, default=10_000, help="idle durable queues in the RSS row")
     parser.add_argument("--startup-gb", type=float, default=1.0, help="log size for the start-up rows (10: manual)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--only", default=",".join(PARTS), help=f"comma-separated subset of {','.join(PARTS)}")
@@ -109,7 +114,7 @@ def run(args) -> peers.SuiteResult:
                     declared = {}
 
                     def spread(n):
-                        target = fixed or peers.OurBroker("scale-queues")
+                        target = fixed or peers.OurBroker("scale-queues", *_partition_args(n))
                         try:
                             r = peers.run_load("bench.amqp_load", {
                                 "address": target.address("amqp"), "queue": f"scale-{next(names)}", "mode": "spread",
@@ -140,6 +145,8 @@ def run(args) -> peers.SuiteResult:
         finally:
             if peer is not None:
                 peer.close()
+    if "memory" in only:
+        memory_rows(samples, args, names, seen, notes)
     if "startup" in only:
         for label, seconds in startup_times(args.startup_gb, args.repeat):
             samples.add(label, "broker", seconds, unit="s", better="lower")
@@ -148,12 +155,65 @@ def run(args) -> peers.SuiteResult:
     notes.append(f"{args.messages:,} messages per scale run; CPU from /proc of the broker process (beam.smp for "
                  f"RabbitMQ); medians of {args.repeat}")
     meta = {"messages": args.messages, "partitions": args.partitions, "queues": args.queues,
+            "memory_messages": args.memory_messages, "memory_queues": args.memory_queues,
             "connections": args.connections, "startup_gb": args.startup_gb, "repeat": args.repeat}
     rows = samples.rows()
     for row in rows:  # the peer differs by part
         if row["peer"] is not None:
             row["peer_name"] = "tansu" if row["case"].startswith("kafka") else "rabbitmq"
     return peers.SuiteResult("scale", rows, notes, seen, meta)
+
+
+def _partition_args(queues: int) -> list[str]:
+    """Broker options for ``queues`` queues (one partition each, plus the internal topics).
+
+    The default partition budget is half the open-file limit (each partition holds its segment
+    file open; the rest is for connections); with a 20,000 limit that is 10,000, one short of
+    10,000 queues. Above the default, the budget is raised to what the run needs while it
+    leaves a quarter of the limit for connections (the open-file limit itself can only be raised
+    by a process with CAP_SYS_RESOURCE)."""
+    import resource
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    wanted = queues + 200
+    if wanted <= soft // 2:
+        return []
+    return ["--max-partitions", str(max(wanted, soft * 3 // 4))]
+
+
+def memory_rows(samples, args, names, seen, notes) -> None:
+    """Broker RSS (absolute, after filling and 3 s of settling): ``--memory-queues`` idle durable
+    queues, and ``--memory-messages`` ready 1 KB messages in one queue; a fresh broker of ours and
+    a fresh RabbitMQ node for each, so that nothing an earlier run left behind is counted."""
+    rows = ((f"amqp: RSS with {args.memory_queues:,} idle durable queues", {"queues": args.memory_queues}),
+            (f"amqp: RSS with {args.memory_messages:,} ready 1 KB messages in one queue",
+             {"messages": args.memory_messages, "size": 1024}))
+    for rep in range(args.repeat):
+        for label, spec in rows:
+            for who in (("broker", "peer") if rep % 2 == 0 else ("peer", "broker")):
+                if who == "broker":
+                    target = peers.OurBroker("scale-memory", *_partition_args(spec.get("queues", 0)))
+                else:
+                    from bench import amqp_bench
+                    target, peer_label, note = amqp_bench.start_peer()
+                    if target is None:
+                        if note not in notes:
+                            notes.append(note)
+                        continue
+                    seen["rabbitmq"] = peer_label
+                try:
+                    r = peers.run_load("bench.amqp_load", {"address": target.address("amqp"), "pid": target.pid,
+                                                           "queue": f"mem-{next(names)}", "mode": "memory", **spec},
+                                       timeout=3600)
+                except Exception as exc:
+                    print(f"  {target.name:<8} {label}: failed: {str(exc)[-300:]}", flush=True)
+                    _failures.append(f"{target.name} {label}: {str(exc).strip().splitlines()[-1][:200]}")
+                    continue
+                finally:
+                    target.close(**({"timeout": 1800} if who == "broker" else {}))
+                mb = r["rss_after"] / 2**20
+                samples.add(label, who, mb, unit="MB", better="lower")
+                print(f"  {target.name:<8} {label}: {mb:,.1f} MB (idle {r['rss_before'] / 2**20:,.1f} MB; "
+                      f"filled in {r['seconds']:.1f} s)", flush=True)
 
 
 def startup_times(gb: float, repeat: int):

@@ -120,6 +120,7 @@ class Broker:
         self._loops: list[task.LoopingCall] = []
         self._flushing: defer.Deferred | None = None
         self._flush_again = False
+        self._flush_kick = None  # the pending start of a group commit (request_flush)
         self.kafka: KafkaContext | None = None
         self.amqp: AmqpService | None = None
         self.streams: StreamService | None = None
@@ -424,6 +425,16 @@ class Broker:
         Called after every append and on a timer. While a pass runs, requests only mark that
         another pass is due, so all appends that arrived meanwhile share the next fsync.
         """
+        if not self._logs_open:
+            return
+        if self._flushing is not None:
+            self._flush_again = True
+            return
+        if self._flush_kick is None:  # at the end of this reactor pass: its deliveries go out first
+            self._flush_kick = self.reactor.callLater(0, self._start_flush)
+
+    def _start_flush(self) -> None:
+        self._flush_kick = None
         if not self._logs_open:
             return
         if self._flushing is not None:

@@ -193,7 +193,7 @@ class _FakeAmqpService:
         self.users = users
         self.router = None
         self.reactor = Clock()
-        self.connections, self.confirming = set(), set()
+        self.connections, self.confirming, self.output_pending = set(), set(), set()
         self.accepting, self.alarm_reason = True, None
         self.max_connections_per_user, self.channel_max, self.max_message_bytes = 0, 2047, 1 << 27
 

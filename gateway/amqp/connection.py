@@ -31,7 +31,7 @@ from gateway.amqp.secrets import SecretsMixin
 from gateway.logs import connection_ids, fields
 from gateway.management import metrics
 from gateway.amqp.counters import AMQP as COUNTS
-from gateway.netutil import no_delay
+from gateway.netutil import no_delay, write_through
 from gateway.security.login import check_login
 from gateway.security.oauth import TokenGrant
 from gateway.security.tls import peer_common_name
@@ -183,9 +183,11 @@ class AmqpConnection(SecretsMixin, protocol.Protocol):
             self._flush()
         elif self._flush_call is None:
             self._flush_call = self.reactor.callLater(0, self._flush)
+            self.service.output_pending.add(self)  # after_input writes it in this pass
 
     def _flush(self) -> None:
         call, self._flush_call = self._flush_call, None
+        self.service.output_pending.discard(self)
         if call is not None and call.active():  # called early, by send()
             call.cancel()
         self._out_bytes = 0
@@ -193,7 +195,7 @@ class AmqpConnection(SecretsMixin, protocol.Protocol):
             data = b"".join(self._out)
             self._out = []
             self._last_sent = time.monotonic()
-            self.transport.write(data)
+            write_through(self.transport, data)
         else:
             self._out = []
 
