@@ -497,6 +497,8 @@ class Broker:
                 loop.stop()
         if self._starting is not None and not self._starting.called:
             yield _settled(self._starting)
+        if self._flush_kick is not None and self._flush_kick.active():
+            self._flush_kick.cancel()  # logs.shutdown() below flushes everything
         if self._flushing is not None:
             yield _settled(self._flushing)
         if self.cluster is not None:
