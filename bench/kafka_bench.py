@@ -4,9 +4,9 @@ Rows, each measured on broker and peer in alternation (who goes first flips each
 ``--repeat`` times (default 3), medians in the table. A fresh topic per run.
 
 * confluent-kafka (librdkafka, ``bench/kafka_load.py``, linger.ms=5, default batch size):
-  produce 100 B / 1 KB / 10 KB with acks=1 and each read back with an assigned consumer;
-  1 KB acks=all; 1 KB acks=1 on 16 partitions and read back. 10 KB runs use a tenth of
-  ``--messages``;
+  produce 100 B / 1 KB / 10 KB / 100 KB with acks=1 and each read back with an assigned
+  consumer; 1 KB acks=all; 1 KB acks=1 on 16 partitions and read back. 10 KB runs use a tenth
+  of ``--messages``, 100 KB runs a hundredth;
 * kafka-python: 1 KB acks=1 produce and consume, ``--client-messages``;
 * end-to-end latency p50/p99 of 1 KB records at ``--latency-rate`` msgs/s (default 10,000) for
   ``--latency-seconds``: librdkafka producer (linger.ms=1) and consumer in one process, send
@@ -30,12 +30,12 @@ from bench import peers
 
 # (client, size, acks, partitions, consume?)
 CASES = [("confluent", 100, "1", 1, True), ("confluent", 1024, "1", 1, True), ("confluent", 10240, "1", 1, True),
-         ("confluent", 1024, "all", 1, False), ("confluent", 1024, "1", 16, True),
+         ("confluent", 102400, "1", 1, True), ("confluent", 1024, "all", 1, False), ("confluent", 1024, "1", 16, True),
          ("kafka-python", 1024, "1", 1, True)]
 
 
 def _label(size: int) -> str:
-    return {100: "100B", 1024: "1KB", 10240: "10KB"}.get(size, f"{size}B")
+    return {100: "100B", 1024: "1KB", 10240: "10KB", 102400: "100KB"}.get(size, f"{size}B")
 
 
 def add_arguments(parser) -> None:
@@ -70,7 +70,7 @@ def run(args) -> peers.SuiteResult:
         for rep, who, target in peers.alternate(targets, args.repeat):
             for client, size, acks, partitions, read in CASES:
                 n = args.client_messages if client == "kafka-python" else args.messages
-                n = n // 10 if size >= 10240 else n
+                n = n // 100 if size >= 102400 else n // 10 if size >= 10240 else n
                 spec = {"bootstrap": target.address("kafka"), "topic": f"bench-{next(names)}", "messages": n,
                         "size": size, "acks": acks, "consume": read, "partitions": partitions, "client": client}
                 r, used = peers.measured(lambda: peers.run_load("bench.kafka_load", spec), target.pid)

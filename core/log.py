@@ -60,7 +60,7 @@ class LogAppendInfo(NamedTuple):  # a tuple: made once per append, a frozen data
 
 @dataclass(frozen=True, slots=True)
 class FetchDataInfo:
-    records: bytes
+    records: bytes  # or a core.segment.FileRange (read with zero_copy)
     high_watermark: int
     log_start_offset: int
     log_end_offset: int
@@ -444,12 +444,14 @@ class PartitionLog:
                 position = max(position, header.last_offset + 1)
                 yield decode_batch(buf, pos)
 
-    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None, min_one: bool = True) -> FetchDataInfo:
+    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None, min_one: bool = True,
+             zero_copy: bool = False) -> FetchDataInfo:
         """Stored batches from the one holding ``offset``, whole, up to ``max_bytes``.
 
         Readers see offsets below the high watermark only (or below ``max_offset``, for
         a replica fetching up to the LEO). Raises OffsetOutOfRangeError outside
-        [log start offset, LEO].
+        [log start offset, LEO]. ``zero_copy``: the records are a
+        :class:`core.segment.FileRange` (not read; see there how long it may be kept).
         """
         self._check_range(offset)
         hw = self.high_watermark
@@ -457,7 +459,7 @@ class PartitionLog:
         data = b""
         if offset < limit:
             for segment in self.segments[self._segment_index(offset):]:
-                data = segment.read(offset, max_bytes, limit, min_one=min_one)
+                data = (segment.read_range if zero_copy else segment.read)(offset, max_bytes, limit, min_one=min_one)
                 if data or segment.next_offset >= limit:
                     break  # an empty read of a non-final segment means a compaction gap: go on
         return FetchDataInfo(data, hw, self.log_start_offset, self.next_offset)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import struct
+from bisect import bisect_right
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +26,29 @@ from wire.records import LOG_OVERHEAD, BatchHeader, CorruptBatchError, read_batc
 _PEEK = struct.Struct(">qiibIhi")
 PEEK_SIZE = _PEEK.size  # 27
 _RECOVER_CHUNK = 8 * 1024 * 1024
+
+
+class FileRange:
+    """Stored bytes not read yet: ``length`` bytes at ``position`` of a segment file.
+
+    A plaintext Kafka connection hands them to the socket with ``os.sendfile`` (no copy through
+    Python); anything else reads them with :meth:`read`. Valid only until control returns to the
+    reactor: segments are closed (and their descriptors reused) on the reactor thread only, so a
+    range is sent or read before that, never kept."""
+
+    __slots__ = ("fd", "position", "length")
+
+    def __init__(self, fd: int, position: int, length: int):
+        self.fd, self.position, self.length = fd, position, length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def read(self) -> bytes:
+        return os.pread(self.fd, self.length, self.position)
+
+    def __repr__(self) -> str:
+        return f"<FileRange fd={self.fd} {self.position}+{self.length}>"
 
 
 def segment_name(base_offset: int) -> str:
@@ -256,27 +280,52 @@ class LogSegment:
         return None
 
     def read(self, offset: int, max_bytes: int, max_offset: int, *, min_one: bool) -> bytes:
-        """Whole batches from the one holding ``offset``, up to ``max_bytes``.
+        """Whole batches from the one holding ``offset``, up to ``max_bytes`` (see :meth:`locate`)."""
+        position, length = self.locate(offset, max_bytes, max_offset, min_one=min_one)
+        return os.pread(self.fd, length, position) if length else b""
 
-        Only batches starting below ``max_offset`` (the high watermark) are returned. With
-        ``min_one`` the first batch is returned whole even if it is larger than
-        ``max_bytes`` (so a consumer can always make progress).
-        """
+    def read_range(self, offset: int, max_bytes: int, max_offset: int, *, min_one: bool) -> FileRange | bytes:
+        """What :meth:`read` returns, as a :class:`FileRange` (b"" when empty)."""
+        position, length = self.locate(offset, max_bytes, max_offset, min_one=min_one)
+        return FileRange(self.fd, position, length) if length else b""
+
+    def locate(self, offset: int, max_bytes: int, max_offset: int, *, min_one: bool) -> tuple[int, int]:
+        """(position, length) of whole batches from the one holding ``offset``, up to ``max_bytes``.
+
+        Only batches starting below ``max_offset`` (the high watermark) count. With ``min_one``
+        the first batch is taken whole even if it is larger than ``max_bytes`` (so a consumer
+        can always make progress). Found from batch headers only, as Kafka's translateOffset
+        does: the end is the last batch boundary within the limit, walked to from the nearest
+        indexed batch below it (at most index.interval.bytes of headers), so no byte of the
+        records themselves is read here."""
         first = self.find(offset)
         if first is None or first.base_offset >= max_offset:
-            return b""
+            return 0, 0
         if first.size > max_bytes:
-            return os.pread(self.fd, first.size, first.position) if min_one else b""
-        chunk = os.pread(self.fd, min(max_bytes, self.size - first.position), first.position)
-        end, rel = 0, 0
-        while rel + PEEK_SIZE <= len(chunk):
-            base, length, _e, _m, _c, _a, delta = _PEEK.unpack_from(chunk, rel)
-            size = length + LOG_OVERHEAD
-            if base >= max_offset or rel + size > len(chunk):
+            return first.position, first.size if min_one else 0
+        limit = min(first.position + max_bytes, self.size)
+        if max_offset < self.next_offset:  # the high watermark is inside this segment
+            limit = min(limit, self._position_of_first_at_or_after(max_offset))
+        return first.position, self._last_boundary(first.position, limit) - first.position
+
+    def _position_of_first_at_or_after(self, offset: int) -> int:
+        for bp in self.iter_positions(self.offset_index.lookup(offset)):
+            if bp.base_offset >= offset:
+                return bp.position
+        return self.size
+
+    def _last_boundary(self, start: int, limit: int) -> int:
+        """The end of the last whole batch at or before ``limit``, walking from ``start`` (a batch
+        boundary) or from the indexed batch nearest below ``limit`` if that is further on."""
+        positions = self.offset_index.values
+        i = bisect_right(positions, limit)
+        position = max(start, positions[i - 1] if i else 0)
+        end = position
+        for bp in self.iter_positions(position, limit):
+            if bp.position + bp.size > limit:
                 break
-            rel += size
-            end = rel
-        return chunk[:end]
+            end = bp.position + bp.size
+        return end
 
     def read_all(self) -> bytes:
         return os.pread(self.fd, self.size, 0)

@@ -40,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     if args.command in ADMIN_COMMANDS:
         from gateway.ctl import run as run_admin
@@ -58,6 +59,11 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"gateway: error: {exc}", file=sys.stderr)
         return 2
+    if settings.processes > 1:  # one broker per core, as a cluster (gateway.processes)
+        from gateway.logs import configure
+        from gateway.processes import run as run_processes
+        configure(settings.log_level, settings.log_format)
+        return run_processes(settings, argv[argv.index("serve") + 1:], args.config)
     return serve(settings)
 
 

@@ -205,7 +205,11 @@ OPTIONS: tuple[Option, ...] = (
            "the AMQP address other brokers are told (default: the AMQP listener)"),
     Option("rack", str, "", "NAME", "cluster mode: this broker's rack; replicas of a partition go to different racks"),
     Option("default_replication_factor", _int_at_least(1), 3, "N",
-           "cluster mode: replicas of a topic created without a replication factor (capped at the live brokers)"),
+           "cluster mode: replicas of a topic created without a replication factor (capped at the live brokers; "
+           "1 under --processes unless set)"),
+    Option("processes", _int_at_least(1), 1, "N",
+           "run N broker processes on this machine as one cluster, one per core (node ids 1..N, listener ports "
+           "+0..N-1, data in DIR/node-I, a private ZooKeeper in DIR/zookeeper unless --zookeeper is given)"),
     Option("replica_lag_time_max_ms", _int_at_least(100), 30000, "MS",
            "cluster mode: a follower that has not caught up for this long leaves the in-sync replicas"),
     Option("zookeeper_session_timeout_ms", _int_at_least(1000), 6000, "MS",
@@ -286,6 +290,7 @@ class Settings:
     amqp_advertised: HostPort | None
     rack: str
     default_replication_factor: int
+    processes: int
     replica_lag_time_max_ms: int
     zookeeper_session_timeout_ms: int
 

@@ -314,3 +314,60 @@ def encode_response(header: RequestHeader, body) -> bytes:
 def respond(header: RequestHeader, data: dict) -> bytes:
     """Build the response of the request's API and version from ``data`` and encode it."""
     return encode_response(header, build(response_class(header.api_key, header.api_version), data))
+
+
+class ResponseParts:
+    """A framed response whose ``records`` fields are still ranges of stored bytes: encoded bytes
+    and, between them, objects with ``__len__`` and ``read()`` (``core.segment.FileRange``), in
+    order. The gateway sends the ranges with ``os.sendfile``; ``bytes()`` reads them in."""
+
+    __slots__ = ("parts",)
+
+    def __init__(self, parts: list):
+        self.parts = parts
+
+    def __len__(self) -> int:
+        return sum(len(part) for part in self.parts)
+
+    def __bytes__(self) -> bytes:
+        return b"".join(part if isinstance(part, bytes) else part.read() for part in self.parts)
+
+
+class _PartsWriter:
+    """The writable kio encodes into: bytes are gathered, a records value that is not bytes (a
+    range) is kept as it is, as its own part (kio has already written its length prefix)."""
+
+    def __init__(self) -> None:
+        self.parts: list = []
+        self._out = io.BytesIO()
+
+    def write(self, data) -> None:
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            self._out.write(data)
+        else:
+            self.parts.append(self._out.getvalue())
+            self.parts.append(data)
+            self._out = io.BytesIO()
+
+    def finish(self) -> list:
+        self.parts.append(self._out.getvalue())
+        return [part for part in self.parts if len(part)]
+
+
+def respond_parts(header: RequestHeader, data: dict) -> bytes | ResponseParts:
+    """:func:`respond` for a response whose records may be ranges (see :class:`ResponseParts`):
+    the same bytes on the wire, with the ranges left unread; plain bytes when there is none."""
+    out = _PartsWriter()
+    out.write(struct.pack(">ii", 0, header.correlation_id))
+    if header.flexible and header.api_key != API_VERSIONS:
+        out.write(b"\0")
+    body = build(response_class(header.api_key, header.api_version), data)
+    _writer(type(body))(out, body)
+    parts = out.finish()
+    size = sum(len(part) for part in parts) - 4
+    first = bytearray(parts[0])
+    struct.pack_into(">i", first, 0, size)
+    parts[0] = bytes(first)
+    if len(parts) == 1:
+        return parts[0]
+    return ResponseParts(parts)

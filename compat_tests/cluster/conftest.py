@@ -13,7 +13,7 @@ import uuid
 import pytest
 
 from compat_tests.cluster.cluster import Cluster, make_cluster
-from compat_tests.cluster.zookeeper import ZooKeeperNode, ensure_chroot
+from gateway.zookeeper_node import ZooKeeperNode, ensure_chroot
 
 
 @pytest.fixture(scope="session")

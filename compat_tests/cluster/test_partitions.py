@@ -51,7 +51,7 @@ from compat_tests.cluster.clients import (
 from compat_tests.cluster.cluster import create_topic, make_cluster, partition_view
 from compat_tests.cluster.nemesis import ALL, NETWORK, inflict_network, inflict_process, pick_victim
 from compat_tests.cluster.replicas import compare_replicas, copies_of, high_watermarks
-from compat_tests.cluster.zookeeper import ZooKeeperNode, ensure_chroot
+from gateway.zookeeper_node import ZooKeeperNode, ensure_chroot
 from compat_tests.support import wait_until
 
 CYCLES = int(os.environ.get("GATEWAY_PARTITION_CYCLES", "0"))  # 0: every nemesis twice

@@ -130,6 +130,7 @@ def with_throttle(h, data: bytes, throttle_ms: int) -> bytes:
 def _rewrite(h, data: bytes, post) -> bytes:
     if data is None:
         return data
+    data = bytes(data)  # a zero-copy answer (wire.kafka.ResponseParts) is read in to be rewritten
     offset = 8 + (1 if h.flexible and h.api_key != 18 else 0)  # size, correlation id, header tags
     entity, _size = _response_reader(h.api_key, h.api_version)(data, offset)
     return encode_response(h, post(entity))

@@ -24,12 +24,12 @@ from twisted.internet import defer, protocol
 from gateway.kafka import authz, quotas
 from gateway.kafka.apis import dispatch
 from gateway.logs import connection_ids, fields
-from gateway.netutil import no_delay
+from gateway.netutil import no_delay, write_parts
 from gateway.management import metrics
 from gateway.security.tls import is_tls, peer_common_name
 from wire.errors import FrameError
 from wire.framing import FrameDecoder
-from wire.kafka import RequestError, api_name, parse_request
+from wire.kafka import RequestError, ResponseParts, api_name, parse_request
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +77,7 @@ class KafkaConnection(protocol.Protocol):
         self.session_deadline: float | None = None  # Unix time the SASL session ends (OAUTHBEARER)
         self.require_auth = require_auth
         self.tls = False
+        self.zero_copy = False  # set in connectionMade
         self.close_after_response = False  # a failed authentication: answer, then close
         self._certificate_checked = False
         self.peer = "?"
@@ -101,6 +102,9 @@ class KafkaConnection(protocol.Protocol):
         # response then takes eight trips through the reactor. Offer the kernel more per send().
         self.transport.SEND_LIMIT = SEND_LIMIT
         no_delay(self.transport)
+        # Fetch answers' records go from the segment files to the socket (os.sendfile) on a plain
+        # TCP connection; through TLS they must pass the encryption in Python.
+        self.zero_copy = not self.tls and getattr(self.transport, "socket", None) is not None
 
     def connectionLost(self, reason=None) -> None:
         self.ctx.connections.discard(self)
@@ -239,11 +243,16 @@ class KafkaConnection(protocol.Protocol):
     def _fill(self, slot: list, data: bytes, api: str | None = None, started: float = 0.0) -> None:
         if api is not None:
             metrics.timed(metrics.KAFKA_REQUESTS, api, started)
+        if isinstance(data, ResponseParts) and (not self._slots or slot is not self._slots[0]):
+            data = bytes(data)  # it waits behind an earlier answer: its file ranges must be read now
         slot[0] = data
         while self._slots and self._slots[0][0] is not _PENDING:
             out = self._slots.popleft()[0]
             if out is not None and self.transport is not None and not self.transport.disconnected:
-                self.transport.write(out)
+                if isinstance(out, ResponseParts):
+                    write_parts(self.transport, out.parts)
+                else:
+                    self.transport.write(out)
         if self._waiting and len(self._slots) < MAX_IN_FLIGHT:
             self._handle_waiting()
         if self.close_after_response and not self._slots and self.transport is not None:

@@ -22,6 +22,7 @@ from prometheus_client.registry import CollectorRegistry
 from twisted.web import resource
 
 from gateway.management.kafka_exporter_metrics import KafkaExporterCollector
+from gateway.netutil import RANGES_SENT
 from gateway.management.rabbit_metrics import RabbitCollector
 
 BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -108,6 +109,12 @@ class BrokerCollector:
             bytes_in.add_metric([topic], by_in)
             bytes_out.add_metric([topic], by_out)
         yield from (records_in, bytes_in, bytes_out)
+        fetched = CounterMetricFamily("gateway_kafka_fetch_record_bytes", "Stored record bytes sent in Fetch answers: "
+                                      "from the segment files with sendfile, or read and copied (TLS, a full socket)",
+                                      labels=["path"])
+        for path, count in RANGES_SENT.items():
+            fetched.add_metric([path], count)
+        yield fetched
         hw = GaugeMetricFamily("gateway_partition_high_watermark", "High watermark", labels=["topic", "partition"])
         start = GaugeMetricFamily("gateway_partition_log_start_offset", "Log start offset",
                                   labels=["topic", "partition"])

@@ -15,6 +15,10 @@ Fetch v13+ names topics by id (KIP-516): an id no topic has gets UNKNOWN_TOPIC_I
 replica id into ``replica_state``; v16/v17 only add tagged fields this broker leaves empty.
 Byte-rate quotas (gateway.kafka.quotas): an over-quota consumer gets an empty answer carrying
 ``throttle_time_ms``, held back that long, as Kafka does.
+
+Zero copy: on a plaintext connection (``conn.zero_copy``) the records are not read here; the
+answer is a wire.kafka.ResponseParts whose ranges the connection sends from the segment files
+with ``os.sendfile``, as Kafka's FileRecords.writeTo does. TLS connections get bytes.
 """
 from __future__ import annotations
 
@@ -25,7 +29,7 @@ from kio.schema.errors import ErrorCode
 from core.errors import OffsetOutOfRangeError
 from gateway.kafka import quotas
 from gateway.kafka.apis.registry import handles
-from wire.kafka import respond
+from wire.kafka import respond, respond_parts
 
 READ_COMMITTED = 1
 _PEEK = struct.Struct(">qi11xi")  # baseOffset, batchLength, lastOffsetDelta (at byte 23)
@@ -41,7 +45,9 @@ def _topic_names(ctx, req) -> list[tuple[str | None, object]]:
     return [(t.topic if hasattr(t, "topic") else ctx.topic_name(t.topic_id), t) for t in req.topics]
 
 
-def _collect(ctx, req, topics, isolation: int, budget: int) -> tuple[list[dict], int]:
+def _collect(ctx, req, topics, isolation: int, budget: int, zero_copy: bool = False) -> tuple[list[dict], int]:
+    """The partitions' answers and their record bytes in all; ``zero_copy``: records are left as
+    core.segment.FileRange (sent from the file by the connection, see wire.kafka.respond_parts)."""
     total = 0
     responses = []
     replica = _replica_of(req)
@@ -60,8 +66,8 @@ def _collect(ctx, req, topics, isolation: int, budget: int) -> tuple[list[dict],
                 upper = plog.next_offset if replica >= 0 else lso if isolation == READ_COMMITTED else None
                 try:
                     limit = min(p.partition_max_bytes, budget - total)
-                    data = plog.read(p.fetch_offset, limit, max_offset=upper, min_one=total == 0).records \
-                        if limit > 0 or total == 0 else b""
+                    data = plog.read(p.fetch_offset, limit, max_offset=upper, min_one=total == 0,
+                                     zero_copy=zero_copy).records if limit > 0 or total == 0 else b""
                     entry["records"] = data
                     total += len(data)
                     if isolation == READ_COMMITTED and data:
@@ -80,7 +86,7 @@ def _aborted(ctx, topic: str, index: int, plog, fetch_offset: int, data: bytes) 
     aborted = ctx.producers.partition(topic, index, plog).aborted
     if not aborted.entries:
         return []
-    entries = aborted.overlapping(fetch_offset, _end_offset(data))
+    entries = aborted.overlapping(fetch_offset, _end_offset(data if isinstance(data, bytes) else data.read()))
     return [{"producer_id": e.producer_id, "first_offset": e.first_offset} for e in entries]
 
 
@@ -145,14 +151,17 @@ def fetch(ctx, conn, h, req):
                 for p in t["partitions"]:
                     p["records"] = b""
         _count_out(ctx, responses)
-        data = respond(h, {"throttle_time": throttle, "error_code": ErrorCode.none, "session_id": 0,
-                           "responses": responses})
+        data = (respond_parts if zero_copy else respond)(
+            h, {"throttle_time": throttle, "error_code": ErrorCode.none, "session_id": 0, "responses": responses})
         return quotas.hold(ctx, data, throttle)
 
-    responses, total = _collect(ctx, req, topics, isolation, budget)
+    # Records go out from the segment files (os.sendfile) on plaintext connections; the ranges
+    # are sent or read before control returns to the reactor (core.segment.FileRange).
+    zero_copy = getattr(conn, "zero_copy", False)
+    responses, total = _collect(ctx, req, topics, isolation, budget, zero_copy)
     wait = req.max_wait.total_seconds()
     errors = any(p["error_code"] for t in responses for p in t["partitions"])
     if total >= max(req.min_bytes, 1) or wait <= 0 or errors or not req.topics:
         return answer(responses, total)
     return ctx.waiters.wait(lambda: _has_new_data(ctx, req, topics, isolation), wait).addCallback(
-        lambda _: answer(*_collect(ctx, req, topics, isolation, budget)))
+        lambda _: answer(*_collect(ctx, req, topics, isolation, budget, zero_copy)))

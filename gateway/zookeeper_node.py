@@ -1,4 +1,5 @@
-"""Run a private ZooKeeper node as a child JVM: the metadata store of the cluster tests.
+"""Run a private ZooKeeper node as a child JVM: the metadata store of ``gateway serve
+--processes N`` (gateway.processes) and of the cluster tests.
 
 The server is Debian's ``zookeeper`` package (3.8.x; ``apt-get install -y zookeeper``, which
 ``.ci/run`` does), started straight from its jar as ``java -cp ... QuorumPeerMain zoo.cfg``
@@ -13,11 +14,11 @@ the node owns lives under one base directory:
 The client port is picked free at construction and kept across restarts. Start-up is ready
 when the node answers the ``ruok`` four-letter word with ``imok`` and ``srvr`` with its
 version (it says "not currently serving requests" until then). :meth:`ZooKeeperNode.stop`
-sends SIGTERM; :meth:`ZooKeeperNode.close` also removes the base directory. Nothing outlives
-the test run: leftovers are killed at interpreter exit.
+sends SIGTERM; :meth:`ZooKeeperNode.close` also removes the base directory if the node made it.
+Nothing outlives the process that started it: leftovers are killed at interpreter exit.
 
-Self-test: ``.venv/bin/python -m compat_tests.cluster.zookeeper`` starts a node, creates and
-reads a znode with kazoo, and stops it.
+Self-test: ``.venv/bin/python -m gateway.zookeeper_node`` starts a node, creates and reads a
+znode with kazoo, and stops it.
 """
 from __future__ import annotations
 
@@ -87,7 +88,7 @@ class ZooKeeperNode:
     """One private standalone ZooKeeper under ``base_dir``; see the module docstring."""
 
     def __init__(self, base_dir: Path | None = None, *, tick_ms: int = 500, host: str = "127.0.0.1",
-                 prefix: list[str] | None = None):
+                 prefix: list[str] | None = None, force_sync: bool = False):
         self.cp = class_path()
         self.java = shutil.which("java") or "/usr/bin/java"
         self._own_base = base_dir is None
@@ -96,6 +97,7 @@ class ZooKeeperNode:
         self.prefix = list(prefix or ())  # e.g. ``ip netns exec <ns>``: the node in its own namespace
         self.port = _free_port() if host == "127.0.0.1" else 2181
         self.tick_ms = tick_ms
+        self.force_sync = force_sync  # fsync each transaction: on for a broker's metadata, off in tests
         self.proc: subprocess.Popen | None = None
         self.log_path = self.base / "node.log"
         self._write_config()
@@ -114,7 +116,7 @@ class ZooKeeperNode:
             "maxClientCnxns=0",
             "admin.enableServer=false",  # its Jetty would take port 8080
             "4lw.commands.whitelist=ruok,srvr,stat,mntr,cons",
-            "forceSync=no",  # the node is never crashed in these tests; spare CI's disk
+            f"forceSync={'yes' if self.force_sync else 'no'}",
             "",
         ]))
 

@@ -1,0 +1,81 @@
+"""Zero-copy Fetch: on a plaintext connection the records of a Fetch answer go from the segment
+files to the socket with os.sendfile (gateway.netutil.write_parts). What the clients read must be
+exactly what was produced, with small, large and mixed batches, many partitions in one answer, a
+consumer that reads slowly (the socket fills and the rest of an answer is copied), and the
+broker's /metrics must show that the bytes really took the sendfile path."""
+from __future__ import annotations
+
+import re
+import time
+import urllib.request
+
+from confluent_kafka import Consumer, Producer
+from kafka import KafkaConsumer
+
+from compat_tests.conftest import unique_name
+from compat_tests.kafka.test_confluent_kafka import create_topic
+
+
+def _fetched(broker) -> dict[str, int]:
+    text = urllib.request.urlopen(f"http://{broker.process.addresses['http']}/metrics", timeout=10).read().decode()
+    found = dict(re.findall(r'gateway_kafka_fetch_record_bytes_total\{path="(\w+)"\} ([0-9.e+]+)', text))
+    return {path: int(float(value)) for path, value in found.items()}
+
+
+def _produce(bootstrap: str, topic: str, partitions: int) -> dict[int, list[tuple[bytes, bytes]]]:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 1 << 20,
+                         "message.max.bytes": 2_000_000})
+    sent: dict[int, list[tuple[bytes, bytes]]] = {p: [] for p in range(partitions)}
+    for i in range(3000):
+        size = (100, 1000, 10_000, 100_000)[i % 4] if i % 7 else 300_000
+        key, value = b"k%05d" % i, (b"%06d" % i) * (size // 6)
+        partition = i % partitions
+        producer.produce(topic, value, key, partition=partition)
+        sent[partition].append((key, value))
+        if i % 200 == 0:
+            producer.poll(0)
+    assert producer.flush(60) == 0
+    return sent
+
+
+def test_consumers_read_exactly_what_was_produced_through_sendfile(kafka_broker):
+    topic = unique_name("zero-copy")
+    partitions = 4
+    create_topic(kafka_broker.bootstrap, topic, partitions=partitions)
+    sent = _produce(kafka_broker.bootstrap, topic, partitions)
+    total = sum(len(v) for values in sent.values() for _, v in values)
+    before = _fetched(kafka_broker)
+
+    consumer = Consumer({"bootstrap.servers": kafka_broker.bootstrap, "group.id": unique_name("zc"),
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                         "fetch.max.bytes": 8 << 20, "max.partition.fetch.bytes": 2 << 20})
+    consumer.subscribe([topic])
+    got: dict[int, list[tuple[bytes, bytes]]] = {p: [] for p in range(partitions)}
+    deadline = time.monotonic() + 120
+    while sum(map(len, got.values())) < 3000 and time.monotonic() < deadline:
+        for message in consumer.consume(500, timeout=1.0):
+            assert message.error() is None, message.error()
+            got[message.partition()].append((message.key(), message.value()))
+    consumer.close()
+    assert got == sent, "confluent-kafka read something else than was produced"
+
+    # kafka-python, reading slowly: answers pile up in the socket, the rest of each is copied
+    slow = KafkaConsumer(topic, bootstrap_servers=kafka_broker.bootstrap, group_id=unique_name("zc-slow"),
+                         auto_offset_reset="earliest", enable_auto_commit=False, fetch_max_bytes=8 << 20,
+                         max_partition_fetch_bytes=2 << 20, receive_buffer_bytes=32 * 1024,
+                         consumer_timeout_ms=20_000)
+    got = {p: [] for p in range(partitions)}
+    for message in slow:
+        got[message.partition].append((message.key, message.value))
+        if len(got[message.partition]) % 200 == 0:
+            time.sleep(0.05)
+        if sum(map(len, got.values())) >= 3000:
+            break
+    slow.close()
+    assert got == sent, "kafka-python read something else than was produced"
+
+    after = _fetched(kafka_broker)
+    by_sendfile = after["sendfile"] - before.get("sendfile", 0)
+    copied = after["copied"] - before.get("copied", 0)
+    assert by_sendfile + copied >= 2 * total, (by_sendfile, copied, total)
+    assert by_sendfile >= total, f"only {by_sendfile:,} of {2 * total:,} record bytes went out with sendfile"
