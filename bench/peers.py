@@ -70,6 +70,63 @@ class OurBroker:
             self.proc.log_path.unlink(missing_ok=True)
 
 
+class OurCluster:
+    """``python -m gateway serve --processes N``: N brokers of ours as one cluster (a private
+    ZooKeeper), port-0 listeners; clients are given node 1's addresses and find the rest."""
+
+    name = "gateway"
+
+    def __init__(self, tag: str, processes: int, timeout: float = 120):
+        self.data_dir = CACHE / "data" / f"{tag}-{os.getpid()}"
+        shutil.rmtree(self.data_dir, ignore_errors=True)
+        self.data_dir.mkdir(parents=True)
+        self.log_path = Path(str(self.data_dir) + ".log")
+        listen = [arg for name in ("kafka", "amqp", "http", "stream") for arg in (f"--{name}-listen", "127.0.0.1:0")]
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--processes", str(processes),
+                                          "--data-dir", str(self.data_dir), "--log-level", "warning", *listen],
+                                         cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        self.nodes: list[dict] = []
+        deadline = time.monotonic() + timeout
+        for index in range(1, processes + 1):
+            path = self.data_dir / f"node-{index}" / "listeners.json"
+            while True:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.close()
+                    raise RuntimeError(f"gateway serve --processes {processes} did not start:\n"
+                                       + self.log_path.read_text(errors="replace")[-3000:])
+                try:
+                    self.nodes.append(json.loads(path.read_text()))
+                    break
+                except (FileNotFoundError, ValueError):
+                    time.sleep(0.2)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def cpu_seconds(self) -> float:
+        """CPU of the broker processes (the launcher's children; ZooKeeper's JVM left out)."""
+        try:
+            children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text().split()
+        except OSError:
+            return float("nan")
+        return sum(cpu_seconds(int(child)) for child in children)
+
+    def address(self, proto: str) -> str:
+        return self.nodes[0][proto]
+
+    def close(self, timeout: float = 120) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        shutil.rmtree(self.data_dir, ignore_errors=True)
+
+
 # ---------------------------------------------------------------------------- Tansu
 
 class TansuUnavailable(RuntimeError):

@@ -11,6 +11,8 @@
 * memory: the broker's RSS with ``--memory-queues`` (10,000) idle durable queues, and with
   ``--memory-messages`` (1,000,000) ready persistent 1 KB messages in one queue, next to
   RabbitMQ (fresh brokers for each; our partition budget raised for 10,000 queues);
+* cores: ``gateway serve --processes 2`` (two brokers as one cluster) against one broker,
+  Kafka 1 KB produce to 16 partitions and AMQP confirmed publishes over 100 queues;
 * start-up on a large log (ours only: Tansu keeps nothing on disk): a 1-partition topic filled
   with ``--startup-gb`` GB of 1 KB records (default 1 for CI and a quick manual run; 10 is the
   issue's manual setting), then the time from process start to listening after a clean stop
@@ -30,7 +32,7 @@ import time
 
 from bench import peers
 
-PARTS = ("partitions", "queues", "connections", "memory", "startup")
+PARTS = ("partitions", "queues", "connections", "memory", "cores", "startup")
 
 
 def add_arguments(parser) -> None:
@@ -147,6 +149,10 @@ def run(args) -> peers.SuiteResult:
                 peer.close()
     if "memory" in only:
         memory_rows(samples, args, names, seen, notes)
+    if "cores" in only:
+        core_rows(samples, args, names)
+        notes.append("cores rows: 'gateway' is `gateway serve --processes 2` (two brokers as one cluster, a private "
+                     "ZooKeeper), the peer column one broker process; ratio = 2 processes / 1")
     if "startup" in only:
         for label, seconds in startup_times(args.startup_gb, args.repeat):
             samples.add(label, "broker", seconds, unit="s", better="lower")
@@ -160,7 +166,8 @@ def run(args) -> peers.SuiteResult:
     rows = samples.rows()
     for row in rows:  # the peer differs by part
         if row["peer"] is not None:
-            row["peer_name"] = "tansu" if row["case"].startswith("kafka") else "rabbitmq"
+            row["peer_name"] = ("1 process" if row["case"].startswith("cores") else
+                                "tansu" if row["case"].startswith("kafka") else "rabbitmq")
     return peers.SuiteResult("scale", rows, notes, seen, meta)
 
 
@@ -214,6 +221,32 @@ def memory_rows(samples, args, names, seen, notes) -> None:
                 samples.add(label, who, mb, unit="MB", better="lower")
                 print(f"  {target.name:<8} {label}: {mb:,.1f} MB (idle {r['rss_before'] / 2**20:,.1f} MB; "
                       f"filled in {r['seconds']:.1f} s)", flush=True)
+
+
+def core_rows(samples, args, names) -> None:
+    """Every core of the machine: Kafka 1 KB produce to 16 partitions (acks=1) and AMQP confirmed
+    publishes over 100 queues, with two broker processes as one cluster against one broker. The
+    2-process figures go in the broker column, the 1-process ones in the peer column."""
+    for rep in range(args.repeat):
+        for who in (("peer", "broker") if rep % 2 == 0 else ("broker", "peer")):
+            target = peers.OurBroker("scale-cores") if who == "peer" else peers.OurCluster("scale-cores", 2)
+            label = "1 process" if who == "peer" else "2 processes"
+            try:
+                r = peers.run_load("bench.kafka_load", {
+                    "bootstrap": target.address("kafka"), "topic": f"cores-{next(names)}", "messages": args.messages,
+                    "size": 1024, "acks": "1", "consume": False, "partitions": 16, "client": "confluent"})
+                samples.add("cores: kafka produce 1KB acks=1, 16 partitions", who, r["produce_msgs_s"], size=1024)
+                print(f"  {label:<12} kafka produce 16 partitions: {r['produce_msgs_s']:>10,.0f} msg/s", flush=True)
+                r = peers.run_load("bench.amqp_load", {
+                    "address": target.address("amqp"), "queue": f"cores-{next(names)}", "mode": "spread",
+                    "messages": args.messages, "size": 100, "queues": 100, "pid": target.pid}, timeout=1800)
+                samples.add("cores: amqp publish+confirm 100B over 100 queues", who, r["msgs_s"], size=100)
+                print(f"  {label:<12} amqp publish over 100 queues: {r['msgs_s']:>10,.0f} msg/s", flush=True)
+            except Exception as exc:
+                print(f"  {label:<12} cores run failed: {str(exc)[-300:]}", flush=True)
+                _failures.append(f"cores {label}: {str(exc).strip().splitlines()[-1][:200]}")
+            finally:
+                target.close()
 
 
 def startup_times(gb: float, repeat: int):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+from twisted.internet.interfaces import ISSLTransport
+
 
 def no_delay(transport) -> None:
     """Turn Nagle's algorithm off (TCP_NODELAY), as RabbitMQ and Kafka do.
@@ -23,6 +25,15 @@ def no_delay(transport) -> None:
             return
 
 
+def _socket_free(transport) -> bool:
+    """True for a plain TCP transport (not TLS: its ``writeSomeData`` would bypass the
+    encryption) that is connected and has nothing queued: bytes may go to its socket directly."""
+    return (getattr(transport, "writeSomeData", None) is not None and getattr(transport, "socket", None) is not None
+            and not ISSLTransport.providedBy(transport) and not getattr(transport, "TLS", False)
+            and transport.connected and not transport.disconnecting
+            and not transport._tempDataBuffer and len(transport.dataBuffer) == transport.offset)
+
+
 def write_through(transport, data: bytes) -> None:
     """Hand ``data`` to the socket in this call when nothing is queued ahead of it.
 
@@ -33,10 +44,8 @@ def write_through(transport, data: bytes) -> None:
     any error, goes through ``write`` and the reactor as before (which also reports the error).
     TLS and in-memory transports always take ``write``.
     """
-    send = getattr(transport, "writeSomeData", None)
-    if (send is not None and transport.connected and not transport.disconnecting
-            and not transport._tempDataBuffer and len(transport.dataBuffer) == transport.offset):
-        sent = send(data)
+    if _socket_free(transport):
+        sent = transport.writeSomeData(data)
         if isinstance(sent, int) and sent > 0:
             if sent == len(data):
                 return
@@ -58,13 +67,9 @@ def write_parts(transport, parts: list) -> None:
     and handed to ``write`` (Twisted queues it and pauses the connection while the client is
     slow). TLS and in-memory transports get it all read in. Ranges are used before this returns:
     they are valid only until control goes back to the reactor."""
-    sock = getattr(transport, "socket", None)
-    direct = (sock is not None and getattr(transport, "writeSomeData", None) is not None and transport.connected
-              and not transport.disconnecting and not transport._tempDataBuffer
-              and len(transport.dataBuffer) == transport.offset)
     i = 0
-    if direct:
-        fileno = sock.fileno()
+    if _socket_free(transport):
+        fileno = transport.socket.fileno()
         while i < len(parts):
             part = parts[i]
             if isinstance(part, bytes):

@@ -24,7 +24,7 @@ from twisted.internet import defer, protocol
 from gateway.kafka import authz, quotas
 from gateway.kafka.apis import dispatch
 from gateway.logs import connection_ids, fields
-from gateway.netutil import no_delay, write_parts
+from gateway.netutil import no_delay, write_parts, write_through
 from gateway.management import metrics
 from gateway.security.tls import is_tls, peer_common_name
 from wire.errors import FrameError
@@ -251,8 +251,8 @@ class KafkaConnection(protocol.Protocol):
             if out is not None and self.transport is not None and not self.transport.disconnected:
                 if isinstance(out, ResponseParts):
                     write_parts(self.transport, out.parts)
-                else:
-                    self.transport.write(out)
+                else:  # straight to the socket when it can take it: a zero-copy answer behind it need not be copied
+                    write_through(self.transport, out)
         if self._waiting and len(self._slots) < MAX_IN_FLIGHT:
             self._handle_waiting()
         if self.close_after_response and not self._slots and self.transport is not None:
