@@ -446,10 +446,14 @@ class Broker:
 
     def _flush_done(self, flushed, started: float):
         self._flushing = None
+        moved = bool(flushed)
         if flushed:
             metrics.timed(metrics.FSYNC, "group_commit", started)
-            if self.cluster is not None:
-                self.cluster.flushed()  # leaders' own log ends moved: so may their high watermarks
+        if self.cluster is not None:
+            # Leaders' own log ends moved (fsync'd, or merely written for a topic without sync flush,
+            # such as a transient queue's, which no fsync reports): so may their high watermarks.
+            moved = self.cluster.flushed() or moved
+        if moved:
             self.kafka.waiters.notify()  # high watermarks moved: parked produces and fetches may go
             self.amqp.log_moved()  # queues deliver, publisher confirms go out
         if self._flush_again and self.ready:

@@ -6,6 +6,7 @@ import json
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -90,6 +91,24 @@ def test_two_processes_form_one_cluster_and_stop_together(tmp_path):
         bodies = {channel.basic_get("shared", auto_ack=True)[2] for _ in range(2)}
         connection.close()
         assert bodies == {n["amqp"].encode() for n in nodes}
+
+        # Publisher confirms on a transient (exclusive) queue, whose topic is never fsync'd: its
+        # high watermark must still move, though no flush reports it (it used to hang here).
+        confirmed = []
+
+        def publish_confirmed():
+            connection = pika.BlockingConnection(pika.ConnectionParameters(host, int(port)))
+            channel = connection.channel()
+            channel.confirm_delivery()
+            queue = channel.queue_declare("", exclusive=True).method.queue
+            for i in range(3):
+                channel.basic_publish("", queue, b"c%d" % i)  # returns once confirmed
+                confirmed.append(i)
+            connection.close()
+        publisher = threading.Thread(target=publish_confirmed, daemon=True)
+        publisher.start()
+        publisher.join(30)
+        assert confirmed == [0, 1, 2], f"confirmed only {confirmed} of 3 publishes to a transient queue"
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)

@@ -136,9 +136,10 @@ class ClusterNode:
             self.broker.kafka.waiters.notify()
             self.broker.amqp.log_moved()
 
-    def flushed(self) -> None:
-        """The group commit made more of the leaders' logs durable: their high watermarks may move."""
-        self.replicas.update_all_hw()
+    def flushed(self) -> bool:
+        """The group commit made more of the leaders' logs durable: their high watermarks may move
+        (True if one did)."""
+        return self.replicas.update_all_hw()
 
     # --- for the request handlers --------------------------------------------------------------
     def leader_log(self, topic: str, partition: int, current_epoch: int = -1):
