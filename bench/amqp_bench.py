@@ -9,7 +9,9 @@ Rows, each measured on broker and peer in alternation (who goes first flips each
   prefetch 1,000 and a multiple ack every 500 (of the queue the persistent run filled);
   transient publish through a fanout exchange to 10 queues;
 * pika (transient publish, consume) and aio-pika (persistent publish with confirms, consume),
-  ``--client-messages`` each (``bench/client_load.py``): what applications get;
+  ``--client-messages`` each (``bench/client_load.py``): what applications get; small durable
+  writes: 10 pika connections each waiting for a confirm per persistent 1 KB message, for
+  ``--small-seconds``;
 * end-to-end latency p50/p99 (publish -> delivery; a publisher and a consumer connection,
   send time in the body) at fixed offered rates for ``--latency-seconds`` each: raw frames at
   1,000 msg/s, at half RabbitMQ's median transient publish rate measured above
@@ -49,6 +51,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--latency-seconds", type=float, default=5.0)
     parser.add_argument("--latency-size", type=int, default=1024, help="body bytes in the latency rows")
     parser.add_argument("--skip-clients", action="store_true", help="no pika / aio-pika rows")
+    parser.add_argument("--small-seconds", type=float, default=5.0,
+                        help="length of the confirm-per-message run (10 pika connections)")
 
 
 def _half_peer_median(samples, case: str) -> float:
@@ -128,6 +132,12 @@ def run(args) -> peers.SuiteResult:
                      "queue": f"{base}-{client}", "messages": args.client_messages, "size": args.size,
                      "mode": mode}, case, size=args.size)
 
+        if not args.skip_clients:  # small durable writes: a confirm awaited per message, 10 connections
+            for rep, who, target in peers.alternate(targets, args.repeat):
+                load("bench.client_load", who, target, {"address": target.address("amqp"), "client": "pika",
+                     "queue": f"bench-each-{next(names)}", "mode": "confirm-each", "seconds": args.small_seconds,
+                     "size": 1024, "connections": 10}, "pika: 10 connections, persistent + confirm per message",
+                     size=1024)
         for rep, who, target in peers.alternate(targets, args.repeat):
             for label, module, spec in latency_runs(args, samples, target, names):
                 r, used = peers.measured(lambda: peers.run_load(module, spec), target.pid)

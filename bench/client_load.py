@@ -14,6 +14,8 @@ SPEC: ``{"address": "host:port", "queue": str, "messages": int, "size": int, "cl
 
 ``consume`` reads (and then deletes) the queue its ``publish`` run filled.
 
+* pika ``confirm-each``: ``connections`` (10) threads, each its own connection publishing
+  persistent messages with ``confirm_delivery`` (one confirm awaited per message) for ``seconds``.
 * pika ``latency``: a consumer connection in one thread (prefetch 1,000, a multiple ack every
   100) and a publisher connection in another sending ``rate`` messages a second for ``seconds``,
   each body starting with its send time; ``"confirm": true`` makes them persistent on a
@@ -99,6 +101,39 @@ async def aio_pika_run(spec: dict) -> float:
     return elapsed
 
 
+def pika_confirm_each(spec: dict) -> dict:
+    """``connections`` threads, each a pika connection publishing persistent messages on a
+    ``confirm_delivery`` channel (each publish waits for its confirm) for ``seconds``."""
+    import threading
+    import pika
+    q, seconds, body = spec["queue"], spec["seconds"], b"x" * spec["size"]
+    params = pika.URLParameters(_url(spec["address"]))
+    setup = pika.BlockingConnection(params)
+    setup.channel().queue_declare(q, durable=True)
+    counts = [0] * spec.get("connections", 10)
+    stop = time.monotonic() + seconds
+
+    def run(i: int) -> None:
+        conn = pika.BlockingConnection(params)
+        ch = conn.channel()
+        ch.confirm_delivery()
+        props = pika.BasicProperties(delivery_mode=2)
+        while time.monotonic() < stop:
+            ch.basic_publish("", q, body, props)
+            counts[i] += 1
+        conn.close()
+    started = time.monotonic()
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(counts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.monotonic() - started
+    setup.channel().queue_delete(q)
+    setup.close()
+    return {"messages": sum(counts), "seconds": elapsed, "msgs_s": sum(counts) / elapsed}
+
+
 def pika_latency(spec: dict) -> dict:
     import struct
     import threading
@@ -151,6 +186,8 @@ def pika_latency(spec: dict) -> dict:
 def main(spec: dict) -> dict:
     if spec["mode"] == "latency":
         return {**spec, **pika_latency(spec)}
+    if spec["mode"] == "confirm-each":
+        return {**spec, **pika_confirm_each(spec)}
     if spec["client"] == "pika":
         elapsed = pika_run(spec)
     else:

@@ -8,6 +8,8 @@ Rows, each measured on broker and peer in alternation (who goes first flips each
   consumer; 1 KB acks=all; 1 KB acks=1 on 16 partitions and read back. 10 KB runs use a tenth
   of ``--messages``, 100 KB runs a hundredth;
 * kafka-python: 1 KB acks=1 produce and consume, ``--client-messages``;
+* small durable writes: 10 librdkafka producers (linger.ms=0, acks=all) each sending one 1 KB
+  record and waiting for it before the next, for ``--small-seconds``;
 * end-to-end latency p50/p99 of 1 KB records at ``--latency-rate`` msgs/s (default 10,000) for
   ``--latency-seconds``: librdkafka producer (linger.ms=1) and consumer in one process, send
   time in the value.
@@ -44,6 +46,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--latency-rate", type=float, default=10_000)
     parser.add_argument("--latency-seconds", type=float, default=5.0)
+    parser.add_argument("--small-seconds", type=float, default=5.0,
+                        help="length of the one-record-per-request run (10 producers, acks=all)")
 
 
 def start_peer():
@@ -83,6 +87,14 @@ def run(args) -> peers.SuiteResult:
                     samples.add(what.format("consume"), who, r["consume_msgs_s"], size=size)
                     line += f"  consume {r['consume_msgs_s']:>10,.0f} msg/s"
                 print(line, flush=True)
+        for rep, who, target in peers.alternate(targets, args.repeat):
+            spec = {"bootstrap": target.address("kafka"), "topic": f"bench-small-{next(names)}", "mode": "small",
+                    "seconds": args.small_seconds, "size": 1024, "producers": 10}
+            r, used = peers.measured(lambda: peers.run_load("bench.kafka_load", spec), target.pid)
+            cpu[who] += used
+            case = "confluent: 10 producers, 1 record per request (linger.ms=0, acks=all)"
+            samples.add(case, who, r["msgs_s"], size=1024)
+            print(f"  {target.name:<8} {case}: {r['msgs_s']:>10,.0f} msg/s", flush=True)
         rate = args.latency_rate
         for rep, who, target in peers.alternate(targets, args.repeat):
             spec = {"bootstrap": target.address("kafka"), "topic": f"bench-lat-{next(names)}", "mode": "latency",

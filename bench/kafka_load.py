@@ -165,6 +165,38 @@ def latency(bootstrap: str, topic: str, rate: float, seconds: float, size: int) 
             "p99_ms": latencies[min(n - 1, int(0.99 * n))] * 1000, "max_ms": latencies[-1] * 1000}
 
 
+def small_writes(bootstrap: str, topic: str, seconds: float, size: int, producers: int = 10) -> dict:
+    """``producers`` threads, each its own librdkafka producer (linger.ms=0, acks=all) sending one
+    record and waiting for its acknowledgement before the next: every record is its own request
+    and its own durable write. Returns records acknowledged per second over ``seconds``."""
+    import threading
+    value = b"x" * size
+    counts = [0] * producers
+    stop = time.monotonic() + seconds
+    errors: list = []
+
+    def run(i: int) -> None:
+        producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0,
+                             "enable.idempotence": False, "max.in.flight.requests.per.connection": 1})
+        failed = []
+        while time.monotonic() < stop and not failed:
+            producer.produce(topic, value,
+                             on_delivery=lambda err, _msg: failed.append(err) if err is not None else None)
+            producer.flush(30)
+            counts[i] += 1
+        errors.extend(failed)
+    started = time.monotonic()
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(producers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise RuntimeError(f"{len(errors)} records failed: {errors[:3]}")
+    elapsed = time.monotonic() - started
+    return {"records": sum(counts), "seconds": elapsed, "msgs_s": sum(counts) / elapsed}
+
+
 def main(spec: dict) -> dict:
     from bench.peers import cpu_seconds
     admin = AdminClient({"bootstrap.servers": spec["bootstrap"]})
@@ -175,6 +207,8 @@ def main(spec: dict) -> dict:
     out = {"topic": topic, "messages": n, "size": spec["size"], "acks": spec.get("acks"), "partitions": partitions}
     if spec.get("mode") == "latency":
         out.update(latency(spec["bootstrap"], topic, spec["rate"], spec["seconds"], spec["size"]))
+    elif spec.get("mode") == "small":
+        out.update(small_writes(spec["bootstrap"], topic, spec["seconds"], spec["size"], spec.get("producers", 10)))
     else:
         kp = spec.get("client") == "kafka-python"
         pid = spec.get("pid") or 0
