@@ -297,14 +297,19 @@ def _writer(cls):
     return entity_writer(cls)
 
 
-def encode_response(header: RequestHeader, body) -> bytes:
-    """The whole framed response (size, header, body) for a request."""
-    out = io.BytesIO()
+def _write_framed(out, header: RequestHeader, body) -> None:
+    """Size placeholder (0), response header and body into ``out``; the caller sets the size."""
     out.write(b"\0\0\0\0")
     out.write(struct.pack(">i", header.correlation_id))
     if header.flexible and header.api_key != API_VERSIONS:
         out.write(b"\0")  # response header v1: no tagged fields
     _writer(type(body))(out, body)
+
+
+def encode_response(header: RequestHeader, body) -> bytes:
+    """The whole framed response (size, header, body) for a request."""
+    out = io.BytesIO()
+    _write_framed(out, header, body)
     data = out.getbuffer()
     struct.pack_into(">i", data, 0, len(data) - 4)
     del data
@@ -358,11 +363,7 @@ def respond_parts(header: RequestHeader, data: dict) -> bytes | ResponseParts:
     """:func:`respond` for a response whose records may be ranges (see :class:`ResponseParts`):
     the same bytes on the wire, with the ranges left unread; plain bytes when there is none."""
     out = _PartsWriter()
-    out.write(struct.pack(">ii", 0, header.correlation_id))
-    if header.flexible and header.api_key != API_VERSIONS:
-        out.write(b"\0")
-    body = build(response_class(header.api_key, header.api_version), data)
-    _writer(type(body))(out, body)
+    _write_framed(out, header, build(response_class(header.api_key, header.api_version), data))
     parts = out.finish()
     size = sum(len(part) for part in parts) - 4
     first = bytearray(parts[0])
