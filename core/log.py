@@ -40,7 +40,7 @@ from core.config import TopicConfig
 from core.epochs import LeaderEpochCache
 from core.errors import InvalidRecordError, OffsetMismatchError, OffsetOutOfRangeError, RecordTooLargeError, StorageError
 from core.segment import LogSegment, RecoverInfo
-from wire.records import RecordBatch, decode_batch, iter_batches, set_offsets_in_place
+from wire.records import RecordBatch, decode_batch, iter_batches, set_offsets_in_place, stamp_built
 
 LOG_START_FILE = "log-start-offset"
 RECOVERY_POINT_FILE = "recovery-point"
@@ -261,24 +261,23 @@ class PartitionLog:
             self.epochs.assign(leader_epoch, first, persist=False)  # written by the next flush
         return LogAppendInfo(first, offset - 1, max_ts, len(batches), count, size)
 
-    def append_built(self, batch: bytes, records: int, max_timestamp: int) -> LogAppendInfo:
-        """Append one batch this process has just encoded (the AMQP router's
-        ``wire.records.batch_of_tails``, base offset 0): known good, so it is neither parsed nor
-        CRC-checked again, and it is not copied to stamp its offset: the 16 bytes before the
-        CRC-covered part go out patched beside the untouched rest in one writev. With messages
-        spread over thousands of queues each batch holds a message or two, and :meth:`append`'s
-        parsing was most of their cost."""
+    def append_built(self, buffers: list, length: int, crc: int, records: int, max_timestamp: int) -> LogAppendInfo:
+        """Append one batch this process has just encoded (``wire.records.built_batch``: the
+        CRC-covered part as buffers, ``buffers[0]`` free): known good, so it is neither parsed
+        nor CRC-checked again, and it is never joined: the stamped prefix and the pieces go out
+        in one writev. With messages spread over thousands of queues each batch holds a message
+        or two, and :meth:`append`'s parsing and copying were most of their cost."""
         if self.config.compact:  # keys must be checked: the general path
-            return self.append(batch)
-        size = len(batch)
+            stamp_built(buffers, length, crc, 0, -1)
+            return self.append(b"".join(buffers))
+        first = self.segments[-1].next_offset
+        epoch = self.leader_epoch
+        size = stamp_built(buffers, length, crc, first, epoch)
         if size > self.config.max_message_bytes:
             raise RecordTooLargeError(f"batch of {size} bytes exceeds max.message.bytes={self.config.max_message_bytes}; "
                                       "raise the topic's max.message.bytes or send smaller messages")
-        self.maybe_roll(size)
-        first = self.next_offset
-        epoch = self.leader_epoch
-        self.active.append_batch(_BATCH_PREFIX.pack(first, size - 12, epoch), memoryview(batch)[16:], first,
-                                 records - 1, max_timestamp)
+        self.maybe_roll(size)  # a new segment starts at the LEO: ``first`` stays right
+        self.segments[-1].append_batch(buffers, size, first, records - 1, max_timestamp)
         self._unflushed_records += records
         if epoch > self.epochs.latest_epoch:
             self.epochs.assign(epoch, first, persist=False)

@@ -225,12 +225,11 @@ class LogSegment:
         self.size = start + size
         self.next_offset = offset
 
-    def append_batch(self, prefix: bytes, rest, first_offset: int, last_offset_delta: int, max_timestamp: int) -> None:
-        """Append one batch given as its stamped first bytes and the rest, in one writev."""
+    def append_batch(self, buffers, size: int, first_offset: int, last_offset_delta: int, max_timestamp: int) -> None:
+        """Append one whole batch given as the buffers it is the concatenation of (one writev)."""
         start = self.size
-        size = len(prefix) + len(rest)
         try:
-            written = os.writev(self.fd, (prefix, rest))
+            written = os.writev(self.fd, buffers)
         except OSError as exc:
             self._refuse(start, exc.strerror or str(exc))
         if written != size:

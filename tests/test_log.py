@@ -258,7 +258,7 @@ def test_reads_stop_at_max_offset(tmp_path):
 
 def test_append_built_stores_the_same_bytes_as_append(tmp_path):
     """The router's unchecked path: same files, offsets, indexes and answers as the checked one."""
-    from wire.records import batch_of_tails, record_tail
+    from wire.records import batch_of_tails, built_batch, record_tail
     config = TopicConfig.from_strings({"segment.bytes": "2048", "index.interval.bytes": "100"})
     checked = PartitionLog(tmp_path / "a", config, clock=FakeClock())
     built = PartitionLog(tmp_path / "b", config, clock=FakeClock())
@@ -268,11 +268,11 @@ def test_append_built_stores_the_same_bytes_as_append(tmp_path):
         stamps = [1_700_000_000_000 + i * 7 + j for j in range(1 + i % 3)]
         tails = [record_tail(b"k%d" % i, b"v" * (i % 40), []) for _ in stamps]
         data = batch_of_tails(stamps, tails)
-        assert checked.append(data) == built.append_built(data, len(stamps), max(stamps))
+        assert checked.append(data) == built.append_built(*built_batch(stamps, tails), len(stamps), max(stamps))
     assert len(built.segments) > 3
     for name in sorted(os.listdir(tmp_path / "a")):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
     assert built.epochs.entries == checked.epochs.entries == [(3, 0)]
     with pytest.raises(RecordTooLargeError, match="max.message.bytes"):
         small = PartitionLog(tmp_path / "c", TopicConfig.from_strings({"max.message.bytes": "100"}), clock=FakeClock())
-        small.append_built(batch_of_tails([1], [record_tail(None, b"x" * 200, [])]), 1, 1)
+        small.append_built(*built_batch([1], [record_tail(None, b"x" * 200, [])]), 1, 1)

@@ -385,3 +385,11 @@ def test_batch_of_tails_is_encode_batch(items):
     expected = encode_batch(records)
     tails = [record_tail(r.key, r.value, r.headers) for r in records]
     assert batch_of_tails([r.timestamp for r in records], tails) == expected
+
+
+@pytest.mark.parametrize("size", [0, 124, 125, 300, 70_000])
+def test_a_lone_record_batch_is_encode_batch(size):
+    """built_batch's one-record path (no join, the tail sent as it is) around the varint length steps."""
+    record = Record(0, 1_700_000_000_123, b"k", b"v" * size, (Header("h", b"1"),))
+    tail = record_tail(record.key, record.value, record.headers)
+    assert batch_of_tails([record.timestamp], [tail]) == encode_batch([record])

@@ -62,6 +62,7 @@ _CRC_COVERED = struct.Struct(">hiqqqhii")  # attributes .. recordsCount (40 byte
 _CRC_START = 21
 _MAGIC_POS = 16
 _MIN_BATCH_LENGTH = BATCH_HEADER_SIZE - LOG_OVERHEAD  # 49
+_BEFORE_COVERED = _CRC_START - LOG_OVERHEAD  # leader epoch, magic, CRC: counted by batchLength, not CRC-covered
 _MIN_RECORD_BODY = 6  # attributes + five one-byte varints (ts, offset, key, value, headers)
 _INT32_MAX = (1 << 31) - 1
 
@@ -415,22 +416,59 @@ def encode_headers(headers) -> bytes:
 def batch_of_tails(timestamps: Sequence[int], tails: Sequence[bytes]) -> bytes:
     """A batch at offsets 0..n-1 (CreateTime, no producer id) of records given by their
     timestamps and :func:`record_tail` encodings; the same bytes :func:`encode_batch` makes."""
-    if not tails or len(timestamps) != len(tails):
-        raise ValueError(f"{len(timestamps)} timestamps for {len(tails)} records")
+    buffers, length, crc = built_batch(timestamps, tails)
+    stamp_built(buffers, length, crc, 0, -1)
+    return b"".join(buffers)
+
+
+_NO_DELTAS = b"\x00\x00\x00"  # a lone record's attributes, timestamp delta and offset delta
+
+
+def built_batch(timestamps: Sequence[int], tails: Sequence[bytes]) -> tuple[list, int, int]:
+    """:func:`batch_of_tails` as the log writes it: (buffers, length, crc), where ``buffers[0]``
+    is left free for the 21 bytes before the CRC-covered part (base offset, batch length, leader
+    epoch, magic, CRC) that the log stamps at append time, the rest of ``buffers`` (``length``
+    bytes) is that part, and ``crc`` its CRC-32C. Nothing is joined: with messages spread over
+    thousands of queues most batches hold one record, and the log sends its tail as it is."""
+    count = len(tails)
+    if not count or len(timestamps) != count:
+        raise ValueError(f"{len(timestamps)} timestamps for {count} records")
     ev = encode_varint
     base_ts = timestamps[0]
-    parts = []
-    add = parts.append
-    for i, tail in enumerate(tails):
-        head = b"\x00" + ev(timestamps[i] - base_ts) + ev(i)
-        add(ev(len(head) + len(tail)))
-        add(head)
-        add(tail)
-    return _assemble(
-        b"".join(parts), len(tails), base_offset=0, attributes=0, last_offset_delta=len(tails) - 1,
-        base_timestamp=base_ts, max_timestamp=max(timestamps), producer_id=-1, producer_epoch=-1,
-        base_sequence=-1, partition_leader_epoch=-1,
-    )
+    if count == 1:
+        tail = tails[0]
+        head = ev(3 + len(tail)) + _NO_DELTAS
+        max_ts = base_ts
+        buffers = [None, None, head, tail]
+        length = len(head) + len(tail)
+    else:
+        parts = []
+        add = parts.append
+        for i, tail in enumerate(tails):
+            head = b"\x00" + ev(timestamps[i] - base_ts) + ev(i)
+            add(ev(len(head) + len(tail)))
+            add(head)
+            add(tail)
+        records = b"".join(parts)
+        max_ts = max(timestamps)
+        buffers = [None, None, records]
+        length = len(records)
+    try:
+        covered = _CRC_COVERED.pack(0, count - 1, base_ts, max_ts, -1, -1, -1, count)
+    except struct.error as exc:
+        raise ValueError(f"batch header field out of range: {exc}") from None
+    buffers[1] = covered
+    crc = crc32c(covered)
+    for part in buffers[2:]:
+        crc = crc32c(part, crc)
+    return buffers, _CRC_COVERED.size + length, crc
+
+
+def stamp_built(buffers: list, length: int, crc: int, base_offset: int, leader_epoch: int) -> int:
+    """Put the 21 bytes before the CRC-covered part into ``buffers[0]`` of a :func:`built_batch`;
+    returns the whole batch's size."""
+    buffers[0] = _PREFIX.pack(base_offset, _BEFORE_COVERED + length, leader_epoch, MAGIC, crc)
+    return _CRC_START + length
 
 
 def _assemble(records: bytes, count: int, *, base_offset: int, attributes: int, last_offset_delta: int,
