@@ -50,6 +50,7 @@ from gateway.cluster.amqp_home import AmqpHome
 from gateway.cluster.node import ClusterNode
 from gateway.cluster.share_state import RemoteShareState
 from gateway.config import HostPort, Settings
+from gateway.fsync_thread import FsyncThread
 from gateway.kafka.apis import share_groups
 from gateway.kafka.apis import txn as txn_api
 from gateway.kafka.connection import KafkaFactory
@@ -121,6 +122,7 @@ class Broker:
         self._flushing: defer.Deferred | None = None
         self._flush_again = False
         self._flush_kick = None  # the pending start of a group commit (request_flush)
+        self._fsync_thread: FsyncThread | None = None  # started with the logs
         self.kafka: KafkaContext | None = None
         self.amqp: AmqpService | None = None
         self.streams: StreamService | None = None
@@ -366,6 +368,7 @@ class Broker:
             recovered_segments=info.recovered_segments, truncated_bytes=info.truncated_bytes,
             seconds=round(info.seconds, 3)))
         self._logs_open = True
+        self._fsync_thread = FsyncThread(self.reactor)
         if self.settings.definitions is not None:
             self._load_definitions(self.settings.definitions)
         addresses = self.addresses()
@@ -440,7 +443,7 @@ class Broker:
         if self._flushing is not None:
             self._flush_again = True
             return
-        self._flushing = threads.deferToThread(self.logs.flush_dirty)
+        self._flushing = self._fsync_thread.run(self.logs.flush_dirty)
         self._flushing.addErrback(lambda f: log.error("flush failed: %s", f.getErrorMessage()))
         self._flushing.addBoth(self._flush_done, time.monotonic())
 
@@ -505,6 +508,8 @@ class Broker:
             self._flush_kick.cancel()  # logs.shutdown() below flushes everything
         if self._flushing is not None:
             yield _settled(self._flushing)
+        if self._fsync_thread is not None:
+            self._fsync_thread.stop()
         if self.cluster is not None:
             yield threads.deferToThread(self.cluster.stop)  # leaves ZooKeeper: the partitions led here move
         if self._logs_open:  # never mark a log clean whose recovery did not finish
