@@ -1,7 +1,7 @@
 """Scale runs: does the cost per message stay flat, and what does an idle connection cost?
 
-* partitions: confluent-kafka produces ``--messages`` 100 B records (acks=1) to a topic of 1 and
-  of ``--partitions`` (1,000) partitions; the row is the broker's CPU microseconds per message
+* partitions: confluent-kafka produces ``--kafka-messages`` (1,000,000) 100 B records (acks=1) to
+  a topic of 1 and of ``--partitions`` (1,000) partitions; the row is the broker's CPU microseconds per message
   (from /proc, over the produce phase), our broker next to Tansu, and cost(N) / cost(1);
 * queues: the raw AMQP client declares 1 and ``--queues`` (10,000) exclusive queues, then
   publishes ``--messages`` confirmed transient messages round robin over them: CPU us/msg and
@@ -37,6 +37,8 @@ PARTS = ("partitions", "queues", "connections", "memory", "cores", "startup")
 
 def add_arguments(parser) -> None:
     parser.add_argument("--messages", type=int, default=100_000)
+    parser.add_argument("--kafka-messages", type=int, default=1_000_000,
+                        help="records per partitions run: librdkafka sends 100,000 in a few clock ticks of broker CPU")
     parser.add_argument("--partitions", type=int, default=1000)
     parser.add_argument("--queues", type=int, default=1000,
                         help="10,000 is the issue's figure (the manual setting)")
@@ -92,7 +94,7 @@ def run(args) -> peers.SuiteResult:
             for rep, who, target in peers.alternate(targets, args.repeat):
                 _scaling(samples, "kafka produce 100B", who, target, (1, args.partitions), lambda n: peers.run_load(
                     "bench.kafka_load", {"bootstrap": target.address("kafka"), "topic": f"scale-{next(names)}",
-                                         "messages": args.messages, "size": 100, "acks": "1", "partitions": n,
+                                         "messages": args.kafka_messages, "size": 100, "acks": "1", "partitions": n,
                                          "pid": target.pid}), "partitions")
         finally:
             ours.close()
@@ -158,10 +160,10 @@ def run(args) -> peers.SuiteResult:
             samples.add(label, "broker", seconds, unit="s", better="lower")
         notes.append(f"start-up rows: {args.startup_gb:g} GB log (--startup-gb; 10 is the manual setting), ours only")
     notes += [f"failed run (left out of the medians): {failure}" for failure in _failures]
-    notes.append(f"{args.messages:,} messages per scale run; CPU from /proc of the broker process (beam.smp for "
-                 f"RabbitMQ); medians of {args.repeat}")
-    meta = {"messages": args.messages, "partitions": args.partitions, "queues": args.queues,
-            "memory_messages": args.memory_messages, "memory_queues": args.memory_queues,
+    notes.append(f"{args.messages:,} messages per scale run ({args.kafka_messages:,} per partitions run); CPU from "
+                 f"/proc of the broker process (beam.smp for RabbitMQ); medians of {args.repeat}")
+    meta = {"messages": args.messages, "kafka_messages": args.kafka_messages, "partitions": args.partitions,
+            "queues": args.queues, "memory_messages": args.memory_messages, "memory_queues": args.memory_queues,
             "connections": args.connections, "startup_gb": args.startup_gb, "repeat": args.repeat}
     rows = samples.rows()
     for row in rows:  # the peer differs by part
