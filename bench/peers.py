@@ -23,6 +23,8 @@ import time
 import zipfile
 from pathlib import Path
 
+from gateway.processes import NotListening, listeners_path, wait_for_listeners
+
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / ".cache" / "bench"
 RESULTS = CACHE / "results"
@@ -88,18 +90,14 @@ class OurCluster:
                                          cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
         self.nodes: list[dict] = []
         deadline = time.monotonic() + timeout
-        for index in range(1, processes + 1):
-            path = self.data_dir / f"node-{index}" / "listeners.json"
-            while True:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    self.close()
-                    raise RuntimeError(f"gateway serve --processes {processes} did not start:\n"
-                                       + self.log_path.read_text(errors="replace")[-3000:])
-                try:
-                    self.nodes.append(json.loads(path.read_text()))
-                    break
-                except (FileNotFoundError, ValueError):
-                    time.sleep(0.2)
+        try:
+            for index in range(1, processes + 1):
+                self.nodes.append(wait_for_listeners(listeners_path(self.data_dir, index), deadline - time.monotonic(),
+                                                     alive=lambda: self.proc.poll() is None))
+        except NotListening:
+            self.close()
+            raise RuntimeError(f"gateway serve --processes {processes} did not start:\n"
+                               + self.log_path.read_text(errors="replace")[-3000:]) from None
 
     @property
     def pid(self) -> int:

@@ -23,6 +23,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 from gateway.config import Settings, read_toml
 from gateway.logs import fields
@@ -32,6 +33,44 @@ log = logging.getLogger("gateway.processes")
 LISTENERS = ("kafka", "amqp", "http", "stream", "kafka_tls", "amqp_tls", "stream_tls")
 ADVERTISED = ("kafka", "amqp")
 STOP_TIMEOUT_S = 120
+
+
+class NotListening(Exception):
+    """A broker did not write its listeners.json: it exited first (``exited``), or time ran out."""
+
+    def __init__(self, message: str, exited: bool):
+        super().__init__(message)
+        self.exited = exited
+
+
+def listeners_path(data_dir: Path, index: int) -> Path:
+    """Where node ``index`` of ``gateway serve --processes`` with ``--data-dir data_dir`` writes its listeners."""
+    return Path(data_dir) / f"node-{index}" / "listeners.json"
+
+
+def read_listeners(path: Path) -> dict | None:
+    """The listener addresses ({"kafka": "host:port", ...}) a broker writes to its data directory's
+    listeners.json once it listens (and removes when it stops); None while the file is not there."""
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def wait_for_listeners(path: Path, timeout: float, alive: Callable[[], bool] = lambda: True,
+                       interval: float = 0.2) -> dict:
+    """:func:`read_listeners` once there are some, polling every ``interval`` s; :class:`NotListening`
+    when ``alive()`` (asked before each look) says the broker is gone, or after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not alive():
+            raise NotListening(f"the broker exited before writing {path}; its log says why", exited=True)
+        listeners = read_listeners(path)
+        if listeners is not None:
+            return listeners
+        time.sleep(interval)
+    raise NotListening(f"{path} was not written within {timeout} s: the broker is not listening; see its log, "
+                       f"or give it a longer timeout if it is still starting", exited=False)
 
 
 def _without(args: list[str], flag: str) -> list[str]:
@@ -108,7 +147,7 @@ def run(settings: Settings, serve_args: list[str], config_file: str | None = Non
     code = 0
     try:
         for index in range(1, settings.processes + 1):
-            (data_dir / f"node-{index}" / "listeners.json").unlink(missing_ok=True)  # a killed run's
+            listeners_path(data_dir, index).unlink(missing_ok=True)  # a killed run's
             argv = [sys.executable, "-m", "gateway", "serve", *extra,
                     *node_args(settings, serve_args, index, zookeeper)]
             children[index] = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
@@ -149,13 +188,11 @@ def _announce(data_dir: Path, children: dict[int, subprocess.Popen], stopping: d
     deadline = time.monotonic() + timeout
     while waiting and stopping["signal"] is None and time.monotonic() < deadline:
         for index in sorted(waiting):
-            path = data_dir / f"node-{index}" / "listeners.json"
             if children[index].poll() is not None:
                 waiting.discard(index)
                 continue
-            try:
-                listeners = json.loads(path.read_text())
-            except (FileNotFoundError, ValueError):
+            listeners = read_listeners(listeners_path(data_dir, index))
+            if listeners is None:
                 continue
             waiting.discard(index)
             log.info("broker node %d listening: %s", index,

@@ -2,7 +2,8 @@
 building.
 
 Pure functions of bytes, shared by :mod:`routing.mapping` (a message as a Kafka record and
-back) and :mod:`routing.message_fields` (reading one property of a stored message): the flag
+back, with :mod:`routing.kafka_origin` for records Kafka clients produced) and
+:mod:`routing.message_fields` (reading one property of a stored message): the flag
 words and property order, validation of a section (:func:`split_section`), the field-table
 value types as RabbitMQ and pamqp read them, and the builders that return a new section
 (:func:`with_headers`, :func:`with_entry`, :func:`dead_lettered` with RabbitMQ's ``x-death``
@@ -24,6 +25,7 @@ _U64 = struct.Struct(">Q")
 _I64 = struct.Struct(">q")
 _FLOAT = struct.Struct(">f")
 _DOUBLE = struct.Struct(">d")
+_LEN1 = tuple(bytes((i,)) for i in range(256))  # n -> bytes((n,)): a constant table, not a cache
 
 _STR, _TABLE, _OCTET, _TS = range(4)
 
@@ -46,6 +48,8 @@ _PROPERTIES = (
 )
 _HEADERS_INDEX = 2
 _DELIVERY_MODE_INDEX, _PRIORITY_INDEX, _EXPIRATION_INDEX, _MESSAGE_ID_INDEX, _TIMESTAMP_INDEX = 3, 4, 7, 8, 9
+# the prefix of the record headers that carry AMQP properties; a record with none is Kafka-origin
+_RESERVED = "amqp."
 
 
 _MAX_FLAG_WORDS = 8  # as pamqp (the codec refuses more before we see them)
@@ -88,6 +92,14 @@ def _utf8(data: bytes) -> bool:
         return True
     except UnicodeDecodeError:
         return False
+
+
+def _key_bytes(name: str) -> bytes:
+    """A record header name as the bytes of a field-table key."""
+    try:
+        return name.encode()
+    except UnicodeEncodeError:  # lone surrogates: only in records built in-process
+        return name.encode("utf-8", "surrogatepass")
 
 
 # --- validating field values -----------------------------------------------------------

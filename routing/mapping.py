@@ -84,26 +84,10 @@ as 501 FRAME_ERROR.
 Kafka-origin records (no ``amqp.`` header)
 ------------------------------------------
 
-Delivered from exchange ``""`` with the key as routing key (null -> ``""``) and two properties:
-
-- ``headers``: every record header in order as a long string ``S`` (a null value as void
-  ``V``), then the broker's own entries: ``x-kafka-key`` (``x``, the key's bytes) when the key
-  cannot be the routing key (empty, not UTF-8, or longer than 255 bytes; the routing key is then
-  ``""``), ``x-kafka-tombstone`` (``t``, true) when the value is null, and always last
-  ``x-kafka-timestamp`` (``l``, the record timestamp in milliseconds). If a header name is longer
-  than a table key allows (255 bytes), all the record headers travel instead as one entry
-  ``x-kafka-headers``: an array of ``[name S, value S|V]`` arrays.
-- ``timestamp``: the record timestamp in seconds (floor), omitted for a negative timestamp or one
-  past the year 9999 (clients turn it into a date; ``x-kafka-timestamp`` still has it).
-
-``record_from_amqp`` recognises exactly that shape (exchange ``""``, the same routing key, the
-byte-identical property section, an empty body for a tombstone) and re-creates the original
-record from it: same key, value, headers in order, and the timestamp of ``x-kafka-timestamp``
-(not the publish time: a verbatim re-publish of a Kafka record keeps its create time, as
-MirrorMaker does). So neither the timestamp property nor the marker entries become ``amqp.``
-headers, and Kafka record -> AMQP -> record is exact. Any other section is AMQP-form, which in
-turn always carries an ``amqp.`` header (``amqp.exchange`` empty if nothing else), so the two
-forms never meet.
+Delivered from exchange ``""`` with the key as routing key and a property section of their own
+(the record headers as a ``headers`` table, ``x-kafka-*`` entries, the ``timestamp``);
+:func:`record_from_amqp` recognises exactly that section and re-creates the original record, so
+Kafka record -> AMQP -> record is exact. Both directions, and the format: :mod:`routing.kafka_origin`.
 
 A Kafka producer may set properties by writing ``amqp.`` headers itself. Headers of this form
 that do not decode (``amqp.priority: high``, a duplicate, an unknown ``amqp.`` name, a value
@@ -124,10 +108,11 @@ import struct
 from collections.abc import Sequence
 
 from routing.amqp_properties import (  # the section layout and field types both modules read
-    _DOUBLE, _FLOAT, _HEADERS_INDEX, _I64, _INTS, _OCTET, _PROPERTIES, _STR, _TS, _T_A, _T_D, _T_F, _T_S,
-    _T_V, _T_d, _T_f, _T_t, _T_x, _U16, _U32, _U64, _Unrepresentable, _VARIABLE, _WIDTH, _decode_value,
-    _entries, _malformed, _skip, _split, _utf8,
+    _DOUBLE, _FLOAT, _HEADERS_INDEX, _INTS, _LEN1, _OCTET, _PROPERTIES, _RESERVED, _STR, _TS, _T_A, _T_D, _T_F,
+    _T_V, _T_d, _T_f, _U16, _U32, _U64, _Unrepresentable, _VARIABLE, _WIDTH, _key_bytes, _malformed, _skip,
+    _split, _utf8,
 )
+from routing.kafka_origin import delivery_properties, original_record
 from wire.records import Header, Record, encode_headers
 
 __all__ = ["record_from_amqp", "amqp_from_record", "stored_form"]
@@ -137,21 +122,9 @@ _PROPERTY_SLOT = {name: (i, bit, kind) for i, (bit, name, kind) in enumerate(_PR
 _H_EXCHANGE = "amqp.exchange"
 _H_HEADERS = "amqp.headers"
 _H_PROPERTIES = "amqp.properties"
-_RESERVED = "amqp."
-_X_KEY = b"x-kafka-key"
-_X_TOMBSTONE = b"x-kafka-tombstone"
-_X_TIMESTAMP = b"x-kafka-timestamp"
-_X_HEADERS = b"x-kafka-headers"
-_X_TOMBSTONE_ENTRY = bytes((len(_X_TOMBSTONE),)) + _X_TOMBSTONE + b"t\x01"
-_X_TIMESTAMP_PREFIX = bytes((len(_X_TIMESTAMP),)) + _X_TIMESTAMP + b"l"
-_X_KEY_PREFIX = bytes((len(_X_KEY),)) + _X_KEY + b"x"
-_X_HEADERS_PREFIX = bytes((len(_X_HEADERS),)) + _X_HEADERS + b"A"
-# the timestamp property of a Kafka-origin delivery stops at year 9999 (clients build dates from it)
-_MAX_TIMESTAMP_MS = 253402300799999
-# constant tables (not caches): octet -> decimal text, decimal text -> octet, n -> bytes((n,))
+# constant tables (not caches): octet -> decimal text, decimal text -> octet
 _DEC = tuple(b"%d" % i for i in range(256))
 _OCTET_WIRE = {b"%d" % i: bytes((i,)) for i in range(256)}
-_LEN1 = tuple(bytes((i,)) for i in range(256))
 _TYPE_CHARS = {chr(t): t for t in (*_WIDTH, *_VARIABLE)}
 
 
@@ -208,7 +181,7 @@ def record_from_amqp(exchange: str, routing_key: str, properties_raw: bytes, bod
     if flags & 3:  # another flag word follows, or the reserved bit: keep the section verbatim
         return _verbatim(exchange, routing_key, raw, body, now_ms)
     if (flags == 0x2000 or flags == 0x2040) and not exchange:
-        kafka = _kafka_record(routing_key, raw, body)
+        kafka = original_record(routing_key, raw, body)
         if kafka is not None:
             return kafka
     new, set_key, set_value = _new, _set_key, _set_value
@@ -376,15 +349,8 @@ def amqp_from_record(record: Record) -> tuple[str, str, bytes]:
                     _DELIVERY_FORMS.clear()
                 _DELIVERY_FORMS[id(headers)] = (headers, exchange, raw)
             return exchange, routing_key, raw
-    routing_key, raw = _kafka_properties(record.key, record.value is None, headers, record.timestamp)
+    routing_key, raw = delivery_properties(record.key, record.value is None, headers, record.timestamp)
     return "", routing_key, raw
-
-
-def _key_bytes(name: str) -> bytes:
-    try:
-        return name.encode()
-    except UnicodeEncodeError:  # lone surrogates: only in records built in-process
-        return name.encode("utf-8", "surrogatepass")
 
 
 def _amqp_form(headers: Sequence[Header], key: bytes | None) -> tuple[str, str, bytes]:
@@ -545,110 +511,3 @@ def _routing_key_lossy(key: bytes | None) -> str:
         except UnicodeDecodeError:
             pass
     return key.decode("utf-8", "replace").encode()[:255].decode("utf-8", "ignore")
-
-
-# --- Kafka-origin records ---------------------------------------------------------------
-
-def _kafka_properties(key: bytes | None, tombstone: bool, headers: Sequence[Header],
-                      ts: int) -> tuple[str, bytes]:
-    """Routing key and property section delivering a Kafka-origin record (module docstring)."""
-    table: list[bytes] = []
-    u32 = _U32.pack
-    len1 = _LEN1
-    for h in headers:
-        nb = _key_bytes(h.key)
-        n = len(nb)
-        if n > 255:
-            table = [_long_headers_entry(headers)]
-            break
-        v = h.value
-        if v is None:
-            table += (len1[n], nb, b"V")
-        else:
-            table += (len1[n], nb, b"S", u32(len(v)), v)
-    routing_key = ""
-    if key is not None:
-        if 0 < len(key) < 256:
-            try:
-                routing_key = key.decode()
-            except UnicodeDecodeError:
-                table += (_X_KEY_PREFIX, u32(len(key)), key)
-        else:
-            table += (_X_KEY_PREFIX, u32(len(key)), key)
-    if tombstone:
-        table.append(_X_TOMBSTONE_ENTRY)
-    table += (_X_TIMESTAMP_PREFIX, _I64.pack(ts))
-    body = b"".join(table)
-    if 0 <= ts <= _MAX_TIMESTAMP_MS:
-        return routing_key, b"".join((b"\x20\x40", u32(len(body)), body, _U64.pack(ts // 1000)))
-    return routing_key, b"".join((b"\x20\x00", u32(len(body)), body))
-
-
-def _long_headers_entry(headers: Sequence[Header]) -> bytes:
-    u32 = _U32.pack
-    items = []
-    for h in headers:
-        nb = _key_bytes(h.key)
-        v = h.value
-        pair = b"S" + u32(len(nb)) + nb + (b"V" if v is None else b"S" + u32(len(v)) + v)
-        items.append(b"A" + u32(len(pair)) + pair)
-    array = b"".join(items)
-    return _X_HEADERS_PREFIX + u32(len(array)) + array
-
-
-def _kafka_record(routing_key: str, raw: bytes, body: bytes):
-    """The Kafka record whose delivery is exactly (exchange "", routing_key, raw), else None."""
-    end = len(raw)
-    if end < 6:
-        return None
-    start = 6
-    stop = start + _U32.unpack_from(raw, 2)[0]
-    if stop > end or raw[stop - 27:stop - 8] != _X_TIMESTAMP_PREFIX:  # quick: no marker, no Kafka
-        return None
-    try:
-        items = _entries(raw, start, stop)
-    except ValueError:
-        return None
-    if not items:
-        return None
-    name, t, p, q = items.pop()
-    if name != _X_TIMESTAMP or t != ord("l"):
-        return None
-    (ts,) = _I64.unpack_from(raw, p)
-    value = body
-    if items and items[-1][0] == _X_TOMBSTONE and items[-1][1] == _T_t:
-        items.pop()
-        value = None
-        if body:
-            return None
-    key = routing_key.encode() if routing_key else None
-    if items and items[-1][0] == _X_KEY and items[-1][1] == _T_x:
-        _, _, p, q = items.pop()
-        key = raw[p + 4:q]
-    headers = []
-    try:
-        if len(items) == 1 and items[0][0] == _X_HEADERS and items[0][1] == _T_A:
-            _, _, p, q = items[0]
-            for pair in _decode_value(raw, p, _T_A, 0)[0]:
-                name, v = pair  # [name S, value S|V]
-                headers.append(Header(name if isinstance(name, str) else name.decode(),
-                                      v.encode() if isinstance(v, str) else None if v is None else bytes(v)))
-        else:
-            for name, t, p, q in items:
-                if t == _T_S:
-                    v = raw[p + 4:q]
-                elif t == _T_V:
-                    v = None
-                else:
-                    return None
-                text = name.decode()
-                if text.startswith(_RESERVED):
-                    return None
-                headers.append(Header(text, v))
-    except (ValueError, TypeError, AttributeError):
-        return None
-    if _kafka_properties(key, value is None, headers, ts) != (routing_key, raw):
-        return None
-    return key, value, tuple(headers), ts
-
-

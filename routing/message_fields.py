@@ -11,9 +11,9 @@ from collections.abc import Sequence
 
 from routing.amqp_properties import (
     _DELIVERY_MODE_INDEX, _EXPIRATION_INDEX, _HEADERS_INDEX, _MESSAGE_ID_INDEX, _OCTET, _PRIORITY_INDEX, _PROPERTIES,
-    _STR, _TIMESTAMP_INDEX, _decode_table, _raw_property, _split, _utf8,
+    _RESERVED, _STR, _TIMESTAMP_INDEX, _decode_table, _raw_property, _split, _utf8,
 )
-from routing.mapping import _FORMS_MAX, _H_PROPERTIES, _RESERVED, _uint, amqp_from_record
+from routing.mapping import _FORMS_MAX, _H_PROPERTIES, _uint, amqp_from_record
 from wire.records import Header, Record
 
 __all__ = ["Source", "delivery_mode", "priority", "expiration", "message_id", "timestamp", "headers_table"]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import logging
 import os
-import re
 from typing import Any, Callable, Hashable, Iterable
 
 from core.errors import InvalidPartitionsError, InvalidTopicError, TopicExistsError, UnknownTopicError
@@ -26,6 +25,7 @@ from routing.dedup import Deduplicator
 from routing.delayed import DELAYED_TYPE, DelayLog
 from routing.exchange_log import ExchangeLog
 from routing.exchanges import EXCHANGE_TYPES, Exchange, route_through
+from routing.policies import PoliciesMixin
 from routing.priorities import check_max_priority
 from routing.queue import Queue, position_key
 
@@ -45,7 +45,6 @@ _LOCKED = ("cannot obtain exclusive access to locked queue '{name}' in vhost '{v
            "declaration.")
 
 
-VHOST_LIMITS = ("max-connections", "max-queues")
 DELAY_LOG_PREFIX = "amq.delayed."  # + exchange name: the queue-topic name of a delay log (reserved prefix)
 
 
@@ -65,14 +64,6 @@ def _exchange_class(type_name: str, arguments: dict):
     return cls
 
 
-def _check_pattern(name: str, pattern: str) -> None:
-    try:
-        re.compile(pattern)
-    except re.error as exc:
-        raise ChannelError(PRECONDITION_FAILED, f"policy '{name}': pattern {pattern!r} is not a regular "
-                                                f"expression ({exc})") from None
-
-
 def _bool_text(value: bool) -> str:
     return "true" if value else "false"
 
@@ -81,7 +72,7 @@ def _queue_key(name: str) -> tuple[str, str]:
     return ("queue", name)
 
 
-class VirtualHost:
+class VirtualHost(PoliciesMixin):
     def __init__(self, name: str, logs: LogManager, *, on_change: Callable[[], None] = lambda: None,
                  on_queue: Callable[[Queue, bool], None] = lambda queue, created: None):
         self.name = name
@@ -256,10 +247,7 @@ class VirtualHost:
             self._check_equivalent(existing, durable, exclusive, auto_delete, arguments)
             existing.last_used = existing.clock()  # a redeclare renews x-expires
             return existing
-        limit = self.limits.get("max-queues", -1)
-        if 0 <= limit <= len(self.queues):
-            raise ChannelError(PRECONDITION_FAILED, f"cannot declare queue '{name}': queue limit in vhost "
-                                                    f"'{self.name}' ({limit}) is reached")
+        self._check_queue_limit(name, len(self.queues))
         if arguments.get("x-queue-type") in ("quorum", "stream"):
             what = "non-durable" if not durable else "exclusive-owner" if exclusive else \
                 "auto-delete" if auto_delete else None
@@ -327,17 +315,6 @@ class VirtualHost:
         queue.policy_delivery_limit = lambda: self._policy_value(queue.name, "delivery-limit")
         queue.policy_dead_letter_strategy = lambda: self._policy_value(queue.name, "dead-letter-strategy", str)
         self.queues[queue.name] = queue
-
-    def _policy_value(self, queue_name: str, key: str, kind: type = int):
-        """``key`` of the highest-priority policy (RabbitMQ's rule) that applies to a queue, or None
-        if there is none or it is not a ``kind``."""
-        best = None
-        for policy in self.policies.values():
-            if policy["apply-to"] in ("all", "queues") and key in policy["definition"] and \
-                    re.search(policy["pattern"], queue_name) and (best is None or policy["priority"] > best["priority"]):
-                best = policy
-        value = best["definition"][key] if best is not None else None
-        return value if isinstance(value, kind) and not isinstance(value, bool) else None
 
     def _auto_delete_queue(self, queue: Queue) -> None:
         if queue.name in self.queues and not queue.deleted:
@@ -486,60 +463,12 @@ class VirtualHost:
                 if (kind == "queue" and name in durable_queues) or (kind == "exchange" and name in durable_exchanges):
                     bindings.append({"source": exchange.name, "destination_type": kind, "destination": name,
                                      "routing_key": binding.routing_key, "arguments": dict(binding.arguments)})
-        policies = [{"name": name, **policy} for name, policy in sorted(self.policies.items())]
-        operator = [{"name": name, **policy} for name, policy in sorted(self.operator_policies.items())]
-        return {"exchanges": exchanges, "queues": queues, "bindings": bindings, "policies": policies,
-                "operator_policies": operator, "limits": dict(self.limits), "metadata": dict(self.metadata),
-                "super_streams": {k: list(v) for k, v in self.super_streams.items()}}
-
-    def set_policy(self, name: str, pattern: str, definition: dict, priority: int = 0, apply_to: str = "all",
-                   *, operator: bool = False) -> None:
-        """A RabbitMQ policy; this broker reads its ha-mode/ha-params when it places a new queue's replicas.
-        ``operator``: an operator policy (RabbitMQ caps queue arguments with them; here they are kept)."""
-        _check_pattern(name, pattern)
-        if operator:
-            self.operator_policies[name] = {"pattern": pattern, "definition": dict(definition),
-                                            "priority": int(priority), "apply-to": apply_to}
-            self.on_change()
-            return
-        if apply_to not in ("all", "queues", "exchanges"):
-            raise ChannelError(PRECONDITION_FAILED, f"policy '{name}': apply-to must be all, queues or exchanges")
-        mode = definition.get("ha-mode")
-        if mode not in (None, "all", "exactly"):
-            raise ChannelError(PRECONDITION_FAILED, f"policy '{name}': ha-mode {mode!r} is not supported "
-                                                    "(all or exactly)")
-        if mode == "exactly" and not (isinstance(definition.get("ha-params"), int) and definition["ha-params"] >= 1):
-            raise ChannelError(PRECONDITION_FAILED, f"policy '{name}': ha-mode exactly needs ha-params, a count >= 1")
-        self.policies[name] = {"pattern": pattern, "definition": dict(definition), "priority": int(priority),
-                               "apply-to": apply_to}
-        self.on_change()
-
-    def clear_policy(self, name: str, *, operator: bool = False) -> None:
-        if (self.operator_policies if operator else self.policies).pop(name, None) is None:
-            raise not_found("operator policy" if operator else "policy", name, self.name)
-        self.on_change()
-
-    def set_limit(self, name: str, value: int) -> None:
-        """RabbitMQ's vhost limits; a negative value means no limit."""
-        if name not in VHOST_LIMITS:
-            raise ValueError(f"unknown vhost limit {name!r}: use {' or '.join(VHOST_LIMITS)}")
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"vhost limit {name} must be a whole number (-1: no limit), not {value!r}")
-        self.limits[name] = value
-        self.on_change()
-
-    def clear_limit(self, name: str) -> None:
-        if self.limits.pop(name, None) is None:
-            raise not_found("vhost limit", name, self.name)
-        self.on_change()
+        return {"exchanges": exchanges, "queues": queues, "bindings": bindings, **self._policy_definitions(),
+                "metadata": dict(self.metadata), "super_streams": {k: list(v) for k, v in self.super_streams.items()}}
 
     def restore(self, definitions: dict, positions: dict[str, dict]) -> None:
         """Recreate durable exchanges, queues and bindings after a restart."""
-        for p in definitions.get("policies", ()):
-            self.policies[p["name"]] = {k: v for k, v in p.items() if k != "name"}
-        for p in definitions.get("operator_policies", ()):
-            self.operator_policies[p["name"]] = {k: v for k, v in p.items() if k != "name"}
-        self.limits.update(definitions.get("limits", {}))
+        self._restore_policies(definitions)
         self.metadata.update(definitions.get("metadata", {}))
         for e in definitions.get("exchanges", ()):
             if e["name"] not in self.exchanges:

@@ -5,14 +5,14 @@ them from ``<data-dir>/listeners.json``, so brokers can run in parallel.
 """
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from gateway.processes import NotListening, wait_for_listeners
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -75,14 +75,11 @@ def start_broker(data_dir: Path, *args: str, env: dict | None = None, timeout: f
     listeners.unlink(missing_ok=True)  # a killed broker's file must not be mistaken for this one's
     proc, log_path = spawn(data_dir, *args, env=env, prefix=prefix)
     broker = BrokerProcess(proc, Path(data_dir), log_path)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"broker exited with {proc.returncode} during start-up:\n{broker.output()}")
-        try:
-            broker.addresses = json.loads(listeners.read_text())
-            return broker
-        except (FileNotFoundError, ValueError):
-            time.sleep(0.05)
-    broker.stop(signal.SIGKILL)
-    raise AssertionError(f"broker did not write {listeners} within {timeout}s:\n{broker.output()}")
+    try:
+        broker.addresses = wait_for_listeners(listeners, timeout, alive=lambda: proc.poll() is None, interval=0.05)
+    except NotListening as exc:
+        if exc.exited:
+            raise AssertionError(f"broker exited with {proc.returncode} during start-up:\n{broker.output()}") from None
+        broker.stop(signal.SIGKILL)
+        raise AssertionError(f"broker did not write {listeners} within {timeout}s:\n{broker.output()}") from None
+    return broker

@@ -2,7 +2,6 @@
 ZooKeeper, one command, clients bootstrapping from any of them, and one SIGTERM stopping all."""
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import sys
@@ -15,7 +14,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from gateway.config import load_settings
-from gateway.processes import node_args
+from gateway.processes import NotListening, listeners_path, node_args, wait_for_listeners
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -33,15 +32,11 @@ def test_node_arguments_shift_ports_and_keep_the_rest():
 
 
 def _listeners(data_dir: Path, index: int, proc: subprocess.Popen, timeout: float = 60) -> dict:
-    path = data_dir / f"node-{index}" / "listeners.json"
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, f"launcher exited with {proc.returncode}"
-        try:
-            return json.loads(path.read_text())
-        except (FileNotFoundError, ValueError):
-            time.sleep(0.2)
-    raise AssertionError(f"node {index} never listened")
+    try:
+        return wait_for_listeners(listeners_path(data_dir, index), timeout, alive=lambda: proc.poll() is None)
+    except NotListening as exc:
+        raise AssertionError(f"launcher exited with {proc.returncode}" if exc.exited
+                             else f"node {index} never listened") from None
 
 
 def test_two_processes_form_one_cluster_and_stop_together(tmp_path):
@@ -115,6 +110,6 @@ def test_two_processes_form_one_cluster_and_stop_together(tmp_path):
         code = proc.wait(120)
         log.close()
     assert code == 0, (tmp_path / "launcher.log").read_text()[-3000:]
-    assert not (data_dir / "node-1" / "listeners.json").exists() and not (data_dir / "node-2" / "listeners.json").exists()
+    assert not listeners_path(data_dir, 1).exists() and not listeners_path(data_dir, 2).exists()
     zk_alive = subprocess.run(["pgrep", "-f", str(data_dir / "zookeeper")], capture_output=True).returncode == 0
     assert not zk_alive, "the private ZooKeeper outlived the launcher"

@@ -13,7 +13,7 @@ from typing import Any, Callable
 from gateway.management import views
 from gateway.management.errors import ApiError, bad, not_found
 from routing import mapping
-from routing.vhost import VHOST_LIMITS
+from routing.policies import VHOST_LIMITS
 from wire.amqp.codec import decode_properties
 
 ACK_MODES = {"ack_requeue_true": ("ack", True), "ack_requeue_false": ("ack", False),

@@ -1,0 +1,104 @@
+"""A virtual host's policies, operator policies and limits, with RabbitMQ's rules.
+
+A mixin of :class:`routing.vhost.VirtualHost`, kept apart so that the vhost module stays about
+exchanges, queues and bindings. It reads the vhost's ``name``, ``on_change`` and the three dicts
+the vhost owns: ``policies`` and ``operator_policies`` (name -> ``{"pattern", "definition",
+"priority", "apply-to"}``) and ``limits`` (``max-connections``, ``max-queues``). A policy applies
+to the queues whose name its pattern (a regular expression) finds.
+"""
+from __future__ import annotations
+
+import re
+from typing import Callable
+
+from routing.errors import PRECONDITION_FAILED, ChannelError, not_found
+
+VHOST_LIMITS = ("max-connections", "max-queues")
+
+
+def _check_pattern(name: str, pattern: str) -> None:
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise ChannelError(PRECONDITION_FAILED, f"policy '{name}': pattern {pattern!r} is not a regular "
+                                                f"expression ({exc})") from None
+
+
+class PoliciesMixin:
+    name: str
+    on_change: Callable[[], None]
+    policies: dict[str, dict]
+    operator_policies: dict[str, dict]
+    limits: dict[str, int]
+
+    def set_policy(self, name: str, pattern: str, definition: dict, priority: int = 0, apply_to: str = "all",
+                   *, operator: bool = False) -> None:
+        """A RabbitMQ policy; this broker reads its ha-mode/ha-params when it places a new queue's replicas.
+        ``operator``: an operator policy (RabbitMQ caps queue arguments with them; here they are kept)."""
+        _check_pattern(name, pattern)
+        if operator:
+            self.operator_policies[name] = {"pattern": pattern, "definition": dict(definition),
+                                            "priority": int(priority), "apply-to": apply_to}
+            self.on_change()
+            return
+        if apply_to not in ("all", "queues", "exchanges"):
+            raise ChannelError(PRECONDITION_FAILED, f"policy '{name}': apply-to must be all, queues or exchanges")
+        mode = definition.get("ha-mode")
+        if mode not in (None, "all", "exactly"):
+            raise ChannelError(PRECONDITION_FAILED, f"policy '{name}': ha-mode {mode!r} is not supported "
+                                                    "(all or exactly)")
+        if mode == "exactly" and not (isinstance(definition.get("ha-params"), int) and definition["ha-params"] >= 1):
+            raise ChannelError(PRECONDITION_FAILED, f"policy '{name}': ha-mode exactly needs ha-params, a count >= 1")
+        self.policies[name] = {"pattern": pattern, "definition": dict(definition), "priority": int(priority),
+                               "apply-to": apply_to}
+        self.on_change()
+
+    def clear_policy(self, name: str, *, operator: bool = False) -> None:
+        if (self.operator_policies if operator else self.policies).pop(name, None) is None:
+            raise not_found("operator policy" if operator else "policy", name, self.name)
+        self.on_change()
+
+    def set_limit(self, name: str, value: int) -> None:
+        """RabbitMQ's vhost limits; a negative value means no limit."""
+        if name not in VHOST_LIMITS:
+            raise ValueError(f"unknown vhost limit {name!r}: use {' or '.join(VHOST_LIMITS)}")
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"vhost limit {name} must be a whole number (-1: no limit), not {value!r}")
+        self.limits[name] = value
+        self.on_change()
+
+    def clear_limit(self, name: str) -> None:
+        if self.limits.pop(name, None) is None:
+            raise not_found("vhost limit", name, self.name)
+        self.on_change()
+
+    def _check_queue_limit(self, queue_name: str, queues: int) -> None:
+        """406 when declaring one more queue would pass ``max-queues`` (``queues``: how many there are)."""
+        limit = self.limits.get("max-queues", -1)
+        if 0 <= limit <= queues:
+            raise ChannelError(PRECONDITION_FAILED, f"cannot declare queue '{queue_name}': queue limit in vhost "
+                                                    f"'{self.name}' ({limit}) is reached")
+
+    def _policy_value(self, queue_name: str, key: str, kind: type = int):
+        """``key`` of the highest-priority policy (RabbitMQ's rule) that applies to a queue, or None
+        if there is none or it is not a ``kind``."""
+        best = None
+        for policy in self.policies.values():
+            if policy["apply-to"] in ("all", "queues") and key in policy["definition"] and \
+                    re.search(policy["pattern"], queue_name) and (best is None or policy["priority"] > best["priority"]):
+                best = policy
+        value = best["definition"][key] if best is not None else None
+        return value if isinstance(value, kind) and not isinstance(value, bool) else None
+
+    def _policy_definitions(self) -> dict:
+        """The ``policies``, ``operator_policies`` and ``limits`` parts of the durable definitions."""
+        policies = [{"name": name, **policy} for name, policy in sorted(self.policies.items())]
+        operator = [{"name": name, **policy} for name, policy in sorted(self.operator_policies.items())]
+        return {"policies": policies, "operator_policies": operator, "limits": dict(self.limits)}
+
+    def _restore_policies(self, definitions: dict) -> None:
+        for p in definitions.get("policies", ()):
+            self.policies[p["name"]] = {k: v for k, v in p.items() if k != "name"}
+        for p in definitions.get("operator_policies", ()):
+            self.operator_policies[p["name"]] = {k: v for k, v in p.items() if k != "name"}
+        self.limits.update(definitions.get("limits", {}))
