@@ -39,12 +39,11 @@ from core.checkpoint import read_int, write_int
 from core.config import TopicConfig
 from core.epochs import LeaderEpochCache
 from core.errors import InvalidRecordError, OffsetMismatchError, OffsetOutOfRangeError, RecordTooLargeError, StorageError
-from core.segment import LogSegment, RecoverInfo
+from core.log_recovery import (LOG_START_FILE, RECOVERY_POINT_FILE, LogRecoveryInfo, epochs_from_batches,
+                               last_batch_epoch, open_segments)
+from core.segment import LogSegment
 from wire.records import RecordBatch, decode_batch, iter_batches, set_offsets_in_place, stamp_built
 
-LOG_START_FILE = "log-start-offset"
-RECOVERY_POINT_FILE = "recovery-point"
-_LEFTOVER_SUFFIXES = (".cleaned", ".swap", ".tmp", ".deleted")
 _BATCH_PREFIX = struct.Struct(">qii")  # baseOffset, batchLength, partitionLeaderEpoch: outside the CRC
 _WRITEV_BATCHES = 256  # two iovecs a batch, under Linux's IOV_MAX of 1024
 
@@ -64,14 +63,6 @@ class FetchDataInfo:
     high_watermark: int
     log_start_offset: int
     log_end_offset: int
-
-
-@dataclass(frozen=True, slots=True)
-class LogRecoveryInfo:
-    segments: int
-    recovered_segments: int
-    truncated_bytes: int
-    reasons: tuple[str, ...]
 
 
 class PartitionLog:
@@ -100,8 +91,9 @@ class PartitionLog:
         self.flushed_offset = self.next_offset  # everything on disk now has been fsync'd by _load
         self._hw = self.next_offset
         self.epochs = LeaderEpochCache(self.directory)
-        if not self.epochs.loaded or self._last_batch_epoch() > self.epochs.latest_epoch:
-            self._rebuild_epochs()  # missing, or an append's epoch was never flushed (kill -9)
+        if not self.epochs.loaded or last_batch_epoch(self.active) > self.epochs.latest_epoch:
+            # missing, or an append's epoch was never flushed (kill -9): the batches say
+            self.epochs.assign_many(epochs_from_batches(self.segments))
         # A crash may have cut a tail whose epochs were recorded, or stopped between moving the
         # log start and trimming the cache: the log is the authority. An epoch beginning right
         # at the LEO describes no lost record (e.g. DeleteRecords up to the end): it stays.
@@ -113,77 +105,14 @@ class PartitionLog:
         return LogSegment(self.directory, base_offset, index_interval_bytes=self.config.index_interval_bytes)
 
     def _load(self, recover: bool) -> LogRecoveryInfo:
-        for path in self.directory.iterdir():
-            if path.suffix in _LEFTOVER_SUFFIXES:  # an interrupted clean or swap: the original stands
-                path.unlink()
-        bases = sorted(int(p.stem) for p in self.directory.glob("*.log") if p.stem.isdigit())
-        for path in self.directory.glob("*index"):
-            if path.stem.isdigit() and int(path.stem) not in bases:
-                path.unlink()
-        recovery_point = read_int(self.directory / RECOVERY_POINT_FILE, 0)
-        truncated, recovered, reasons = 0, 0, []
-        for i, base in enumerate(bases):
-            segment = self._new_segment(base)
-            later = bases[i + 1 :]
-            needs_recovery = recover and (not later or later[0] > recovery_point)
-            info: RecoverInfo | None = segment.load(recover=needs_recovery)
-            if self.segments and segment.base_offset < self.segments[-1].next_offset:
-                reasons.append(f"{segment.log_path.name} overlaps the segment before it")
-                later = [base] + later
-                segment.close()
-            else:
-                self._add(segment)
-                if info is not None:
-                    recovered += 1
-                    truncated += info.truncated_bytes
-                    if info.reason:
-                        reasons.append(f"{segment.log_path.name}: {info.reason}")
-                if info is None or not info.reason or not later:
-                    continue
-            # A damaged segment ends the log: what follows it cannot be trusted to be contiguous.
-            for base_after in later:
-                doomed = self._new_segment(base_after)
-                truncated += doomed.size
-                doomed.delete()
-            reasons.append(f"removed {len(later)} segment(s) from the damage onwards")
-            break
-        if not self.segments:
-            self._add(self._new_segment(read_int(self.directory / LOG_START_FILE, 0)))
-        if recover:
-            for segment in self.segments[-max(recovered, 1):]:
-                segment.sync()
-            write_int(self.directory / RECOVERY_POINT_FILE, self.active.base_offset)
-        return LogRecoveryInfo(len(self.segments), recovered, truncated, tuple(reasons))
+        segments, info = open_segments(self.directory, recover, self._new_segment)
+        for segment in segments:
+            self._add(segment)
+        return info
 
     def _add(self, segment: LogSegment) -> None:
         self.segments.append(segment)
         self._bases.append(segment.base_offset)
-
-    def _last_batch_epoch(self) -> int:
-        """The leader epoch of the last batch (-1 for an empty log): a scan from the last index entry."""
-        active = self.active
-        if active.empty:
-            return -1
-        last = None
-        for last in active.iter_positions(active.offset_index.lookup(active.next_offset)):
-            pass
-        return last.leader_epoch if last is not None else -1
-
-    def _rebuild_epochs(self) -> None:
-        """A missing or unreadable epoch checkpoint (e.g. a log written before there was one)
-        is rebuilt from the leader epochs stamped in the batches."""
-        firsts = [next(s.iter_positions(), None) for s in self.segments]
-        found = []
-        for i, segment in enumerate(self.segments):
-            following = firsts[i + 1] if i + 1 < len(firsts) else None
-            if firsts[i] is not None and following is not None and firsts[i].leader_epoch == following.leader_epoch:
-                positions = [firsts[i]]  # epochs never decrease along a log: none begins inside
-            else:
-                positions = segment.iter_positions()
-            for bp in positions:
-                if bp.leader_epoch > (found[-1][0] if found else -1):
-                    found.append((bp.leader_epoch, bp.base_offset))
-        self.epochs.assign_many(found)
 
     # --- state --------------------------------------------------------------------
     @property
