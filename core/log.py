@@ -84,6 +84,7 @@ class PartitionLog:
         self._hw = 0
         self._unflushed_records = 0
         self._last_flush = clock()
+        self.dirty: set | None = None  # a LogManager's set of logs written since its last group commit
         self.replicated = False  # True: the HW is moved by replication, see advance_high_watermark
         self.leader_epoch = 0  # stamped on appended batches unless the caller says otherwise (the leader's epoch)
         self.recovery_info = self._load(recover)
@@ -186,6 +187,8 @@ class PartitionLog:
                 offset += header.last_offset_delta + 1
             self.active.append(buf, batches, first)
         self._unflushed_records += count
+        if self.dirty is not None:
+            self.dirty.add(self)
         if leader_epoch > self.epochs.latest_epoch:
             self.epochs.assign(leader_epoch, first, persist=False)  # written by the next flush
         return LogAppendInfo(first, offset - 1, max_ts, len(batches), count, size)
@@ -208,6 +211,8 @@ class PartitionLog:
         self.maybe_roll(size)  # a new segment starts at the LEO: ``first`` stays right
         self.segments[-1].append_batch(buffers, size, first, records - 1, max_timestamp)
         self._unflushed_records += records
+        if self.dirty is not None:
+            self.dirty.add(self)
         if epoch > self.epochs.latest_epoch:
             self.epochs.assign(epoch, first, persist=False)
         return LogAppendInfo(first, first + records - 1, max_timestamp, 1, records, size)
@@ -248,6 +253,8 @@ class PartitionLog:
             run_bytes += header.size
         self._append_run(buf, batches[run_start:])
         self._unflushed_records += count
+        if self.dirty is not None:
+            self.dirty.add(self)
         last = batches[-1][1]
         return LogAppendInfo(first, last.last_offset, max_ts, len(batches), count, len(buf))
 

@@ -37,6 +37,7 @@ from core.metadata import MetadataStore, TopicMetadata
 log = logging.getLogger(__name__)
 
 CLEAN_SHUTDOWN = ".clean-shutdown"
+_NEVER = 2**61  # flush.messages / flush.ms at least this: a transient queue's topic, never fsync'd on its own
 SYNCFS_FROM = 16  # logs due in one group commit from which one syncfs beats an fsync each
 
 
@@ -85,6 +86,7 @@ class LogManager:
         self.replicated = False  # cluster mode: every log's high watermark is moved by replication
         self.clock = clock
         self.logs: dict[tuple[str, int], PartitionLog] = {}
+        self._dirty: set[PartitionLog] = set()  # appended to since the last group commit (flush_dirty)
         self._cleaned_upto: dict[tuple[str, int], int] = {}
         self._clean_start = True
         self.hw_checkpoint = HighWatermarkCheckpoint(self.data_dir)  # for readers outside the process
@@ -132,6 +134,7 @@ class LogManager:
         directory = self.data_dir / partition_dir_name(topic.name, partition)
         plog = PartitionLog(directory, TopicConfig.from_strings(topic.configs), clock=self.clock, recover=recover)
         plog.replicated = self.replicated
+        plog.dirty = self._dirty
         self.logs[(topic.name, partition)] = plog
         return plog
 
@@ -166,6 +169,7 @@ class LogManager:
         plog = self.logs.pop((name, partition), None)
         if plog is None:
             return
+        self._dirty.discard(plog)
         # Rename first so a crash mid-delete cannot leave a half-deleted log that looks live.
         graveyard = plog.directory.with_name(f"{plog.directory.name}.{uuid.uuid4().hex}-delete")
         for segment in plog.segments:
@@ -180,6 +184,7 @@ class LogManager:
             plog = self.logs.get((name, partition))
             if plog is not None:
                 plog.config = config
+                self._dirty.add(plog)  # a new flush policy may make what it holds due
         return topic
 
     def _check_partition_budget(self, adding: int) -> None:
@@ -208,15 +213,26 @@ class LogManager:
         the data directory's file system replaces an fsync per log: it costs about what one
         fsync does, where a thousand fsyncs cost a thousand journal commits."""
         now = self.clock()
-        due = [plog for plog in list(self.logs.values()) if plog.needs_flush(now)]
-        if len(due) >= SYNCFS_FROM and _syncfs is not None:
-            ends = [(plog, plog.next_offset) for plog in due]  # read before the sync, as PartitionLog.flush does
-            _syncfs(self.data_dir)
-            for plog, end in ends:
-                plog.flushed(end)
-        else:
-            for plog in due:
-                plog.flush()
+        due = []
+        dirty = self._dirty
+        for plog in list(dirty):  # the logs written since the last pass, not every log (10,000 queues)
+            dirty.discard(plog)  # before looking: an append from here on marks it again
+            if plog.needs_flush(now):
+                due.append(plog)
+            elif plog.next_offset > plog.flushed_offset and _flushes_by_itself(plog.config):
+                dirty.add(plog)  # due later (flush.messages / flush.ms not reached yet)
+        try:
+            if len(due) >= SYNCFS_FROM and _syncfs is not None:
+                ends = [(plog, plog.next_offset) for plog in due]  # read before the sync, as PartitionLog.flush does
+                _syncfs(self.data_dir)
+                for plog, end in ends:
+                    plog.flushed(end)
+            else:
+                for plog in due:
+                    plog.flush()
+        except BaseException:
+            dirty.update(plog for plog in due if plog.next_offset > plog.flushed_offset)  # the next pass retries
+            raise
         self.hw_checkpoint.maybe_write(self.logs)  # throttled: at most once a second, when changed
         return len(due)
 
@@ -234,3 +250,8 @@ class LogManager:
                 if info.records_removed:
                     log.info("compacted %s: %d record(s) removed, %d -> %d bytes", plog.directory.name,
                              info.records_removed, info.bytes_before, info.bytes_after)
+
+
+def _flushes_by_itself(config: TopicConfig) -> bool:
+    """Whether a log holding unflushed records will ever be due without another append."""
+    return config.flush_ms < _NEVER or config.flush_messages < _NEVER

@@ -167,6 +167,9 @@ class Queue:
         self.stage = self._priority_stage(prioritised)
         self.held = dead_letter.HeldDeadLetters(dead_lettering)  # at-least-once dead letters not yet stored
         self._sizes: dict[int, int] = {}  # body sizes of ready messages, for x-max-length-bytes
+        # (head offset, its expiry in ms or None) as expire_head last read it: the tick (4 a second)
+        # need not read and decode the same head of every queue again until it is due
+        self._head_deadline: tuple[int, int | None] | None = None
         self.stats = QueueStats()
         # quorum queues: offset -> times returned (reject/nack with requeue, channel closed), the
         # x-delivery-count of its next delivery; saved with the ack floor (routing.broker.checkpoint)
@@ -399,11 +402,16 @@ class Queue:
                 continue
             return offset, redelivered, record
 
-    def _expired(self, record: Record) -> bool:
+    def _deadline(self, record: Record) -> int | None:
+        """When ``record`` expires (ms since the epoch: per-message or queue TTL), None if never."""
         ttl = message_fields.expiration(record)
         if self.args.message_ttl is not None:
             ttl = self.args.message_ttl if ttl is None else min(ttl, self.args.message_ttl)
-        return ttl is not None and record.timestamp + ttl <= self.clock() * 1000
+        return None if ttl is None else record.timestamp + ttl
+
+    def _expired(self, record: Record) -> bool:
+        deadline = self._deadline(record)
+        return deadline is not None and deadline <= self.clock() * 1000
 
     def _dead_letter(self, record: Record, reason: str) -> None:
         if self.dead_letter is not None and self.args.dead_letter_exchange is not None:
@@ -437,12 +445,18 @@ class Queue:
             return 0
         self.sync_end()
         dropped = 0
+        now_ms = self.clock() * 1000
         while True:
             offset = self.cursor.peek()
             if offset is None:
                 break
+            known = self._head_deadline
+            if known is not None and known[0] == offset and (known[1] is None or known[1] > now_ms):
+                break  # the head the last tick read, not due yet: no read and decode per queue per tick
             record = self.reader.get(offset)
-            if record is not None and not self._expired(record):
+            deadline = None if record is None else self._deadline(record)
+            if record is not None and (deadline is None or deadline > now_ms):
+                self._head_deadline = (offset, deadline)
                 break
             self.cursor.take(STAGED)
             self._sizes.pop(offset, None)
