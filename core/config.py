@@ -59,6 +59,7 @@ _ACCEPTED: dict[str, tuple[str, object, float | None]] = {
     "compression.lz4.level": ("int", 9, 1),
     "compression.zstd.level": ("int", 3, -131072),
 }
+_NEVER = 2**61  # flush.messages / flush.ms from here on: never due by count or age
 LIST_CONFIGS = frozenset({"cleanup.policy", "follower.replication.throttled.replicas",
                           "leader.replication.throttled.replicas"})
 
@@ -98,6 +99,12 @@ class TopicConfig:
     def sync_flush(self) -> bool:
         """True when every append must reach the disk before it is acknowledged or served."""
         return self.flush_messages == 1
+
+    @property
+    def flushes_by_itself(self) -> bool:
+        """Whether unflushed records ever fall due without another append: False for values so
+        large they mean never (a transient queue's topic sets both to 2^62)."""
+        return self.flush_ms < _NEVER or self.flush_messages < _NEVER
 
     @classmethod
     def from_strings(cls, configs: Mapping[str, str | None]) -> "TopicConfig":

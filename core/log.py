@@ -186,9 +186,7 @@ class PartitionLog:
                 set_offsets_in_place(buf, pos, offset, leader_epoch)
                 offset += header.last_offset_delta + 1
             self.active.append(buf, batches, first)
-        self._unflushed_records += count
-        if self.dirty is not None:
-            self.dirty.add(self)
+        self._written(count)
         if leader_epoch > self.epochs.latest_epoch:
             self.epochs.assign(leader_epoch, first, persist=False)  # written by the next flush
         return LogAppendInfo(first, offset - 1, max_ts, len(batches), count, size)
@@ -210,12 +208,16 @@ class PartitionLog:
                                       "raise the topic's max.message.bytes or send smaller messages")
         self.maybe_roll(size)  # a new segment starts at the LEO: ``first`` stays right
         self.segments[-1].append_batch(buffers, size, first, records - 1, max_timestamp)
-        self._unflushed_records += records
-        if self.dirty is not None:
-            self.dirty.add(self)
+        self._written(records)
         if epoch > self.epochs.latest_epoch:
             self.epochs.assign(epoch, first, persist=False)
         return LogAppendInfo(first, first + records - 1, max_timestamp, 1, records, size)
+
+    def _written(self, records: int) -> None:
+        """An append's records await the next flush; the LogManager's group commit is told."""
+        self._unflushed_records += records
+        if self.dirty is not None:
+            self.dirty.add(self)
 
     def append_replica(self, records: bytes | bytearray | memoryview) -> LogAppendInfo:
         """A follower's append: the leader's batches, offsets and leader epochs as it stored them.
@@ -252,9 +254,7 @@ class PartitionLog:
                 run_start, run_bytes = i, 0
             run_bytes += header.size
         self._append_run(buf, batches[run_start:])
-        self._unflushed_records += count
-        if self.dirty is not None:
-            self.dirty.add(self)
+        self._written(count)
         last = batches[-1][1]
         return LogAppendInfo(first, last.last_offset, max_ts, len(batches), count, len(buf))
 

@@ -37,7 +37,6 @@ from core.metadata import MetadataStore, TopicMetadata
 log = logging.getLogger(__name__)
 
 CLEAN_SHUTDOWN = ".clean-shutdown"
-_NEVER = 2**61  # flush.messages / flush.ms at least this: a transient queue's topic, never fsync'd on its own
 SYNCFS_FROM = 16  # logs due in one group commit from which one syncfs beats an fsync each
 
 
@@ -219,7 +218,7 @@ class LogManager:
             dirty.discard(plog)  # before looking: an append from here on marks it again
             if plog.needs_flush(now):
                 due.append(plog)
-            elif plog.next_offset > plog.flushed_offset and _flushes_by_itself(plog.config):
+            elif plog.next_offset > plog.flushed_offset and plog.config.flushes_by_itself:
                 dirty.add(plog)  # due later (flush.messages / flush.ms not reached yet)
         try:
             if len(due) >= SYNCFS_FROM and _syncfs is not None:
@@ -250,8 +249,3 @@ class LogManager:
                 if info.records_removed:
                     log.info("compacted %s: %d record(s) removed, %d -> %d bytes", plog.directory.name,
                              info.records_removed, info.bytes_before, info.bytes_after)
-
-
-def _flushes_by_itself(config: TopicConfig) -> bool:
-    """Whether a log holding unflushed records will ever be due without another append."""
-    return config.flush_ms < _NEVER or config.flush_messages < _NEVER

@@ -435,16 +435,6 @@ def _routing_key(key: bytes | None) -> str:
         return _routing_key_lossy(key)
 
 
-def _property_wire(kind: int, v: bytes) -> bytes | None:
-    if kind == _STR:
-        return bytes((len(v),)) + v if len(v) <= 255 else None
-    if kind == _OCTET:
-        n = _uint(v, 255)
-        return None if n is None else bytes((n,))
-    n = _uint(v, (1 << 64) - 1)
-    return None if n is None else _U64.pack(n)
-
-
 def _uint(v: bytes, top: int) -> int | None:
     """Canonical unsigned decimal text (no sign, no leading zero) to int, else None."""
     if not v or len(v) > 20 or not v.isdigit() or (v[0] == 48 and len(v) > 1):
