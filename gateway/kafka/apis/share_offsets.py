@@ -9,8 +9,9 @@ queue. Alter and delete need a group without members (NON_EMPTY_GROUP), as in Ka
 from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
+from twisted.internet import defer
 
-from core.offsets import share_state_key
+from core.offsets import OFFSETS_TOPIC, share_state_key
 from gateway.kafka.apis.registry import handles
 from gateway.kafka.apis.share_groups import share_partitions
 from wire.kafka import respond
@@ -41,10 +42,11 @@ def describe_share_group_offsets(ctx, conn, h, req):
             out.append({"group_id": g.group_id, "topics": [], "error_code": ErrorCode.group_id_not_found,
                         "error_message": f"Group {g.group_id} is not a share group."})
             continue
-        # cluster mode: the coordinator (here) keeps the start offsets its partitions' leaders wrote
-        stored = ctx.groups.offsets.fetch(share_state_key(g.group_id)) if ctx.cluster is not None else {}
-        known = {tp: om.offset for tp, om in stored.items()}
-        known.update({(t, i): start for t, i, start in shares.describe(g.group_id)})
+        # cluster mode: the coordinator (here) keeps the start offsets its partitions' leaders wrote;
+        # those are what a new leader starts from, so they win over a live share partition's here
+        known = {(t, i): start for t, i, start in shares.describe(g.group_id)}
+        if ctx.cluster is not None:
+            known.update({tp: om.offset for tp, om in ctx.groups.offsets.fetch(share_state_key(g.group_id)).items()})
         wanted = sorted(known) if g.topics is None else [(t.topic_name, i) for t in g.topics for i in t.partitions]
         topics: dict[str, list[dict]] = {}
         for name, index in wanted:
@@ -61,7 +63,33 @@ def describe_share_group_offsets(ctx, conn, h, req):
         out.append({"group_id": g.group_id, "error_code": ErrorCode.none, "error_message": None,
                     "topics": [{"topic_name": n, "topic_id": ctx.topic_id(n), "partitions": ps}
                                for n, ps in topics.items()]})
-    return respond(h, {"throttle_time": 0, "groups": out})
+    if ctx.cluster is None:
+        return respond(h, {"throttle_time": 0, "groups": out})
+    return _once_replicated(ctx, h, [g.group_id for g in req.groups], out)
+
+
+def _once_replicated(ctx, h, groups: list[str], out: list[dict]) -> bytes | defer.Deferred:
+    """Cluster mode: answer once the start offsets read above are on every in-sync replica of the
+    groups' ``__consumer_offsets`` partitions, so what is reported outlives the coordinator (as
+    Kafka's share coordinator reports only persisted state); REQUEST_TIMED_OUT if they are not."""
+    marks = []
+    for group in {*groups}:
+        plog = ctx.partition(OFFSETS_TOPIC, ctx.groups.offsets.partition_for(share_state_key(group)))
+        if plog is not None:
+            marks.append((plog, plog.next_offset))
+
+    def replicated() -> bool:
+        return all(plog.high_watermark >= end for plog, end in marks)
+
+    def settled(in_time: bool) -> bytes:
+        if not replicated():
+            for g in out:
+                g.update(topics=[], error_code=ErrorCode.request_timed_out,
+                         error_message="the share group's start offsets are not yet on its in-sync replicas")
+        return respond(h, {"throttle_time": 0, "groups": out})
+
+    ctx.request_flush()
+    return ctx.waiters.wait(replicated, 30.0).addCallback(settled)
 
 
 @handles(91)
