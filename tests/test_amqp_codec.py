@@ -551,8 +551,9 @@ def _outcome(data, chunks=None, frame_max=4096):
         events = feed_all(data, frame_max=frame_max, chunks=chunks)
     except AmqpFrameError as error:
         return ("error", error.reply_code, error.reply_text, error.channel, error.class_id, error.method_id)
-    return [(type(e), e.channel, dict(e.publish), e.properties, e.properties_raw, e.body) if isinstance(e, Message) else e
-            for e in events]
+    return [(type(e), e.channel, dict(e.publish), e.properties, e.properties_raw, e.body) if isinstance(e, Message)
+            else (type(e), e.channel, type(e.method), dict(e.method)) if hasattr(e, "method")  # pamqp has no ==
+            else e for e in events]
 
 
 @FUZZ
