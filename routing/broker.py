@@ -19,19 +19,17 @@ deleted at the next start).
 """
 from __future__ import annotations
 
-import base64
 import contextlib
-import datetime
-import decimal
+import functools
 import logging
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from core.errors import StorageError
 from core.log import PartitionLog
 from core.log_manager import LogManager
-from routing import mapping, message_fields
+from routing import definitions, mapping, message_fields
 from routing.dead_letter import DeadLetterForwarder, dead_letter_copy
 from routing.dedup import Deduplicator, recent_records
 from routing.delayed import DelayLog, delay_of
@@ -39,12 +37,14 @@ from routing.errors import FRAME_ERROR, NOT_ALLOWED, PRECONDITION_FAILED, Channe
 from routing.queue import Queue, position_key
 from routing.share import SharePartitions
 from routing.state import FileState, LogState
-from routing.vhost import VirtualHost
+from routing.vhost import DEFAULT_EXCHANGES, VirtualHost
 from wire.records import Record, built_batch, record_tail
 
 log = logging.getLogger(__name__)
 
 DEFAULT_VHOST = "/"
+BUILTIN_EXCHANGES = frozenset(name for name, _ in DEFAULT_EXCHANGES)  # there in every vhost, never stored
+_FOLD_AFTER = 1000  # the definitions journal is folded into one document past this many + its entries
 
 
 class Publish:
@@ -85,6 +85,9 @@ class Router:
         self._floors_written: dict[str, dict] | None = None
         self._transient: set[str] = set()
         self._definitions_dirty = False
+        self._stored = definitions.DefinitionEntries()  # what the definitions journal holds (load fills it)
+        self._touched: list | None = None  # (vhost, what changed) since the last write; None: everything
+        self._fold_next = False
         self._transient_dirty = False
         self._batching = 0  # inside definitions_batch(): the files are written once, at its end
         self.on_appended: Callable[[], None] = lambda: None  # the gateway asks for a flush
@@ -103,35 +106,48 @@ class Router:
             if self.logs.store.get_topic(topic) is not None:
                 self.logs.delete_topic(topic)
         self.state.write("transient", [])
-        definitions = self.state.read("definitions", {"vhosts": {}})
+        snapshot, changes = self.state.read_journal(definitions.JOURNAL)
+        self._stored = stored = definitions.DefinitionEntries()
+        for vhost, doc in (snapshot or {"vhosts": {}})["vhosts"].items():
+            stored.apply((vhost, key, value) for key, value in definitions.entries_of_doc(doc).items())
+        stored.apply(changes)
         positions = self.state.read("ack-floors", {})
         self.shares.restore(positions)
-        for name, defs in definitions["vhosts"].items():
-            self.vhost_create(name, persist=False).restore(_decode(defs), positions)
+        for name, doc in stored.documents(BUILTIN_EXCHANGES)["vhosts"].items():
+            self.vhost_create(name, persist=False).restore(definitions.decode(doc), positions)
         self.vhost_create(DEFAULT_VHOST, persist=False)
+        self._touched, self._fold_next = None, True
+        self._write_definitions()  # the journal folded into one document, with the default vhost if new
         self.checkpoint()  # drop the delivered bounds at once: they hold only until the next crash
 
     def vhost_create(self, name: str, persist: bool = True) -> VirtualHost:
         vhost = self.vhosts.get(name)
         if vhost is None:
-            vhost = VirtualHost(name, self.logs, on_change=self._definitions_changed, on_queue=self._queue_made)
+            vhost = VirtualHost(name, self.logs, on_change=functools.partial(self._definitions_changed, name),
+                                on_queue=self._queue_made)
             vhost.dead_letter = self._dead_letter
             vhost.placement = lambda arguments: self.placement(arguments)
             vhost.available = lambda topic: self.available(topic)
             self.vhosts[name] = vhost
             if persist:
-                self._definitions_changed()
+                self._definitions_changed(name)
         return vhost
 
     def vhost_delete(self, name: str) -> None:
         """RabbitMQ's delete_vhost: every queue and exchange log in it goes, with their topics."""
         self.vhosts.pop(name).dismantle()
-        self._definitions_changed()
+        self._definitions_changed(name)
 
-    def _definitions_changed(self) -> None:
+    def _definitions_changed(self, vhost: str, *touched: tuple) -> None:
+        """``touched``: what changed, as routing.definitions names it; nothing named: look at all of it."""
+        if self._touched is not None:
+            if touched:
+                self._touched.extend((vhost, t) for t in touched)
+            else:
+                self._touched.append((vhost, None))
         self._definitions_dirty = True
         if not self._batching:
-            self.save_definitions()
+            self._write_definitions()
 
     @contextlib.contextmanager
     def definitions_batch(self):
@@ -150,7 +166,7 @@ class Router:
                 if self._transient_dirty:
                     self._write_transient()
                 if self._definitions_dirty:
-                    self.save_definitions()
+                    self._write_definitions()
 
     def _queue_made(self, queue: Queue, created: bool) -> None:
         """Keep transient.json current: those topics are dropped at the next start."""
@@ -174,9 +190,44 @@ class Router:
         self.state.write("transient", sorted(self._transient))
 
     def save_definitions(self) -> None:
-        doc = {"vhosts": {name: _encode(v.durable_definitions()) for name, v in self.vhosts.items()}}
-        self.state.write("definitions", doc, pretty=True)
-        self._definitions_dirty = False
+        """Store every vhost's durable definitions as they are now (after changes nobody named)."""
+        self._touched = None
+        self._write_definitions()
+
+    def _write_definitions(self) -> None:
+        """Append what changed to the definitions journal (fsync'd); fold the journal into one
+        document once it holds more changes than the document has entries."""
+        stored, touched = self._stored, self._touched
+        self._touched, self._definitions_dirty = [], False
+        whole = set(stored.vhosts) | set(self.vhosts) if touched is None else {v for v, t in touched if t is None}
+        changes: list[definitions.Change] = []
+        for name in whole:  # changes nobody named: compare the whole vhost
+            vhost = self.vhosts.get(name)
+            wanted = {} if vhost is None else definitions.entries_of_doc(
+                definitions.encode(vhost.durable_definitions()))
+            changes += stored.diff(name, wanted)
+        stored.apply(changes)
+        for name, what in touched or ():
+            vhost = self.vhosts.get(name)
+            if name in whole or what is None:
+                continue
+            found = stored.diff(name, {}) if vhost is None else \
+                definitions.touched_entries(vhost, what, stored, BUILTIN_EXCHANGES)
+            stored.apply(found)  # before the next: a queue that went takes its bindings along once
+            changes += found
+        if self._fold_next:
+            self._fold_next = False
+            self.state.compact_journal(definitions.JOURNAL, stored.documents(BUILTIN_EXCHANGES), stored.changes())
+            return
+        if not changes:
+            return
+        try:
+            held = self.state.append_journal(definitions.JOURNAL, changes)
+        except Exception:
+            self._fold_next = True  # the stored entries are what should be on disk: write them whole next
+            raise
+        if held > _FOLD_AFTER + len(stored):
+            self.state.compact_journal(definitions.JOURNAL, stored.documents(BUILTIN_EXCHANGES), stored.changes())
 
     def checkpoint(self, clean_stop: bool = False) -> None:
         """Persist the ack floors that moved (durable queues only).
@@ -458,40 +509,3 @@ class Router:
             targets, copy = built
             for target in targets:
                 self.stage_record(target, copy)
-
-
-# --- JSON for definitions: AMQP argument values that JSON lacks get a tagged form ----------
-
-def _encode(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _encode(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_encode(v) for v in value]
-    if isinstance(value, (bytes, bytearray)):
-        return {"$bytes": base64.b64encode(bytes(value)).decode()}
-    if isinstance(value, decimal.Decimal):
-        return {"$decimal": str(value)}
-    if isinstance(value, datetime.datetime):
-        return {"$timestamp": value.timestamp()}
-    if isinstance(value, float):
-        return {"$float": repr(value)}
-    return value
-
-
-def _decode(value: Any) -> Any:
-    if isinstance(value, dict):
-        if len(value) == 1:
-            (tag, inner), = value.items()
-            if tag == "$bytes":
-                return base64.b64decode(inner)
-            if tag == "$decimal":
-                return decimal.Decimal(inner)
-            if tag == "$timestamp":
-                return datetime.datetime.fromtimestamp(inner, datetime.timezone.utc)
-            if tag == "$float":
-                return float(inner)
-        return {k: _decode(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_decode(v) for v in value]
-    return value
-

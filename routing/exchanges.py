@@ -96,6 +96,10 @@ class Exchange:
         self._removed(binding)
         return True
 
+    def has_binding(self, destination: Hashable, routing_key: str = "",
+                    arguments: Mapping[str, Any] | None = None) -> bool:
+        return (destination, routing_key, _freeze(dict(arguments or {}))) in self._bindings
+
     def unbind_destination(self, destination: Hashable) -> list[Binding]:
         """Remove every binding to ``destination`` (its queue or exchange was deleted)."""
         gone = [b for b in self._bindings.values() if b.destination == destination]

@@ -26,7 +26,7 @@ def _check_pattern(name: str, pattern: str) -> None:
 
 class PoliciesMixin:
     name: str
-    on_change: Callable[[], None]
+    on_change: Callable[..., None]
     policies: dict[str, dict]
     operator_policies: dict[str, dict]
     limits: dict[str, int]

@@ -1,15 +1,20 @@
 """Where the AMQP model keeps its own state: durable definitions, ack floors, transient topics.
 
-Three small JSON documents, each rewritten whole when it changes. A single node keeps them
-as files under ``<data-dir>/amqp/`` (:class:`FileState`). In cluster mode they are records of
-the compacted, replicated topic ``__amqp_state`` (:class:`LogState`, key = document name), so
-that the broker taking over as AMQP home after a failure finds the definitions and every
-queue's ack floor in its own replica of that log: ack state travels through the log.
+Small JSON documents rewritten whole when they change, and a journal of keyed entries for what
+grows with the broker (the durable definitions, routing.definitions): a change appends only the
+entries it touched. A single node keeps them as files under ``<data-dir>/amqp/``
+(:class:`FileState`: ``<name>.json``, and for a journal ``<name>.json`` as its last snapshot plus
+``<name>.journal``, one JSON line per entry changed). In cluster mode they are records of the
+compacted, replicated topic ``__amqp_state`` (:class:`LogState`: key = document name, or the
+journal's name and the entry's key), so that the broker taking over as AMQP home after a failure
+finds the definitions and every queue's ack floor in its own replica of that log: ack state
+travels through the log.
 """
 from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -22,11 +27,13 @@ log = logging.getLogger(__name__)
 
 STATE_TOPIC = "__amqp_state"
 STATE_TOPIC_CONFIGS = {"cleanup.policy": "compact"}
+_ENTRY = "\x00"  # a journal entry's record key: the journal's name, this, the JSON [vhost, entry key]
 
 
 class FileState:
     def __init__(self, directory: Path):
         self.dir = Path(directory)
+        self._journal_lines: dict[str, int] = {}
 
     def open(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -44,6 +51,56 @@ class FileState:
         data = json.dumps(doc, indent=1 if pretty else None, sort_keys=True).encode()
         write_atomic(self.dir / f"{name}.json", data)
 
+    # --- journals: a snapshot document and the changes made after it ----------------------------
+    def read_journal(self, name: str) -> tuple[Any, list[list]]:
+        """(the last snapshot or None, the changes appended since, in order). A last line cut short
+        by a crash is dropped (its change was never acknowledged) and cut from the file."""
+        snapshot = self.read(name, None)
+        path = self.dir / f"{name}.journal"
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            self._journal_lines[name] = 0
+            return snapshot, []
+        changes, start = [], 0
+        while start < len(data):
+            end = data.find(b"\n", start)
+            if end < 0:
+                log.warning("%s: an unfinished last change (%d bytes) dropped", path, len(data) - start)
+                os.truncate(path, start)
+                break
+            try:
+                changes.append(json.loads(data[start:end]))
+            except ValueError as exc:
+                raise ValueError(f"{path} line {len(changes) + 1} is not valid JSON ({exc}); restore the amqp "
+                                 f"directory from a backup") from None
+            start = end + 1
+        self._journal_lines[name] = len(changes)
+        return snapshot, changes
+
+    def append_journal(self, name: str, changes: list) -> int:
+        """Append changes durably (fsync'd); returns how many the journal holds since its snapshot."""
+        data = b"".join(json.dumps(c, sort_keys=True, separators=(",", ":")).encode() + b"\n" for c in changes)
+        fd = os.open(self.dir / f"{name}.journal", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self._journal_lines[name] = self._journal_lines.get(name, 0) + len(changes)
+        return self._journal_lines[name]
+
+    def compact_journal(self, name: str, doc: Any, changes: list) -> None:
+        """Write ``doc`` (everything the journal adds up to) as the snapshot and empty the journal.
+        A crash between the two leaves changes the snapshot already has: replaying them is harmless."""
+        self.write(name, doc, pretty=True)
+        path = self.dir / f"{name}.journal"
+        if path.exists():
+            os.truncate(path, 0)
+        self._journal_lines[name] = 0
+
 
 class LogState:
     """The documents as the latest record per key of one partition log (read once, at open)."""
@@ -51,9 +108,11 @@ class LogState:
     def __init__(self, plog: PartitionLog):
         self.plog = plog
         self._docs: dict[str, Any] = {}
+        self._journals: dict[str, dict[str, list]] = {}  # journal -> entry record key -> change
 
     def open(self) -> None:
         self._docs.clear()
+        self._journals.clear()
         for batch in self.plog.replay():
             if batch.is_control:
                 continue
@@ -62,9 +121,17 @@ class LogState:
                     continue
                 name = record.key.decode()
                 try:
-                    self._docs[name] = None if record.value is None else json.loads(record.value)
+                    value = None if record.value is None else json.loads(record.value)
                 except ValueError:
                     log.warning("%s: unreadable %r record at offset %d skipped", STATE_TOPIC, name, record.offset)
+                    continue
+                journal, sep, entry = name.partition(_ENTRY)
+                if not sep:
+                    self._docs[name] = value
+                elif value is None:
+                    self._journals.get(journal, {}).pop(entry, None)
+                else:
+                    self._journals.setdefault(journal, {})[entry] = value
 
     def read(self, name: str, default: Any) -> Any:
         doc = self._docs.get(name)
@@ -72,8 +139,37 @@ class LogState:
 
     def write(self, name: str, doc: Any, *, pretty: bool = False) -> None:
         self._docs[name] = doc
-        value = json.dumps(doc, sort_keys=True).encode()
+        value = None if doc is None else json.dumps(doc, sort_keys=True).encode()
         self.plog.append(encode_batch([Record(0, int(time.time() * 1000), name.encode(), value, [])]))
+
+    # --- journals: one record per entry (the topic's compaction keeps the latest of each) ---------
+    def read_journal(self, name: str) -> tuple[Any, list[list]]:
+        """(a whole document written before journals, or None; the entries as changes)."""
+        entries = self._journals.get(name, {})
+        return self._docs.get(name), [change for change in entries.values()]
+
+    def append_journal(self, name: str, changes: list) -> int:
+        now, records, entries = int(time.time() * 1000), [], self._journals.setdefault(name, {})
+        for change in changes:
+            vhost, key, value = change
+            entry = json.dumps([vhost, key], separators=(",", ":"))
+            if value is None:
+                entries.pop(entry, None)
+            else:
+                entries[entry] = change
+            records.append(Record(len(records), now, (name + _ENTRY + entry).encode(),
+                                  None if value is None else json.dumps(change, sort_keys=True).encode(), []))
+        if records:
+            self.plog.append(encode_batch(records))
+        return 0  # never outgrows anything: compaction keeps one record per entry
+
+    def compact_journal(self, name: str, doc: Any, changes: list) -> None:
+        """Only once, for a document written whole before journals: its entries become records."""
+        if self._docs.get(name) is None:
+            return
+        self.append_journal(name, changes)
+        self.write(name, None)  # a tombstone: compaction drops the old document
+        del self._docs[name]
 
 
 class NoState:
@@ -86,4 +182,13 @@ class NoState:
         return default
 
     def write(self, name: str, doc: Any, *, pretty: bool = False) -> None:
+        pass
+
+    def read_journal(self, name: str) -> tuple[Any, list[list]]:
+        return None, []
+
+    def append_journal(self, name: str, changes: list) -> int:
+        return 0
+
+    def compact_journal(self, name: str, doc: Any, changes: list) -> None:
         pass

@@ -73,11 +73,11 @@ def _queue_key(name: str) -> tuple[str, str]:
 
 
 class VirtualHost(PoliciesMixin):
-    def __init__(self, name: str, logs: LogManager, *, on_change: Callable[[], None] = lambda: None,
+    def __init__(self, name: str, logs: LogManager, *, on_change: Callable[..., None] = lambda *touched: None,
                  on_queue: Callable[[Queue, bool], None] = lambda queue, created: None):
         self.name = name
         self.logs = logs
-        self.on_change = on_change  # durable definitions changed
+        self.on_change = on_change  # durable definitions changed; names what, as routing.definitions reads it
         self.on_queue = on_queue  # a queue was created (True) or removed (False)
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}
@@ -135,7 +135,7 @@ class VirtualHost(PoliciesMixin):
             self._open_delay_log(name)
         self.exchanges[name] = exchange
         if durable:
-            self.on_change()
+            self.on_change(("exchange", name))
         return exchange
 
     def delete_exchange(self, name: str, *, if_unused: bool = False) -> None:
@@ -162,7 +162,7 @@ class VirtualHost(PoliciesMixin):
             if other.unbind_destination(("exchange", name)):
                 self._maybe_auto_delete(other)
         if exchange.durable:
-            self.on_change()
+            self.on_change(("exchange", name))
 
     def _open_exchange_log(self, name: str) -> None:
         try:
@@ -199,7 +199,7 @@ class VirtualHost(PoliciesMixin):
         dest = self.exchange(destination)
         src = self.exchange(source)
         if src.bind(("exchange", destination), routing_key, arguments) and src.durable and dest.durable:
-            self.on_change()
+            self.on_change(("binding", source, ("exchange", destination), routing_key, arguments))
 
     def unbind_exchange(self, destination: str, source: str, routing_key: str, arguments: dict | None) -> None:
         """Idempotent, as RabbitMQ: unbinding from or to an exchange that is gone is unbind-ok."""
@@ -209,7 +209,7 @@ class VirtualHost(PoliciesMixin):
             return
         if src.unbind(("exchange", destination), routing_key, arguments):
             self._maybe_auto_delete(src)
-            self.on_change()
+            self.on_change(("binding", source, ("exchange", destination), routing_key, arguments))
 
     def _check_bindable(self, source: str, destination_exchange: bool = False) -> None:
         if source == "":
@@ -273,7 +273,7 @@ class VirtualHost(PoliciesMixin):
         self._install(queue)
         self.on_queue(queue, True)
         if durable:
-            self.on_change()
+            self.on_change(("queue", name))
         return queue
 
     def backing(self, queue_name: str) -> tuple[str, int]:
@@ -345,7 +345,7 @@ class VirtualHost(PoliciesMixin):
         queue = self.queue(queue_name, owner)
         exchange = self.exchange(exchange_name)
         if exchange.bind(_queue_key(queue.name), routing_key, arguments) and queue.durable and exchange.durable:
-            self.on_change()
+            self.on_change(("binding", exchange_name, ("queue", queue.name), routing_key, arguments))
 
     def unbind_queue(self, queue_name: str, exchange_name: str, routing_key: str, arguments: dict | None,
                      owner: Hashable) -> None:
@@ -359,7 +359,7 @@ class VirtualHost(PoliciesMixin):
         queue = self.queue(queue_name, owner)
         if exchange.unbind(_queue_key(queue.name), routing_key, arguments):
             self._maybe_auto_delete(exchange)
-            self.on_change()
+            self.on_change(("binding", exchange_name, ("queue", queue.name), routing_key, arguments))
 
     def purge_queue(self, name: str, owner: Hashable) -> int:
         return self.queue(name, owner).purge()
@@ -395,7 +395,7 @@ class VirtualHost(PoliciesMixin):
             pass
         self.on_queue(queue, False)
         if queue.durable:
-            self.on_change()
+            self.on_change(("queue", queue.name))
 
     def topic_deleted(self, topic: str) -> None:
         """The topic behind a queue or an exchange log was deleted (through Kafka)."""

@@ -1,0 +1,191 @@
+"""Durable AMQP definitions kept one change at a time.
+
+A vhost's durable definitions (what ``VirtualHost.durable_definitions`` reports) are held here as
+entries: ``settings`` (policies, limits, metadata, super streams; its presence is the vhost's),
+``exchange:<name>``, ``queue:<name>`` and one ``binding:[...]`` per binding. A change appends
+only the entries it touched to the state's journal (routing.state), so declaring the 10,000th
+queue costs what declaring the first did; the whole document is rewritten only when the journal
+outgrows it (a file state) or never (the compacted ``__amqp_state`` topic keeps the latest
+record per entry by itself).
+
+The vhost names what it changed (``("queue", name)``, ``("exchange", name)``, ``("binding",
+source, destination, routing key, arguments)``); a change that names nothing (policies, super
+streams) is found by comparing the vhost's whole definitions with what was stored. An exchange
+or queue that goes takes the stored bindings that name it along, as RabbitMQ deletes them.
+"""
+from __future__ import annotations
+
+import base64
+import datetime
+import decimal
+import json
+from typing import Any, Iterable
+
+JOURNAL = "definitions"
+SETTINGS = "settings"
+_SETTINGS_PARTS = ("policies", "operator_policies", "limits", "metadata", "super_streams")
+
+Change = tuple[str, str, Any]  # (vhost, entry key, value; None: the entry is gone)
+
+
+# --- JSON for definitions: AMQP argument values that JSON lacks get a tagged form ----------
+
+def encode(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: encode(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [encode(v) for v in value]
+    if isinstance(value, (bytes, bytearray)):
+        return {"$bytes": base64.b64encode(bytes(value)).decode()}
+    if isinstance(value, decimal.Decimal):
+        return {"$decimal": str(value)}
+    if isinstance(value, datetime.datetime):
+        return {"$timestamp": value.timestamp()}
+    if isinstance(value, float):
+        return {"$float": repr(value)}
+    return value
+
+
+def decode(value: Any) -> Any:
+    if isinstance(value, dict):
+        if len(value) == 1:
+            (tag, inner), = value.items()
+            if tag == "$bytes":
+                return base64.b64decode(inner)
+            if tag == "$decimal":
+                return decimal.Decimal(inner)
+            if tag == "$timestamp":
+                return datetime.datetime.fromtimestamp(inner, datetime.timezone.utc)
+            if tag == "$float":
+                return float(inner)
+        return {k: decode(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [decode(v) for v in value]
+    return value
+
+
+# --- entries <-> documents -------------------------------------------------------------------
+
+def _binding_key(source: str, kind: str, destination: str, routing_key: str, arguments: Any) -> str:
+    return "binding:" + json.dumps([source, kind, destination, routing_key, arguments], sort_keys=True,
+                                   separators=(",", ":"))
+
+
+def _binding_entry(b: dict) -> tuple[str, dict]:
+    return _binding_key(b["source"], b["destination_type"], b["destination"], b["routing_key"], b["arguments"]), b
+
+
+def entries_of_doc(doc: dict) -> dict[str, Any]:
+    """A vhost's (encoded) definitions document as entries."""
+    entries: dict[str, Any] = {SETTINGS: {part: doc[part] for part in _SETTINGS_PARTS if part in doc}}
+    for e in doc.get("exchanges", ()):
+        entries["exchange:" + e["name"]] = e
+    for q in doc.get("queues", ()):
+        entries["queue:" + q["name"]] = q
+    for b in doc.get("bindings", ()):
+        key, value = _binding_entry(b)
+        entries[key] = value
+    return entries
+
+
+def doc_of_entries(entries: dict[str, Any], builtin_exchanges: Iterable[str]) -> dict:
+    """The document a vhost restores from; bindings whose ends are not stored are left out."""
+    exchanges, queues, bindings = [], [], []
+    for key, value in entries.items():
+        if key.startswith("exchange:"):
+            exchanges.append(value)
+        elif key.startswith("queue:"):
+            queues.append(value)
+        elif key.startswith("binding:"):
+            bindings.append(value)
+    sources = {e["name"] for e in exchanges} | set(builtin_exchanges)
+    ends = {("exchange", name) for name in sources} | {("queue", q["name"]) for q in queues}
+    bindings = [b for b in bindings if b["source"] in sources and (b["destination_type"], b["destination"]) in ends]
+    return {**entries.get(SETTINGS, {}), "exchanges": exchanges, "queues": queues, "bindings": bindings}
+
+
+def _refs(value: dict) -> tuple[tuple[str, str], ...]:
+    """The exchange and queue a stored binding names (it goes when either does)."""
+    return ("exchange", value["source"]), (value["destination_type"], value["destination"])
+
+
+class DefinitionEntries:
+    """What the journal holds, per vhost, with the stored bindings indexed by what they name."""
+
+    def __init__(self) -> None:
+        self.vhosts: dict[str, dict[str, Any]] = {}
+        self._naming: dict[tuple[str, str, str], set[str]] = {}  # (vhost, kind, name) -> binding keys
+
+    def __len__(self) -> int:
+        return sum(len(entries) for entries in self.vhosts.values())
+
+    def apply(self, changes: Iterable[Change]) -> None:
+        for vhost, key, value in changes:
+            entries = self.vhosts.setdefault(vhost, {})
+            old = entries.pop(key, None) if value is None else entries.get(key)
+            if key.startswith("binding:"):
+                if old is not None:
+                    for kind, name in _refs(old):
+                        self._naming.get((vhost, kind, name), set()).discard(key)
+                if value is not None:
+                    for kind, name in _refs(value):
+                        self._naming.setdefault((vhost, kind, name), set()).add(key)
+            if value is not None:
+                entries[key] = value
+            elif not entries:
+                del self.vhosts[vhost]
+
+    def changes(self) -> list[Change]:
+        """Every entry as a change (what a state without a journal of its own is given to keep)."""
+        return [(vhost, key, value) for vhost, entries in self.vhosts.items() for key, value in entries.items()]
+
+    def diff(self, vhost: str, wanted: dict[str, Any], keys: Iterable[str] | None = None) -> list[Change]:
+        """Changes turning the stored entries of ``vhost`` (those among ``keys``, or all) into ``wanted``."""
+        stored = self.vhosts.get(vhost, {})
+        keys = set(stored) | set(wanted) if keys is None else keys
+        out = []
+        for key in keys:
+            value = wanted.get(key)
+            if stored.get(key) != value:
+                out.append((vhost, key, value))
+        return out
+
+    def named(self, vhost: str, kind: str, name: str) -> set[str]:
+        """Stored binding keys that name this exchange or queue."""
+        return set(self._naming.get((vhost, kind, name), ()))
+
+    def documents(self, builtin_exchanges: Iterable[str]) -> dict:
+        builtin = tuple(builtin_exchanges)
+        return {"vhosts": {vhost: doc_of_entries(entries, builtin) for vhost, entries in self.vhosts.items()}}
+
+
+def touched_entries(vhost, touched: tuple, entries: DefinitionEntries, builtin: frozenset[str]) -> list[Change]:
+    """The changes one named change of ``vhost`` (a VirtualHost) makes to the stored entries."""
+    name = vhost.name
+    kind = touched[0]
+    if kind == "binding":
+        _, source, (dest_kind, dest), routing_key, arguments = touched
+        key = _binding_key(source, dest_kind, dest, routing_key, encode(dict(arguments or {})))
+        exchange = vhost.exchanges.get(source)
+        target = (vhost.queues if dest_kind == "queue" else vhost.exchanges).get(dest)
+        present = (exchange is not None and exchange.durable and target is not None and target.durable
+                   and exchange.has_binding((dest_kind, dest), routing_key, arguments))
+        value = None
+        if present:
+            value = {"source": source, "destination_type": dest_kind, "destination": dest,
+                     "routing_key": routing_key, "arguments": encode(dict(arguments or {}))}
+        return entries.diff(name, {key: value} if value is not None else {}, [key])
+    entry_name = touched[1]
+    if kind == "exchange" and entry_name in builtin:
+        return []
+    key = f"{kind}:{entry_name}"
+    found = (vhost.queues if kind == "queue" else vhost.exchanges).get(entry_name)
+    if found is not None and found.durable:
+        if kind == "queue":
+            value = {"name": found.name, "arguments": encode(found.arguments), "auto_delete": found.auto_delete}
+        else:
+            value = {"name": found.name, "type": found.type_name, "auto_delete": found.auto_delete,
+                     "internal": found.internal, "arguments": encode(found.arguments)}
+        return entries.diff(name, {key: value}, [key])
+    # gone (or never durable): its entry and every stored binding naming it
+    return entries.diff(name, {}, [key, *entries.named(name, kind, entry_name)])
