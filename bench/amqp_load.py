@@ -441,15 +441,28 @@ def run_idle(address: str, count: int, pid: int) -> dict:
             "kb_per_connection": (after - before) / max(count - 1, 1) / 1024}
 
 
-def run_memory(address: str, queue: str, pid: int, messages: int, size: int, queues: int) -> dict:
+def run_memory(address: str, queue: str, pid: int, messages: int, size: int, queues: int,
+               one_by_one: bool = False) -> dict:
     """Broker RSS growth for ``messages`` ready persistent messages of ``size`` B in one queue
-    (published with confirms), or, with ``queues``, for that many idle durable queues."""
+    (published with confirms), or, with ``queues``, for that many idle durable queues (declared
+    500 at a time, or ``one_by_one``, each waiting for its declare-ok, as most applications do:
+    then the rate of the first and the last thousand is reported too)."""
     from bench.peers import rss_bytes
     conn = Conn(address)
     time.sleep(1.0)
     before = rss_bytes(pid)
     start = time.perf_counter()
-    if queues:
+    rates = []
+    if queues and one_by_one:
+        names = [f"{queue}-{i}" for i in range(queues)]
+        mark, done = time.perf_counter(), 0
+        for i, name in enumerate(names, 1):
+            declare(conn, name)
+            if i % 1000 == 0 or i == queues:
+                now = time.perf_counter()
+                rates.append((i - done) / (now - mark))
+                mark, done = now, i
+    elif queues:
         names = [f"{queue}-{i}" for i in range(queues)]
         for i in range(0, queues, 500):
             conn.sock.sendall(b"".join(frame.marshal(commands.Queue.Declare(queue=q, durable=True), 1)
@@ -467,7 +480,8 @@ def run_memory(address: str, queue: str, pid: int, messages: int, size: int, que
         conn.send(1, commands.Queue.Delete(queue=q))
     expect_many(conn, 50, 41, queues or 1)
     conn.close()
-    return {"seconds": elapsed, "rss_before": before, "rss_after": after, "rss_growth_mb": (after - before) / 2**20}
+    return {"seconds": elapsed, "rss_before": before, "rss_after": after, "rss_growth_mb": (after - before) / 2**20,
+            "rates": rates}
 
 
 def main(spec: dict) -> dict:
@@ -477,7 +491,7 @@ def main(spec: dict) -> dict:
                                             confirm=spec.get("confirm", False))}
     if mode == "memory":
         return {"mode": mode, **run_memory(spec["address"], q, spec["pid"], n, spec.get("size", 1024),
-                                           spec.get("queues", 0))}
+                                           spec.get("queues", 0), spec.get("one_by_one", False))}
     if mode == "idle":
         return {"mode": mode, **run_idle(spec["address"], spec["connections"], spec["pid"])}
     conn = Conn(spec["address"])

@@ -195,7 +195,9 @@ def memory_rows(samples, args, names, seen, notes) -> None:
     a fresh RabbitMQ node for each, so that nothing an earlier run left behind is counted."""
     rows = ((f"amqp: RSS with {args.memory_queues:,} idle durable queues", {"queues": args.memory_queues}),
             (f"amqp: RSS with {args.memory_messages:,} ready 1 KB messages in one queue",
-             {"messages": args.memory_messages, "size": 1024}))
+             {"messages": args.memory_messages, "size": 1024}),
+            (f"amqp: durable queues declared one at a time, the last 1,000 of {args.memory_queues:,}",
+             {"queues": args.memory_queues, "one_by_one": True}))
     for rep in range(args.repeat):
         for label, spec in rows:
             for who in (("broker", "peer") if rep % 2 == 0 else ("peer", "broker")):
@@ -219,6 +221,12 @@ def memory_rows(samples, args, names, seen, notes) -> None:
                     continue
                 finally:
                     target.close(**({"timeout": 1800} if who == "broker" else {}))
+                if spec.get("one_by_one"):  # a rate row: does the 10,000th declaration cost what the first did?
+                    first, last = r["rates"][0], r["rates"][-1]
+                    samples.add(label, who, last, unit="declarations/s")
+                    print(f"  {target.name:<8} {label}: {last:,.0f}/s (the first 1,000: {first:,.0f}/s; all in "
+                          f"{r['seconds']:.1f} s)", flush=True)
+                    continue
                 mb = r["rss_after"] / 2**20
                 samples.add(label, who, mb, unit="MB", better="lower")
                 print(f"  {target.name:<8} {label}: {mb:,.1f} MB (idle {r['rss_before'] / 2**20:,.1f} MB; "

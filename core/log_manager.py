@@ -189,7 +189,7 @@ class LogManager:
     def _check_partition_budget(self, adding: int) -> None:
         if not self.max_partitions or adding <= 0:
             return
-        have = sum(t.partitions for t in self.store.topics().values())
+        have = self.store.partition_total()
         if have + adding > self.max_partitions:
             raise InvalidPartitionsError(
                 f"{adding} more partition(s) would make {have + adding}, above this broker's limit of "

@@ -107,6 +107,10 @@ class MetadataStore(abc.ABC):
     def set_partitions(self, name: str, partitions: int) -> TopicMetadata:
         """Grow the topic to ``partitions`` partitions (never shrink)."""
 
+    def partition_total(self) -> int:
+        """Partitions of every topic together (the broker's partition budget counts them)."""
+        return sum(t.partitions for t in self.topics().values())
+
 
 class LocalMetadataStore(MetadataStore):
     FILE = "metadata.json"
@@ -121,6 +125,7 @@ class LocalMetadataStore(MetadataStore):
         self._lock = threading.Lock()
         self._topics = self._read()
         self._replay_journal()
+        self._partitions = sum(t.partitions for t in self._topics.values())  # kept by _put and delete_topic
         self._journal_fd: int | None = None
         self._snapshot_bytes = self._compact() if self.journal_path.exists() else self._snapshot_size()
 
@@ -201,6 +206,8 @@ class LocalMetadataStore(MetadataStore):
 
     def _put(self, topic: TopicMetadata) -> None:
         self._record({"name": topic.name, "topic": self._topic_doc(topic)})
+        old = self._topics.get(topic.name)
+        self._partitions += topic.partitions - (old.partitions if old is not None else 0)
         self._topics[topic.name] = topic
         self._maybe_compact()
 
@@ -212,6 +219,12 @@ class LocalMetadataStore(MetadataStore):
 
     def topics(self) -> dict[str, TopicMetadata]:
         return dict(self._topics)
+
+    def get_topic(self, name: str) -> TopicMetadata | None:
+        return self._topics.get(name)  # not through topics(): a copy of every topic per lookup
+
+    def partition_total(self) -> int:
+        return self._partitions
 
     def create_topic(self, name, partitions, configs=None, *, replication_factor=-1, assignment=None, follows=None):
         check_topic_name(name)
@@ -234,6 +247,7 @@ class LocalMetadataStore(MetadataStore):
             topic = self._existing(name)
             self._record({"delete": name})
             del self._topics[name]
+            self._partitions -= topic.partitions
             self._maybe_compact()
         return topic
 

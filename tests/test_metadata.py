@@ -175,3 +175,15 @@ def test_the_partition_budget_refuses_topics_and_partitions_beyond_it(tmp_path):
         manager.add_partitions("a", 4)
     assert manager.store.get_topic("a").partitions == 3
     manager.shutdown()
+
+
+def test_the_partition_total_follows_creates_growth_deletes_and_a_reopen(tmp_path):
+    store = LocalMetadataStore(tmp_path)
+    store.create_topic("a", 3)
+    store.create_topic("b", 1)
+    store.set_partitions("b", 4)
+    store.alter_topic_configs("a", {"retention.ms": "1000"})
+    store.delete_topic("a")
+    store.create_topic("c", 2)
+    assert store.partition_total() == 6 == sum(t.partitions for t in store.topics().values())
+    assert LocalMetadataStore(tmp_path).partition_total() == 6
