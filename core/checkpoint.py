@@ -16,6 +16,14 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def write_synced(fd: int, data: bytes) -> None:
+    """Write all of ``data`` at the descriptor's position (short writes continue), then fsync."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    os.fsync(fd)
+
+
 def write_atomic(path: Path, data: bytes, mode: int | None = None) -> None:
     """Replace ``path`` with ``data`` whole or not at all (temp file, fsync, rename, fsync of the
     directory). ``mode`` sets the file's permissions exactly (e.g. 0o600 for secrets)."""
@@ -25,10 +33,7 @@ def write_atomic(path: Path, data: bytes, mode: int | None = None) -> None:
     try:
         if mode is not None:
             os.fchmod(fd, mode)  # a leftover temp file keeps its old mode otherwise
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
+        write_synced(fd, data)
     finally:
         os.close(fd)
     os.replace(tmp, path)

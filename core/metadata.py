@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Mapping
 
-from core.checkpoint import fsync_dir, write_atomic
+from core.checkpoint import fsync_dir, write_atomic, write_synced
 from core.config import validate_configs
 from core.errors import (
     InvalidPartitionsError,
@@ -194,11 +194,7 @@ class LocalMetadataStore(MetadataStore):
         if self._journal_fd is None:
             self._journal_fd = os.open(self.journal_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             fsync_dir(self.journal_path.parent)
-        line = json.dumps(change, sort_keys=True, separators=(",", ":")).encode() + b"\n"
-        view = memoryview(line)
-        while view:
-            view = view[os.write(self._journal_fd, view):]
-        os.fsync(self._journal_fd)
+        write_synced(self._journal_fd, json.dumps(change, sort_keys=True, separators=(",", ":")).encode() + b"\n")
 
     def _maybe_compact(self) -> None:
         if os.fstat(self._journal_fd).st_size > max(self.MIN_COMPACT_BYTES, self._snapshot_bytes):

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from core.checkpoint import write_atomic
+from core.checkpoint import fsync_dir, write_atomic, write_synced
 from core.log import PartitionLog
 from wire.records import Record, encode_batch
 
@@ -81,14 +81,15 @@ class FileState:
     def append_journal(self, name: str, changes: list) -> int:
         """Append changes durably (fsync'd); returns how many the journal holds since its snapshot."""
         data = b"".join(json.dumps(c, sort_keys=True, separators=(",", ":")).encode() + b"\n" for c in changes)
-        fd = os.open(self.dir / f"{name}.journal", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        path = self.dir / f"{name}.journal"
+        made = not path.exists()
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
+            write_synced(fd, data)
         finally:
             os.close(fd)
+        if made:
+            fsync_dir(self.dir)  # the new file's name is durable too
         self._journal_lines[name] = self._journal_lines.get(name, 0) + len(changes)
         return self._journal_lines[name]
 
