@@ -21,6 +21,8 @@ import decimal
 import json
 from typing import Any, Iterable
 
+from routing.vhost import binding_definition, exchange_definition, queue_definition
+
 JOURNAL = "definitions"
 SETTINGS = "settings"
 _SETTINGS_PARTS = ("policies", "operator_policies", "limits", "metadata", "super_streams")
@@ -164,28 +166,20 @@ def touched_entries(vhost, touched: tuple, entries: DefinitionEntries, builtin: 
     name = vhost.name
     kind = touched[0]
     if kind == "binding":
-        _, source, (dest_kind, dest), routing_key, arguments = touched
-        key = _binding_key(source, dest_kind, dest, routing_key, encode(dict(arguments or {})))
+        _, source, destination, routing_key, arguments = touched
+        key, value = _binding_entry(encode(binding_definition(source, destination, routing_key, arguments)))
         exchange = vhost.exchanges.get(source)
-        target = (vhost.queues if dest_kind == "queue" else vhost.exchanges).get(dest)
+        target = (vhost.queues if destination[0] == "queue" else vhost.exchanges).get(destination[1])
         present = (exchange is not None and exchange.durable and target is not None and target.durable
-                   and exchange.has_binding((dest_kind, dest), routing_key, arguments))
-        value = None
-        if present:
-            value = {"source": source, "destination_type": dest_kind, "destination": dest,
-                     "routing_key": routing_key, "arguments": encode(dict(arguments or {}))}
-        return entries.diff(name, {key: value} if value is not None else {}, [key])
+                   and exchange.has_binding(destination, routing_key, arguments))
+        return entries.diff(name, {key: value} if present else {}, [key])
     entry_name = touched[1]
     if kind == "exchange" and entry_name in builtin:
         return []
     key = f"{kind}:{entry_name}"
     found = (vhost.queues if kind == "queue" else vhost.exchanges).get(entry_name)
     if found is not None and found.durable:
-        if kind == "queue":
-            value = {"name": found.name, "arguments": encode(found.arguments), "auto_delete": found.auto_delete}
-        else:
-            value = {"name": found.name, "type": found.type_name, "auto_delete": found.auto_delete,
-                     "internal": found.internal, "arguments": encode(found.arguments)}
-        return entries.diff(name, {key: value}, [key])
+        value = queue_definition(found) if kind == "queue" else exchange_definition(found)
+        return entries.diff(name, {key: encode(value)}, [key])
     # gone (or never durable): its entry and every stored binding naming it
     return entries.diff(name, {}, [key, *entries.named(name, kind, entry_name)])

@@ -147,7 +147,7 @@ class LogState:
     def read_journal(self, name: str) -> tuple[Any, list[list]]:
         """(a whole document written before journals, or None; the entries as changes)."""
         entries = self._journals.get(name, {})
-        return self._docs.get(name), [change for change in entries.values()]
+        return self._docs.get(name), list(entries.values())
 
     def append_journal(self, name: str, changes: list) -> int:
         now, records, entries = int(time.time() * 1000), [], self._journals.setdefault(name, {})

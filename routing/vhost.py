@@ -68,6 +68,22 @@ def _bool_text(value: bool) -> str:
     return "true" if value else "false"
 
 
+def exchange_definition(exchange: Exchange) -> dict:
+    """A durable exchange as the stored definitions hold it (routing.definitions keeps these)."""
+    return {"name": exchange.name, "type": exchange.type_name, "auto_delete": exchange.auto_delete,
+            "internal": exchange.internal, "arguments": exchange.arguments}
+
+
+def queue_definition(queue: Queue) -> dict:
+    return {"name": queue.name, "arguments": queue.arguments, "auto_delete": queue.auto_delete}
+
+
+def binding_definition(source: str, destination: tuple[str, str], routing_key: str, arguments) -> dict:
+    kind, name = destination
+    return {"source": source, "destination_type": kind, "destination": name, "routing_key": routing_key,
+            "arguments": dict(arguments or {})}
+
+
 def _queue_key(name: str) -> tuple[str, str]:
     return ("queue", name)
 
@@ -447,11 +463,8 @@ class VirtualHost(PoliciesMixin):
     # --- definitions -------------------------------------------------------------------
     def durable_definitions(self) -> dict:
         default = {name for name, _ in DEFAULT_EXCHANGES}
-        exchanges = [{"name": e.name, "type": e.type_name, "auto_delete": e.auto_delete, "internal": e.internal,
-                      "arguments": e.arguments}
-                     for e in self.exchanges.values() if e.durable and e.name not in default]
-        queues = [{"name": q.name, "arguments": q.arguments, "auto_delete": q.auto_delete}
-                  for q in self.queues.values() if q.durable]
+        exchanges = [exchange_definition(e) for e in self.exchanges.values() if e.durable and e.name not in default]
+        queues = [queue_definition(q) for q in self.queues.values() if q.durable]
         durable_exchanges = {e.name for e in self.exchanges.values() if e.durable}
         durable_queues = {q.name for q in self.queues.values() if q.durable}
         bindings = []
@@ -461,8 +474,8 @@ class VirtualHost(PoliciesMixin):
             for binding in exchange.bindings():
                 kind, name = binding.destination
                 if (kind == "queue" and name in durable_queues) or (kind == "exchange" and name in durable_exchanges):
-                    bindings.append({"source": exchange.name, "destination_type": kind, "destination": name,
-                                     "routing_key": binding.routing_key, "arguments": dict(binding.arguments)})
+                    bindings.append(binding_definition(exchange.name, binding.destination, binding.routing_key,
+                                                       binding.arguments))
         return {"exchanges": exchanges, "queues": queues, "bindings": bindings, **self._policy_definitions(),
                 "metadata": dict(self.metadata), "super_streams": {k: list(v) for k, v in self.super_streams.items()}}
 
