@@ -379,18 +379,19 @@ def broker_cpu(pid: int) -> float:
     return cpu_seconds(pid)
 
 
-def run_spread(conn: Conn, name: str, n: int, size: int, queues: int, pid: int) -> dict:
-    """Exclusive queues (they go with the connection), then confirmed publishes round robin."""
+def run_spread(conn: Conn, name: str, n: int, size: int, queues: int, pid: int, durable: bool = False) -> dict:
+    """Exclusive queues (they go with the connection), then confirmed publishes round robin;
+    ``durable``: durable queues and persistent messages (the first reaches each queue's new log)."""
     names = [f"{name}-{i}" for i in range(queues)]
     declared = time.perf_counter()
     for i in range(0, queues, 500):
-        conn.sock.sendall(b"".join(frame.marshal(commands.Queue.Declare(queue=q, exclusive=True), 1)
+        conn.sock.sendall(b"".join(frame.marshal(commands.Queue.Declare(queue=q, exclusive=True, durable=durable), 1)
                                    for q in names[i:i + 500]))
         expect_many(conn, 50, 11, len(names[i:i + 500]))
     declared = time.perf_counter() - declared
     conn.send(1, commands.Confirm.Select())
     conn.expect(commands.Confirm.SelectOk)
-    frames = [publish_frames("", q, size, persistent=False) for q in names]
+    frames = [publish_frames("", q, size, persistent=durable) for q in names]
     cpu0, start = broker_cpu(pid), time.perf_counter()
     published = upto = 0  # every tag <= upto is confirmed
     singles: set[int] = set()  # confirmed tags above upto: RabbitMQ mixes single and multiple acks
@@ -496,7 +497,7 @@ def main(spec: dict) -> dict:
         return {"mode": mode, **run_idle(spec["address"], spec["connections"], spec["pid"])}
     conn = Conn(spec["address"])
     if mode == "spread":
-        out = run_spread(conn, q, n, spec["size"], spec["queues"], spec["pid"])
+        out = run_spread(conn, q, n, spec["size"], spec["queues"], spec["pid"], spec.get("durable", False))
         conn.close()
         return {"mode": mode, "messages": n, **out}
     if mode == "transient":

@@ -92,9 +92,12 @@ class PartitionLog:
         self.flushed_offset = self.next_offset  # everything on disk now has been fsync'd by _load
         self._hw = self.next_offset
         self.epochs = LeaderEpochCache(self.directory)
-        if not self.epochs.loaded or last_batch_epoch(self.active) > self.epochs.latest_epoch:
-            # missing, or an append's epoch was never flushed (kill -9): the batches say
-            self.epochs.assign_many(epochs_from_batches(self.segments))
+        last_epoch = last_batch_epoch(self.active)
+        if not self.epochs.loaded or last_epoch > self.epochs.latest_epoch:
+            # missing (a one-epoch log has no file), or an append's epoch was never flushed
+            # (kill -9): the batches say
+            self.epochs.assign_many(epochs_from_batches(self.segments, last_epoch), persist=False)
+            self.epochs.persist_if_dirty()
         # A crash may have cut a tail whose epochs were recorded, or stopped between moving the
         # log start and trimming the cache: the log is the authority. An epoch beginning right
         # at the LEO describes no lost record (e.g. DeleteRecords up to the end): it stays.

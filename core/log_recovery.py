@@ -85,14 +85,17 @@ def last_batch_epoch(active: LogSegment) -> int:
     return last.leader_epoch if last is not None else -1
 
 
-def epochs_from_batches(segments: list[LogSegment]) -> list[tuple[int, int]]:
+def epochs_from_batches(segments: list[LogSegment], last_epoch: int | None = None) -> list[tuple[int, int]]:
     """(epoch, first offset) of every leader epoch, from the epochs stamped in the batches: for a
-    missing or unreadable epoch checkpoint (e.g. a log written before there was one)."""
+    missing or unreadable epoch checkpoint (a log with one epoch has none). ``last_epoch``: the
+    last batch's (:func:`last_batch_epoch`), which spares the scan of the active segment when it
+    equals its first batch's."""
     firsts = [next(s.iter_positions(), None) for s in segments]
     found: list[tuple[int, int]] = []
     for i, segment in enumerate(segments):
-        following = firsts[i + 1] if i + 1 < len(firsts) else None
-        if firsts[i] is not None and following is not None and firsts[i].leader_epoch == following.leader_epoch:
+        following = firsts[i + 1].leader_epoch if i + 1 < len(firsts) and firsts[i + 1] is not None else (
+            last_epoch if i + 1 == len(firsts) else None)
+        if firsts[i] is not None and firsts[i].leader_epoch == following:
             positions = [firsts[i]]  # epochs never decrease along a log: none begins inside
         else:
             positions = segment.iter_positions()

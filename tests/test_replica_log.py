@@ -180,6 +180,37 @@ def test_appends_leave_the_checkpoint_to_the_flush_and_a_kill_before_it_is_recov
     assert (log.directory / EPOCH_FILE).read_text().split("\n")[4] == f"7 {log.next_offset - 1}"
 
 
+def test_a_one_epoch_log_writes_no_checkpoint_and_reads_its_epoch_back_from_the_batches(tmp_path):
+    log = small(tmp_path / "t-0")
+    fill_leader(log, 10, first_epoch=3)  # one epoch: 3 from offset 0, a few segments
+    log.flush()
+    assert log.epochs.entries == [(3, 0)] and not (log.directory / EPOCH_FILE).exists()
+    log.close()
+    for recover in (False, True):
+        reopened = small(tmp_path / "t-0", recover=recover)
+        assert reopened.epochs.entries == [(3, 0)] and not (log.directory / EPOCH_FILE).exists()
+    reopened.append(batch(1), leader_epoch=5)  # a second epoch: from now on the file is kept
+    reopened.flush()
+    assert LeaderEpochCache(log.directory).entries == [(3, 0), (5, reopened.next_offset - 1)]
+
+
+def test_an_epoch_beginning_inside_the_active_segment_is_found_without_a_checkpoint(tmp_path):
+    log = open_log(tmp_path / "t-0", index_interval_bytes=150)  # one segment, several index entries
+    fill_leader(log, 40, first_epoch=1)  # epochs 1, 2 and 3, all in the active segment
+    expected = log.epochs.entries
+    assert [e for e, _ in expected] == [1, 2, 3] and len(log.segments) == 1
+    log.close()
+    (log.directory / EPOCH_FILE).unlink()
+    assert open_log(tmp_path / "t-0").epochs.entries == expected
+
+
+def test_an_assigned_epoch_without_batches_is_kept_in_the_file(tmp_path):
+    log = small(tmp_path / "t-0")
+    log.epochs.assign(4, 0)  # a new leader's epoch, before it appends anything (core.replication)
+    log.close()
+    assert small(tmp_path / "t-0").epochs.entries == [(4, 0)]
+
+
 def test_a_flush_that_finds_its_partition_deleted_keeps_nothing_and_raises_nothing(tmp_path):
     log = small(tmp_path / "t-0")
     log.append(batch(2), leader_epoch=1)
