@@ -460,10 +460,10 @@ class Router:
         durable are settled in their source queues."""
         self._forward_exchange_logs()
         self.release_delayed()
+        for queue in list(self.dead_letters.settling):
+            self.dead_letters.settle(queue)
         for vhost in self.vhosts.values():
-            for queue in list(vhost.queues.values()):
-                if queue.held.copies:
-                    self.dead_letters.settle(queue)
+            for queue in list(vhost.consuming):  # not every queue: 10,000 idle ones cost a scan per fsync
                 if queue.consumers and queue.may_deliver():
                     queue.dispatch()
         self.settle_appends()  # dead-lettered messages

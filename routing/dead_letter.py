@@ -151,6 +151,7 @@ class DeadLetterForwarder:
     def __init__(self, stage_record: Callable[[Any, Record, DeadLetterCopy], None], clock: Callable[[], float]):
         self.stage_record = stage_record
         self.clock = clock
+        self.settling: set = set()  # source queues with copies on their way: a group commit settles them
 
     def forward(self, vhost, queue, offset: int, record: Record, reason: str) -> None:
         built = dead_letter_copy(vhost, queue, record, reason, self.clock())
@@ -158,6 +159,7 @@ class DeadLetterForwarder:
             return  # no route yet: held, and routed again at the next retry
         targets, copy_record = built
         copy = queue.held.copies[offset] = DeadLetterCopy(targets)
+        self.settling.add(queue)
         for target in targets:
             self.stage_record(target, copy_record, copy)
 
@@ -170,6 +172,8 @@ class DeadLetterForwarder:
             elif copy.stored():
                 del copies[offset]
                 queue.dead_lettered(offset)
+        if not copies:
+            self.settling.discard(queue)
 
     def retry(self, vhost, queue) -> None:
         """Periodic: route again the held messages that have no copy on its way."""

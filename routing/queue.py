@@ -158,6 +158,7 @@ class Queue:
         self._ack_floor = ack_floor
         self._delivered_bound = delivered_bound  # known after a clean stop: nothing at or above was delivered
         self.consumers: list[Consumer] = []  # by priority, highest first
+        self.consuming: set | None = None  # the vhost's set of queues with consumers (Router.log_moved)
         self._order: list[Consumer] = []  # by registration
         self._turn = 0
         self.last_used = clock()
@@ -257,6 +258,8 @@ class Queue:
         self.consumers.append(consumer)
         self.consumers.sort(key=lambda c: -c.priority)
         self.last_used = self.clock()
+        if self.consuming is not None:
+            self.consuming.add(self)
 
     def remove_consumer(self, consumer: Consumer) -> None:
         if consumer not in self.consumers:
@@ -264,6 +267,8 @@ class Queue:
         self.consumers.remove(consumer)
         self._order.remove(consumer)
         self.last_used = self.clock()
+        if not self.consumers and self.consuming is not None:
+            self.consuming.discard(self)
         if self.auto_delete and not self.consumers and self.on_empty_auto_delete is not None:
             self.on_empty_auto_delete(self)  # RabbitMQ: auto-delete once the last consumer is gone
 

@@ -97,6 +97,7 @@ class VirtualHost(PoliciesMixin):
         self.on_queue = on_queue  # a queue was created (True) or removed (False)
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}
+        self.consuming: set[Queue] = set()  # the queues with consumers: what a group commit may let deliver
         self.exchange_logs: dict[str, ExchangeLog] = {}  # exchanges declared with x-log: true
         self.delay_logs: dict[str, DelayLog] = {}  # exchanges of type x-delayed-message
         self.dead_letter: Callable | None = None  # installed on every queue (see routing.broker)
@@ -330,6 +331,7 @@ class VirtualHost(PoliciesMixin):
         queue.on_empty_auto_delete = self._auto_delete_queue
         queue.policy_delivery_limit = lambda: self._policy_value(queue.name, "delivery-limit")
         queue.policy_dead_letter_strategy = lambda: self._policy_value(queue.name, "dead-letter-strategy", str)
+        queue.consuming = self.consuming
         self.queues[queue.name] = queue
 
     def _auto_delete_queue(self, queue: Queue) -> None:
@@ -396,6 +398,7 @@ class VirtualHost(PoliciesMixin):
     def _remove(self, queue: Queue) -> None:
         queue.deleted = True
         del self.queues[queue.name]
+        self.consuming.discard(queue)
         for exchange in list(self.exchanges.values()):
             if exchange.unbind_destination(_queue_key(queue.name)):
                 self._maybe_auto_delete(exchange)
