@@ -135,6 +135,7 @@ class LogManager:
         plog.replicated = self.replicated
         plog.dirty = self._dirty
         self.logs[(topic.name, partition)] = plog
+        self.hw_checkpoint.layout_changed = True
         return plog
 
     # --- topics ---------------------------------------------------------------------
@@ -169,6 +170,7 @@ class LogManager:
         if plog is None:
             return
         self._dirty.discard(plog)
+        self.hw_checkpoint.layout_changed = True
         # Rename first so a crash mid-delete cannot leave a half-deleted log that looks live.
         graveyard = plog.directory.with_name(f"{plog.directory.name}.{uuid.uuid4().hex}-delete")
         for segment in plog.segments:
@@ -232,7 +234,9 @@ class LogManager:
         except BaseException:
             dirty.update(plog for plog in due if plog.next_offset > plog.flushed_offset)  # the next pass retries
             raise
-        self.hw_checkpoint.maybe_write(self.logs)  # throttled: at most once a second, when changed
+        self.hw_checkpoint.note_flushed(due)
+        # throttled: at most once a second, when changed; a replicated log's value moves without a flush
+        self.hw_checkpoint.maybe_write(self.logs, incremental=not self.replicated)
         return len(due)
 
     def maintenance(self) -> None:

@@ -149,6 +149,30 @@ def test_log_manager_writes_the_checkpoint_from_flush_and_shutdown(tmp_path):
     assert read_high_watermarks(tmp_path) == {"orders": {0: 0, 1: 6}}
 
 
+def test_the_checkpoint_follows_flushes_new_and_deleted_topics_without_listing_every_log(tmp_path):
+    manager = LogManager(tmp_path, LocalMetadataStore(tmp_path))
+    manager.startup()
+    manager.hw_checkpoint.interval = 0
+    manager.create_topic("a", 2, {"flush.messages": "1"})
+    manager.create_topic("b", 1, {"flush.messages": "1"})
+    manager.get_log("a", 0).append(encode_batch(records(0, 3)))
+    manager.flush_dirty()
+    assert read_high_watermarks(tmp_path) == {"a": {0: 3, 1: 0}, "b": {0: 0}}
+    assert not manager.hw_checkpoint.layout_changed  # from here on only flushed logs are looked at
+    manager.get_log("b", 0).append(encode_batch(records(0, 2)))
+    manager.get_log("a", 1).append(encode_batch(records(0, 1)))
+    manager.flush_dirty()
+    assert read_high_watermarks(tmp_path) == {"a": {0: 3, 1: 1}, "b": {0: 2}}
+    manager.create_topic("c", 1, {"flush.messages": "1"})
+    manager.delete_topic("b")
+    manager.get_log("a", 0).append(encode_batch(records(3, 1), base_offset=3))
+    manager.flush_dirty()
+    assert read_high_watermarks(tmp_path) == {"a": {0: 4, 1: 1}, "c": {0: 0}}
+    before = (tmp_path / FILE).stat().st_mtime_ns
+    manager.flush_dirty()  # nothing flushed, nothing changed: no write
+    assert (tmp_path / FILE).stat().st_mtime_ns == before
+
+
 def test_plan_splits_ranges_and_resolves_specs():
     earliest, latest = {"t": {0: 10, 1: 0}}, {"t": {0: 110, 1: 5}}
     start = offsets.resolve('{"t": {"1": 2}}', "earliest", earliest, latest)
