@@ -234,25 +234,34 @@ class Router:
 
         At a clean stop each queue's delivered bound is saved too, so that after the restart only
         messages that were in fact delivered come back flagged redelivered."""
-        floors = {}
+        # Runs 4 times a second over every queue: a queue with nothing but its floor to save is
+        # compared by that number, and the document is built only when something moved.
+        saved = {}
         for vhost in self.vhosts.values():
             for delay_log in vhost.delay_logs.values():
-                floors[delay_log.topic] = {"delayed": delay_log.state()}
+                saved[delay_log.topic] = {"delayed": delay_log.state()}
             for queue in vhost.queues.values():
-                if queue.durable:
-                    floor = floors[position_key(queue.topic, queue.partition)] = {"floor": queue.ack_floor}
-                    if queue.delivery_counts:
-                        floor["deliveries"] = queue.delivery_counts_json()
-                    if queue.held:
-                        floor["dead-lettering"] = queue.held.as_json()
-                    if queue.stage is not None and queue.stage.lanes.weighted and queue.stage.active:
-                        floor["prioritised"] = True
-                    if clean_stop:
-                        floor["delivered"] = queue.delivered_bound
-        floors.update(self.shares.positions())
-        if floors != self._floors_written:
-            self.state.write("ack-floors", floors)
-            self._floors_written = floors
+                if not queue.durable:
+                    continue
+                stage = queue.stage
+                if not (queue.delivery_counts or queue.held.reasons or clean_stop
+                        or (stage is not None and stage.lanes.weighted and stage.active)):
+                    saved[position_key(queue.topic, queue.partition)] = queue.cursor.ack_floor
+                    continue
+                floor = saved[position_key(queue.topic, queue.partition)] = {"floor": queue.ack_floor}
+                if queue.delivery_counts:
+                    floor["deliveries"] = queue.delivery_counts_json()
+                if queue.held:
+                    floor["dead-lettering"] = queue.held.as_json()
+                if stage is not None and stage.lanes.weighted and stage.active:
+                    floor["prioritised"] = True
+                if clean_stop:
+                    floor["delivered"] = queue.delivered_bound
+        saved.update(self.shares.positions())
+        if saved != self._floors_written:
+            self.state.write("ack-floors", {key: {"floor": value} if type(value) is int else value
+                                            for key, value in saved.items()})
+            self._floors_written = saved
 
     def topic_deleted(self, topic: str) -> None:
         """A Kafka client deleted a topic: the queue or exchange log it backed goes with it."""
@@ -485,7 +494,7 @@ class Router:
         for vhost in self.vhosts.values():
             for queue in list(vhost.queues.values()):
                 queue.expire_head()
-                if queue.held:
+                if queue.held.reasons:
                     self.dead_letters.retry(vhost, queue)
                 expires = queue.args.expires
                 if expires is not None and not queue.consumers and (now - queue.last_used) * 1000 >= expires:

@@ -35,11 +35,15 @@ class QueueCursor:
         self._returned: list[int] = []  # heap
         self._redelivered_below = ack_floor if redelivered_below is None else redelivered_below
         self._was_returned: set[int] = set()
+        self.moves = 0  # counts every change that can change :meth:`peek`'s answer (Queue.expire_head)
         self.ahead: set[int] = set()
 
     # --- the log grows / shrinks ----------------------------------------------------
     def log_end(self, end_offset: int) -> None:
-        self.end_offset = max(end_offset, self.ack_floor)
+        end = max(end_offset, self.ack_floor)
+        if end != self.end_offset:
+            self.end_offset = end
+            self.moves += 1
 
     def log_start(self, start_offset: int) -> None:
         """Retention or DeleteRecords removed offsets below ``start_offset``: they are settled."""
@@ -64,6 +68,7 @@ class QueueCursor:
         """The lowest returned offset (always a redelivery), or None."""
         while self._returned:
             offset = heapq.heappop(self._returned)
+            self.moves += 1
             if offset in self.unacked or offset < self.ack_floor or offset in self.settled_above:
                 continue
             self.unacked[offset] = owner
@@ -75,6 +80,7 @@ class QueueCursor:
         while self.next_offset < self.end_offset:
             offset = self.next_offset
             self.next_offset += 1
+            self.moves += 1
             if offset in self.settled_above:
                 continue
             if self.ahead and offset in self.ahead:
@@ -89,6 +95,7 @@ class QueueCursor:
         ready nor settled until ``owner`` settles it (see routing.dead_letter)."""
         if offset < self.ack_floor or offset in self.settled_above:
             return
+        self.moves += 1
         self.unacked[offset] = owner
         if offset >= self.next_offset:
             self.ahead.add(offset)
@@ -127,6 +134,7 @@ class QueueCursor:
         for offset in offsets:
             if self.unacked.pop(offset, None) is not None:
                 heapq.heappush(self._returned, offset)
+                self.moves += 1
 
     def release_owner(self, owner: Hashable) -> list[int]:
         """Return every delivery of ``owner`` (a closed channel) to the queue; returns them sorted."""
@@ -139,6 +147,7 @@ class QueueCursor:
         return sorted(o for o, who in self.unacked.items() if who == owner)
 
     def settle(self, offsets: Iterable[int]) -> None:
+        self.moves += 1
         ahead = self.ahead
         for offset in offsets:
             if offset >= self.ack_floor:
@@ -159,6 +168,7 @@ class QueueCursor:
         pending += [o for o in self._returned if o not in self.unacked]
         self._returned.clear()
         self.ahead.clear()  # still held by their owners, but no longer above next_offset
+        self.moves += 1
         self.next_offset = self.end_offset
         self.settle(pending)
         return count

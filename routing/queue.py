@@ -171,6 +171,9 @@ class Queue:
         # (head offset, its expiry in ms or None) as expire_head last read it: the tick (4 a second)
         # need not read and decode the same head of every queue again until it is due
         self._head_deadline: tuple[int, int | None] | None = None
+        # (cursor moves, log end, log start) when the tick last found no head or one that never
+        # expires: until one of them changes the tick has nothing to look at (10,000 queues)
+        self._head_settled: tuple[int, int, int] | None = None
         self.stats = QueueStats()
         # quorum queues: offset -> times returned (reject/nack with requeue, channel closed), the
         # x-delivery-count of its next delivery; saved with the ack floor (routing.broker.checkpoint)
@@ -448,11 +451,14 @@ class Queue:
         """Drop expired messages at the head of the queue (RabbitMQ expires from the head only)."""
         if self.deleted or self.is_stream:
             return 0
+        cursor, plog = self.cursor, self.plog
+        if self._head_settled == (cursor.moves, plog.next_offset, plog.log_start_offset):
+            return 0
         self.sync_end()
         dropped = 0
         now_ms = self.clock() * 1000
         while True:
-            offset = self.cursor.peek()
+            offset = cursor.peek()
             if offset is None:
                 break
             known = self._head_deadline
@@ -463,11 +469,14 @@ class Queue:
             if record is not None and (deadline is None or deadline > now_ms):
                 self._head_deadline = (offset, deadline)
                 break
-            self.cursor.take(STAGED)
+            cursor.take(STAGED)
             self._sizes.pop(offset, None)
             self._discard(offset, record, "expired")
             if record is not None:
                 dropped += 1
+        known = self._head_deadline
+        settled = offset is None or (known is not None and known[0] == offset and known[1] is None)
+        self._head_settled = (cursor.moves, plog.next_offset, plog.log_start_offset) if settled else None
         return dropped
 
     def appended_limits(self) -> None:

@@ -281,3 +281,28 @@ def test_a_queue_over_the_partition_budget_is_refused_with_a_clear_406(tmp_path)
         assert "q3" not in vhost.queues
     finally:
         logs.shutdown()
+
+
+def test_the_tick_looks_again_at_a_queue_only_when_its_head_can_have_changed(make_router):
+    router = make_router()
+    vhost = router.vhosts["/"]
+    queue = vhost.declare_queue("ttl", owner="conn", durable=True)
+    publish(router, vhost, "", "ttl", b"keeps")
+    router.commit()
+    router.tick()
+    settled = queue._head_settled
+    assert settled is not None  # the head never expires: later ticks skip the queue...
+    router.tick()
+    assert queue._head_settled == settled
+    expires_at_once = b"\x11\x00\x02\x010"  # delivery-mode 2, expiration "0"
+    router.publish(vhost, "", "ttl", expires_at_once, b"goes", None, False)
+    router.commit()
+    router.tick()  # ...until the log grows; the head is still the first message
+    assert queue.message_count() == 2
+    consumer = Collector(prefetch=1)
+    queue.add_consumer(consumer)
+    queue.dispatch()  # the first message is taken: the head is the expiring one, only the cursor moved
+    queue.remove_consumer(consumer)
+    queue.ack([0])
+    router.tick()
+    assert [v for _, v, _ in consumer.got] == [b"keeps"] and queue.message_count() == 0
