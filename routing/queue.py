@@ -171,9 +171,10 @@ class Queue:
         # (head offset, its expiry in ms or None) as expire_head last read it: the tick (4 a second)
         # need not read and decode the same head of every queue again until it is due
         self._head_deadline: tuple[int, int | None] | None = None
-        # (cursor moves, log end, log start) when the tick last found no head or one that never
-        # expires: until one of them changes the tick has nothing to look at (10,000 queues)
-        self._head_settled: tuple[int, int, int] | None = None
+        # (cursor moves, log start, log end or None) when the tick last found a head that never
+        # expires (None: the log end does not matter, a longer log has the same head) or no head:
+        # until one of them changes the tick has nothing to look at (10,000 queues)
+        self._head_settled: tuple[int, int, int | None] | None = None
         self.stats = QueueStats()
         # quorum queues: offset -> times returned (reject/nack with requeue, channel closed), the
         # x-delivery-count of its next delivery; saved with the ack floor (routing.broker.checkpoint)
@@ -452,7 +453,9 @@ class Queue:
         if self.deleted or self.is_stream:
             return 0
         cursor, plog = self.cursor, self.plog
-        if self._head_settled == (cursor.moves, plog.next_offset, plog.log_start_offset):
+        settled = self._head_settled
+        if settled is not None and settled[0] == cursor.moves and settled[1] == plog.log_start_offset and (
+                settled[2] is None or settled[2] == plog.next_offset):
             return 0
         self.sync_end()
         dropped = 0
@@ -475,8 +478,12 @@ class Queue:
             if record is not None:
                 dropped += 1
         known = self._head_deadline
-        settled = offset is None or (known is not None and known[0] == offset and known[1] is None)
-        self._head_settled = (cursor.moves, plog.next_offset, plog.log_start_offset) if settled else None
+        if offset is None:
+            self._head_settled = (cursor.moves, plog.log_start_offset, plog.next_offset)
+        elif known is not None and known[0] == offset and known[1] is None:
+            self._head_settled = (cursor.moves, plog.log_start_offset, None)
+        else:
+            self._head_settled = None
         return dropped
 
     def appended_limits(self) -> None:
