@@ -117,19 +117,24 @@ def run(args) -> peers.SuiteResult:
                 if "queues" in only:
                     declared = {}
 
-                    def spread(n):
+                    def spread(n, durable=False):
                         target = fixed or peers.OurBroker("scale-queues", *_partition_args(n))
                         try:
                             r = peers.run_load("bench.amqp_load", {
                                 "address": target.address("amqp"), "queue": f"scale-{next(names)}", "mode": "spread",
-                                "messages": args.messages, "size": 100, "queues": n, "pid": target.pid}, timeout=3600)
+                                "messages": args.messages, "size": 100, "queues": n, "pid": target.pid,
+                                "durable": durable}, timeout=3600)
                         finally:
                             if fixed is None:
                                 target.close(timeout=1800)
-                        declared[n] = r["declare_seconds"]
+                        if not durable:
+                            declared[n] = r["declare_seconds"]
                         return r
                     _scaling(samples, "amqp publish+confirm 100B", who, fixed or peers.OurBroker, (1, args.queues),
                              spread, "queues")
+                    # persistent messages into durable queues: each queue's first message reaches a new log file
+                    _scaling(samples, "amqp publish persistent+confirm 100B, durable queues", who,
+                             fixed or peers.OurBroker, (1, args.queues), lambda n: spread(n, durable=True), "queues")
                     if args.queues in declared:
                         samples.add(f"amqp: declare {args.queues:,} queues (pipelined)", who, declared[args.queues],
                                     unit="s", better="lower")
