@@ -116,8 +116,10 @@ class Router:
         for name, doc in stored.documents(BUILTIN_EXCHANGES)["vhosts"].items():
             self.vhost_create(name, persist=False).restore(definitions.decode(doc), positions)
         self.vhost_create(DEFAULT_VHOST, persist=False)
-        self._touched, self._fold_next = None, True
-        self._write_definitions()  # the journal folded into one document, with the default vhost if new
+        # the journal folded into one document if it holds changes (not at every start: 10,000 queues
+        # are one write of every definition), and the default vhost stored if new
+        self._touched, self._fold_next = None, self.state.needs_fold(definitions.JOURNAL)
+        self._write_definitions()
         self.checkpoint()  # drop the delivered bounds at once: they hold only until the next crash
 
     def vhost_create(self, name: str, persist: bool = True) -> VirtualHost:

@@ -93,6 +93,10 @@ class FileState:
         self._journal_lines[name] = self._journal_lines.get(name, 0) + len(changes)
         return self._journal_lines[name]
 
+    def needs_fold(self, name: str) -> bool:
+        """After :meth:`read_journal`: whether it found changes beyond the snapshot (or no snapshot)."""
+        return self._journal_lines.get(name, 0) > 0 or not (self.dir / f"{name}.json").exists()
+
     def compact_journal(self, name: str, doc: Any, changes: list) -> None:
         """Write ``doc`` (everything the journal adds up to) as the snapshot and empty the journal.
         A crash between the two leaves changes the snapshot already has: replaying them is harmless."""
@@ -164,6 +168,9 @@ class LogState:
             self.plog.append(encode_batch(records))
         return 0  # never outgrows anything: compaction keeps one record per entry
 
+    def needs_fold(self, name: str) -> bool:
+        return self._docs.get(name) is not None  # a document written whole before journals
+
     def compact_journal(self, name: str, doc: Any, changes: list) -> None:
         """Only once, for a document written whole before journals: its entries become records."""
         if self._docs.get(name) is None:
@@ -190,6 +197,9 @@ class NoState:
 
     def append_journal(self, name: str, changes: list) -> int:
         return 0
+
+    def needs_fold(self, name: str) -> bool:
+        return False
 
     def compact_journal(self, name: str, doc: Any, changes: list) -> None:
         pass

@@ -116,6 +116,9 @@ def test_the_journal_is_folded_into_the_document_once_it_outgrows_it(make_router
     before = _all(router)
     assert _all(make_router()) == before
     assert _journal(tmp_path) == []  # a start folds what is there
+    document = (tmp_path / "amqp" / "definitions.json").stat().st_ino  # a rewrite is a new file
+    assert _all(make_router()) == before  # ...and leaves the document alone when there is nothing
+    assert (tmp_path / "amqp" / "definitions.json").stat().st_ino == document
 
 
 def test_a_document_written_before_journals_loads(make_router, tmp_path):
