@@ -65,15 +65,19 @@ def describe_share_group_offsets(ctx, conn, h, req):
                                for n, ps in topics.items()]})
     if ctx.cluster is None:
         return respond(h, {"throttle_time": 0, "groups": out})
-    return _once_replicated(ctx, h, [g.group_id for g in req.groups], out)
+    return _once_replicated(ctx, h, out)
 
 
-def _once_replicated(ctx, h, groups: list[str], out: list[dict]) -> bytes | defer.Deferred:
+def _once_replicated(ctx, h, out: list[dict]) -> bytes | defer.Deferred:
     """Cluster mode: answer once the start offsets read above are on every in-sync replica of the
-    groups' ``__consumer_offsets`` partitions, so what is reported outlives the coordinator (as
-    Kafka's share coordinator reports only persisted state); REQUEST_TIMED_OUT if they are not."""
+    share groups' ``__consumer_offsets`` partitions, so what is reported outlives the coordinator
+    (as Kafka's share coordinator reports only persisted state); those groups get
+    REQUEST_TIMED_OUT if they are not (a group already refused keeps its own error)."""
+    waiting = [g for g in out if g["error_code"] == ErrorCode.none]
+    if not waiting:
+        return respond(h, {"throttle_time": 0, "groups": out})
     marks = []
-    for group in {*groups}:
+    for group in {g["group_id"] for g in waiting}:
         plog = ctx.partition(OFFSETS_TOPIC, ctx.groups.offsets.partition_for(share_state_key(group)))
         if plog is not None:
             marks.append((plog, plog.next_offset))
@@ -83,7 +87,7 @@ def _once_replicated(ctx, h, groups: list[str], out: list[dict]) -> bytes | defe
 
     def settled(in_time: bool) -> bytes:
         if not replicated():
-            for g in out:
+            for g in waiting:
                 g.update(topics=[], error_code=ErrorCode.request_timed_out,
                          error_message="the share group's start offsets are not yet on its in-sync replicas")
         return respond(h, {"throttle_time": 0, "groups": out})
