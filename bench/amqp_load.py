@@ -379,9 +379,11 @@ def broker_cpu(pid: int) -> float:
     return cpu_seconds(pid)
 
 
-def run_spread(conn: Conn, name: str, n: int, size: int, queues: int, pid: int, durable: bool = False) -> dict:
+def run_spread(conn: Conn, name: str, n: int, size: int, queues: int, pid: int, durable: bool = False,
+               consume: bool = False) -> dict:
     """Exclusive queues (they go with the connection), then confirmed publishes round robin;
-    ``durable``: durable queues and persistent messages (the first reaches each queue's new log)."""
+    ``durable``: durable queues and persistent messages (the first reaches each queue's new log);
+    ``consume``: then every message is consumed back (a consumer per queue, one channel)."""
     names = [f"{name}-{i}" for i in range(queues)]
     declared = time.perf_counter()
     for i in range(0, queues, 500):
@@ -422,8 +424,41 @@ def run_spread(conn: Conn, name: str, n: int, size: int, queues: int, pid: int, 
             else:
                 conn._check_close(s)
     elapsed, cpu = time.perf_counter() - start, broker_cpu(pid) - cpu0
-    return {"declare_seconds": declared, "seconds": elapsed, "msgs_s": n / elapsed,
-            "cpu_us_per_msg": cpu / n * 1e6}
+    out = {"declare_seconds": declared, "seconds": elapsed, "msgs_s": n / elapsed, "cpu_us_per_msg": cpu / n * 1e6}
+    if consume:
+        out.update(_consume_spread(conn, names, n, pid))
+    return out
+
+
+def _consume_spread(conn: Conn, names: list[str], n: int, pid: int) -> dict:
+    """One consumer on each queue of one channel, acks every ACK_EVERY deliveries (multiple)."""
+    conn.send(1, commands.Basic.Qos(prefetch_count=PREFETCH))
+    conn.expect(commands.Basic.QosOk)
+    cpu0, start = broker_cpu(pid), time.perf_counter()
+    for i in range(0, len(names), 500):
+        conn.sock.sendall(b"".join(frame.marshal(commands.Basic.Consume(queue=q, consumer_tag=q), 1)
+                                   for q in names[i:i + 500]))
+    got = acked = tag = 0
+    unpack = struct.unpack_from
+    while got < n:
+        conn._recv()
+        buf = conn.buf
+        for ftype, ch, s, e in conn.frames():
+            if ftype != 1:
+                continue
+            cls, meth = unpack(">HH", buf, s)
+            if cls == 60 and meth == 60:  # Basic.Deliver
+                got += 1
+                tag = unpack(">Q", buf, s + 5 + buf[s + 4])[0]
+                if got - acked >= ACK_EVERY:
+                    conn.send(1, commands.Basic.Ack(delivery_tag=tag, multiple=True))
+                    acked = got
+            elif not (cls == 60 and meth == 21):  # ConsumeOk
+                conn._check_close(s)
+    if got > acked:
+        conn.send(1, commands.Basic.Ack(delivery_tag=tag, multiple=True))
+    elapsed, cpu = time.perf_counter() - start, broker_cpu(pid) - cpu0
+    return {"consume_msgs_s": n / elapsed, "consume_cpu_us_per_msg": cpu / n * 1e6}
 
 
 def run_idle(address: str, count: int, pid: int) -> dict:
@@ -497,7 +532,8 @@ def main(spec: dict) -> dict:
         return {"mode": mode, **run_idle(spec["address"], spec["connections"], spec["pid"])}
     conn = Conn(spec["address"])
     if mode == "spread":
-        out = run_spread(conn, q, n, spec["size"], spec["queues"], spec["pid"], spec.get("durable", False))
+        out = run_spread(conn, q, n, spec["size"], spec["queues"], spec["pid"], spec.get("durable", False),
+                         spec.get("consume", False))
         conn.close()
         return {"mode": mode, "messages": n, **out}
     if mode == "transient":

@@ -5,7 +5,7 @@ SPEC: ``{"bootstrap": "host:port", "topic": str, "messages": int, "size": int, "
 Creates the topic, produces ``messages`` records of ``size`` bytes (linger 5 ms, default batch
 size), waits for every delivery, then (if ``consume``) reads them all back with an assigned
 consumer (no group join), and deletes the topic. With ``pid`` it also reports the broker's CPU
-microseconds per produced message (from /proc). Prints one JSON line.
+microseconds per produced (and consumed) message (from /proc). Prints one JSON line.
 
 ``"mode": "latency"`` instead produces ``rate`` records a second for ``seconds`` (linger 1 ms),
 the send time in the value, while a consumer in the same process reads them; it reports
@@ -219,8 +219,11 @@ def main(spec: dict) -> dict:
             if pid:
                 out["cpu_us_per_msg"] = (cpu_seconds(pid) - cpu) / n * 1e6
         if spec.get("consume"):
+            cpu = cpu_seconds(pid) if pid else 0.0
             c = (kp_consume if kp else consume)(spec["bootstrap"], topic, n, partitions)
             out.update(consume_s=c, consume_msgs_s=n / c)
+            if pid:
+                out["consume_cpu_us_per_msg"] = (cpu_seconds(pid) - cpu) / n * 1e6
     if spec.get("keep"):
         return out
     try:

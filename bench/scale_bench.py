@@ -92,10 +92,19 @@ def run(args) -> peers.SuiteResult:
                 notes.append(note)
             targets = [("broker", ours)] + ([("peer", peer)] if peer else [])
             for rep, who, target in peers.alternate(targets, args.repeat):
-                _scaling(samples, "kafka produce 100B", who, target, (1, args.partitions), lambda n: peers.run_load(
-                    "bench.kafka_load", {"bootstrap": target.address("kafka"), "topic": f"scale-{next(names)}",
-                                         "messages": args.kafka_messages, "size": 100, "acks": "1", "partitions": n,
-                                         "pid": target.pid}), "partitions")
+                runs = {}  # one run produces and then consumes: the consume row reads its second half
+
+                def produce_consume(n):
+                    runs[n] = peers.run_load("bench.kafka_load", {
+                        "bootstrap": target.address("kafka"), "topic": f"scale-{next(names)}",
+                        "messages": args.kafka_messages, "size": 100, "acks": "1", "partitions": n,
+                        "consume": True, "pid": target.pid})
+                    return runs[n]
+                _scaling(samples, "kafka produce 100B", who, target, (1, args.partitions), produce_consume,
+                         "partitions")
+                _scaling(samples, "kafka consume 100B", who, target, (1, args.partitions), lambda n: {
+                    "cpu_us_per_msg": runs[n]["consume_cpu_us_per_msg"], "msgs_s": runs[n]["consume_msgs_s"]},
+                    "partitions")
         finally:
             ours.close()
             if peer is not None:
@@ -117,21 +126,27 @@ def run(args) -> peers.SuiteResult:
                 if "queues" in only:
                     declared = {}
 
+                    spread_runs = {}  # the transient run also consumes: the spread consume row reads it
+
                     def spread(n, durable=False):
                         target = fixed or peers.OurBroker("scale-queues", *_partition_args(n))
                         try:
                             r = peers.run_load("bench.amqp_load", {
                                 "address": target.address("amqp"), "queue": f"scale-{next(names)}", "mode": "spread",
                                 "messages": args.messages, "size": 100, "queues": n, "pid": target.pid,
-                                "durable": durable}, timeout=3600)
+                                "durable": durable, "consume": not durable}, timeout=3600)
                         finally:
                             if fixed is None:
                                 target.close(timeout=1800)
                         if not durable:
                             declared[n] = r["declare_seconds"]
+                            spread_runs[n] = r
                         return r
                     _scaling(samples, "amqp publish+confirm 100B", who, fixed or peers.OurBroker, (1, args.queues),
                              spread, "queues")
+                    _scaling(samples, "amqp consume 100B, multi-ack", who, fixed or peers.OurBroker,
+                             (1, args.queues), lambda n: {"cpu_us_per_msg": spread_runs[n]["consume_cpu_us_per_msg"],
+                                                          "msgs_s": spread_runs[n]["consume_msgs_s"]}, "queues")
                     # persistent messages into durable queues: each queue's first message reaches a new log file
                     _scaling(samples, "amqp publish persistent+confirm 100B, durable queues", who,
                              fixed or peers.OurBroker, (1, args.queues), lambda n: spread(n, durable=True), "queues")
