@@ -206,14 +206,11 @@ def run_confirm(conn: Conn, queue: str, n: int, size: int) -> float:
     return elapsed, None
 
 
-def run_consume(conn: Conn, queue: str, n: int) -> float:
-    conn.send(1, commands.Basic.Qos(prefetch_count=PREFETCH))
-    conn.expect(commands.Basic.QosOk)
-    got = 0
-    acked = 0
+def _deliveries(conn: Conn, n: int, start: float) -> float:
+    """Take ``n`` deliveries on channel 1, acking every ACK_EVERY (multiple); the seconds from
+    ``start`` to the last one."""
+    got = acked = tag = 0
     unpack = struct.unpack_from
-    start = time.perf_counter()
-    conn.send(1, commands.Basic.Consume(queue=queue, consumer_tag="bench", no_ack=False))
     while got < n:
         conn._recv()
         buf = conn.buf
@@ -227,11 +224,20 @@ def run_consume(conn: Conn, queue: str, n: int) -> float:
                 if got - acked >= ACK_EVERY:
                     conn.send(1, commands.Basic.Ack(delivery_tag=tag, multiple=True))
                     acked = got
-            else:
+            elif not (cls == 60 and meth == 21):  # ConsumeOk
                 conn._check_close(s)
     elapsed = time.perf_counter() - start
     if got > acked:
         conn.send(1, commands.Basic.Ack(delivery_tag=tag, multiple=True))
+    return elapsed
+
+
+def run_consume(conn: Conn, queue: str, n: int) -> float:
+    conn.send(1, commands.Basic.Qos(prefetch_count=PREFETCH))
+    conn.expect(commands.Basic.QosOk)
+    start = time.perf_counter()
+    conn.send(1, commands.Basic.Consume(queue=queue, consumer_tag="bench", no_ack=False))
+    elapsed = _deliveries(conn, n, start)
     conn.send(1, commands.Basic.Cancel(consumer_tag="bench"))
     conn.expect(commands.Basic.CancelOk)
     delete(conn, queue)
@@ -438,26 +444,8 @@ def _consume_spread(conn: Conn, names: list[str], n: int, pid: int) -> dict:
     for i in range(0, len(names), 500):
         conn.sock.sendall(b"".join(frame.marshal(commands.Basic.Consume(queue=q, consumer_tag=q), 1)
                                    for q in names[i:i + 500]))
-    got = acked = tag = 0
-    unpack = struct.unpack_from
-    while got < n:
-        conn._recv()
-        buf = conn.buf
-        for ftype, ch, s, e in conn.frames():
-            if ftype != 1:
-                continue
-            cls, meth = unpack(">HH", buf, s)
-            if cls == 60 and meth == 60:  # Basic.Deliver
-                got += 1
-                tag = unpack(">Q", buf, s + 5 + buf[s + 4])[0]
-                if got - acked >= ACK_EVERY:
-                    conn.send(1, commands.Basic.Ack(delivery_tag=tag, multiple=True))
-                    acked = got
-            elif not (cls == 60 and meth == 21):  # ConsumeOk
-                conn._check_close(s)
-    if got > acked:
-        conn.send(1, commands.Basic.Ack(delivery_tag=tag, multiple=True))
-    elapsed, cpu = time.perf_counter() - start, broker_cpu(pid) - cpu0
+    elapsed = _deliveries(conn, n, start)
+    cpu = broker_cpu(pid) - cpu0
     return {"consume_msgs_s": n / elapsed, "consume_cpu_us_per_msg": cpu / n * 1e6}
 
 
