@@ -25,7 +25,8 @@ from typing import Any
 
 from core.names import queue_topic
 from routing.errors import NOT_FOUND, PRECONDITION_FAILED, ChannelError
-from routing.queue import Queue, parse_interval
+from routing.queue import Queue
+from routing.queue_arguments import parse_interval
 from routing.vhost import VirtualHost
 from wire.records import Header
 

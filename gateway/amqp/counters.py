@@ -34,7 +34,7 @@ class QueueTypeCounters:
 
 
 AMQP = ProtocolCounters()
-# keyed by routing.queue.QueueArguments.queue_type; the metrics name them as RabbitMQ's modules
+# keyed by routing.queue_arguments.QueueArguments.queue_type; the metrics name them as RabbitMQ's modules
 BY_QUEUE_TYPE = {"classic": QueueTypeCounters(), "quorum": QueueTypeCounters(), "stream": QueueTypeCounters()}
 RABBIT_QUEUE_TYPES = {"classic": "rabbit_classic_queue", "quorum": "rabbit_quorum_queue",
                       "stream": "rabbit_stream_queue"}
