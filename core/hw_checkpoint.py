@@ -120,8 +120,9 @@ class HighWatermarkCheckpoint:
                 return False
         else:
             self.layout_changed = False  # before listing: an open or drop from here on is seen next time
-            self._keys = {plog: key for key, plog in list(logs.items())}
-            hws = snapshot(logs)
+            listed = dict(logs)  # one listing for both (the owner may open a log meanwhile)
+            self._keys = {plog: key for key, plog in listed.items()}
+            hws = snapshot(listed)
             if hws == self._last_written:
                 return False
         try:

@@ -245,17 +245,17 @@ class Router:
             for queue in vhost.queues.values():
                 if not queue.durable:
                     continue
-                stage = queue.stage
-                if not (queue.delivery_counts or queue.held.reasons or clean_stop
-                        or (stage is not None and stage.lanes.weighted and stage.active)):
-                    saved[position_key(queue.topic, queue.partition)] = queue.cursor.ack_floor
+                key, stage = position_key(queue.topic, queue.partition), queue.stage
+                prioritised = stage is not None and stage.lanes.weighted and stage.active
+                if not (queue.delivery_counts or queue.held.reasons or clean_stop or prioritised):
+                    saved[key] = queue.cursor.ack_floor
                     continue
-                floor = saved[position_key(queue.topic, queue.partition)] = {"floor": queue.ack_floor}
+                floor = saved[key] = {"floor": queue.ack_floor}
                 if queue.delivery_counts:
                     floor["deliveries"] = queue.delivery_counts_json()
                 if queue.held:
                     floor["dead-lettering"] = queue.held.as_json()
-                if stage is not None and stage.lanes.weighted and stage.active:
+                if prioritised:
                     floor["prioritised"] = True
                 if clean_stop:
                     floor["delivered"] = queue.delivered_bound
