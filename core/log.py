@@ -369,10 +369,13 @@ class PartitionLog:
     def _segment_index(self, offset: int) -> int:
         return max(bisect_right(self._bases, offset) - 1, 0)
 
-    def replay(self, start: int | None = None, chunk_bytes: int = 1 << 20) -> Iterator[RecordBatch]:
-        """Every stored batch from the one holding ``start`` (default: the log start) to the log end,
-        flushed or not, decoded, in order: for state rebuilt from a log (offsets, transactions)."""
-        position, end = max(self.log_start_offset if start is None else start, self.log_start_offset), self.next_offset
+    def replay(self, start: int | None = None, chunk_bytes: int = 1 << 20, *,
+               end: int | None = None) -> Iterator[RecordBatch]:
+        """Every stored batch from the one holding ``start`` (default: the log start) to ``end``
+        (default: the log end, flushed or not), decoded, in order: for state rebuilt from a log
+        (offsets, transactions, a follower's AMQP definitions)."""
+        position = max(self.log_start_offset if start is None else start, self.log_start_offset)
+        end = self.next_offset if end is None else min(end, self.next_offset)
         while position < end:
             data = self.read(position, chunk_bytes, max_offset=end).records
             if not data:

@@ -17,11 +17,11 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Iterator
 
 from core.checkpoint import fsync_dir, write_atomic, write_synced
 from core.log import PartitionLog
-from wire.records import Record, encode_batch
+from wire.records import Record, RecordBatch, encode_batch
 
 log = logging.getLogger(__name__)
 
@@ -118,25 +118,13 @@ class LogState:
     def open(self) -> None:
         self._docs.clear()
         self._journals.clear()
-        for batch in self.plog.replay():
-            if batch.is_control:
-                continue
-            for record in batch.records:
-                if record.key is None:
-                    continue
-                name = record.key.decode()
-                try:
-                    value = None if record.value is None else json.loads(record.value)
-                except ValueError:
-                    log.warning("%s: unreadable %r record at offset %d skipped", STATE_TOPIC, name, record.offset)
-                    continue
-                journal, sep, entry = name.partition(_ENTRY)
-                if not sep:
-                    self._docs[name] = value
-                elif value is None:
-                    self._journals.get(journal, {}).pop(entry, None)
-                else:
-                    self._journals.setdefault(journal, {})[entry] = value
+        for (name, entry), value in decode_state_records(self.plog.replay()):
+            if entry is None:
+                self._docs[name] = value
+            elif value is None:
+                self._journals.get(name, {}).pop(entry, None)
+            else:
+                self._journals.setdefault(name, {})[entry] = value
 
     def read(self, name: str, default: Any) -> Any:
         doc = self._docs.get(name)
@@ -178,6 +166,29 @@ class LogState:
         self.append_journal(name, changes)
         self.write(name, None)  # a tombstone: compaction drops the old document
         del self._docs[name]
+
+
+def decode_state_records(batches: Iterable[RecordBatch], start: int = 0, end: int | None = None,
+                         only: str | None = None) -> Iterator[tuple[tuple[str, str | None], Any]]:
+    """The records of ``__amqp_state`` batches (offsets in [start, end)) as ((document or journal
+    name, journal entry key or None), decoded JSON value or None for a deletion); ``only``: of that
+    document or journal alone (the ack floors, rewritten every tick, are not even decoded)."""
+    for batch in batches:
+        if batch.is_control:
+            continue
+        for record in batch.records:
+            if record.key is None or record.offset < start or (end is not None and record.offset >= end):
+                continue
+            name = record.key.decode()
+            if only is not None and name != only and not name.startswith(only + _ENTRY):
+                continue
+            try:
+                value = None if record.value is None else json.loads(record.value)
+            except ValueError:
+                log.warning("%s: unreadable %r record at offset %d skipped", STATE_TOPIC, name, record.offset)
+                continue
+            journal, sep, entry = name.partition(_ENTRY)
+            yield ((journal, entry) if sep else (name, None)), value
 
 
 class NoState:

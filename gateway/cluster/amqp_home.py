@@ -17,6 +17,11 @@ Replication per queue, RabbitMQ's way of asking for it:
   one node).
 Publisher confirms wait for the high watermark, that is for every in-sync replica.
 
+Every other broker that holds a replica of ``__amqp_state`` keeps a copy of the whole model
+(vhosts, policies, exchanges, queues, bindings) current with that replica, below its high
+watermark (routing.definitions_follower): what a routing decision or the management API's view
+needs is then known on every broker, not only on the home.
+
 When the home dies the controller elects a new leader of ``__amqp_state`` from its ISR; that
 broker reads the definitions and ack floors from its replica, waits until it leads the queues
 it holds in sync, and opens for AMQP; messages not acked before the failure are delivered
@@ -33,6 +38,7 @@ from twisted.protocols.portforward import ProxyFactory
 from core.errors import LogError
 from core.replication import LEADER
 from routing.broker import Router
+from routing.definitions_follower import DefinitionsFollower
 from routing.state import STATE_TOPIC, STATE_TOPIC_CONFIGS, LogState, NoState
 from gateway.logs import fields
 
@@ -48,6 +54,7 @@ class AmqpHome:
         self.node_id = node.node_id
         self.is_home = False
         self.waiting = False  # leads __amqp_state, waiting to lead its queues before opening
+        self.follower: DefinitionsFollower | None = None  # not the home: the model, followed from the state log
 
     # --- which broker is home ------------------------------------------------------------
     def home_id(self) -> int:
@@ -70,6 +77,7 @@ class AmqpHome:
             if self.home_id() != self.node_id:  # the cluster elected another home
                 self._resign()
             return
+        self._follow()
         if self.node.replicas.leader_of(STATE_TOPIC, 0) is None:
             self.waiting = False
             return
@@ -81,6 +89,24 @@ class AmqpHome:
             return
         self.waiting = False
         self._open()
+
+    def _follow(self) -> None:
+        """Bring this broker's copy of the model up to the state log's high watermark."""
+        plog = self.broker.logs.logs.get((STATE_TOPIC, 0))
+        if plog is None:
+            self.follower = None
+            return
+        if self.follower is None or self.follower.plog is not plog:
+            self.follower = DefinitionsFollower(Router(self.broker.data_dir, self.broker.logs, state=NoState()), plog)
+        applied = self.follower.catch_up()
+        if applied:
+            log.debug("AMQP definitions followed", extra=fields(entries=applied, offset=self.follower.position))
+
+    def model(self) -> Router | None:
+        """The AMQP model this broker knows: its own on the home, else its followed copy (None: none yet)."""
+        if self.is_home:
+            return self.broker.amqp.router
+        return self.follower.router if self.follower is not None else None
 
     def _queues_not_led(self) -> list[str]:
         view = self.node.view
@@ -102,6 +128,7 @@ class AmqpHome:
         broker.amqp.use_router(router)
         router.load()
         self.is_home = True
+        self.follower = None
         log.info("this broker is the AMQP home", extra=fields(node_id=self.node_id,
                                                               queues=sum(len(v.queues) for v in router.vhosts.values())))
 

@@ -1,0 +1,143 @@
+"""A broker's copy of the AMQP model that another broker writes, kept current from the log.
+
+In cluster mode the durable definitions are records of the replicated ``__amqp_state`` topic
+(routing.state.LogState: one record per journal entry, compacted). A broker that holds a replica
+of that topic but does not write it follows the records below the high watermark as they arrive
+and applies each entry to live vhosts of its own :class:`routing.broker.Router`: vhosts with their
+policies, limits and metadata, exchanges, queues and bindings. So the whole model is known on
+every broker and a routing decision (which queues an exchange and a routing key reach) can be
+made where a client is connected, as RabbitMQ's nodes each hold every definition.
+
+A follower's model writes nothing back and opens no logs: its queues have no cursor here (their
+delivery state lives where their topic is led), so it is for reading and routing only.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from typing import Iterable
+
+from core.log import PartitionLog
+from routing import definitions
+from routing.errors import ChannelError
+from routing.queue import Queue
+from routing.state import decode_state_records
+from routing.vhost import DELAYED_TYPE, VirtualHost, _exchange_class
+
+log = logging.getLogger(__name__)
+
+DEFAULT_VHOST = "/"
+_SETTINGS_PARTS = ("policies", "operator_policies", "limits", "metadata", "super_streams")
+
+
+class DefinitionsFollower:
+    def __init__(self, router, plog: PartitionLog):
+        self.router = router  # a routing.broker.Router whose state writes nothing (routing.state.NoState)
+        self.plog = plog
+        self.position = plog.log_start_offset  # the next offset of the state log to apply
+        self.applied = 0  # entries applied so far (for logs and tests)
+
+    def catch_up(self) -> int:
+        """Apply the state log's new records below its high watermark; returns how many entries."""
+        end = self.plog.high_watermark
+        if end <= self.position:
+            return 0
+        changes: list[definitions.Change] = []
+        records = self.plog.replay(self.position, end=end)
+        for (_, entry), value in decode_state_records(records, self.position, end, definitions.JOURNAL):
+            if entry is not None:
+                vhost, key = json.loads(entry)
+                changes.append((vhost, key, None if value is None else value[2]))
+            elif value is not None:  # a whole document written before journals: every entry of it
+                for vhost, doc in value.get("vhosts", {}).items():
+                    changes += [(vhost, key, v) for key, v in definitions.entries_of_doc(doc).items()]
+        self.position = end
+        apply_changes(self.router, changes)
+        self.applied += len(changes)
+        return len(changes)
+
+
+def apply_changes(router, changes: Iterable[definitions.Change]) -> None:
+    """Make ``router``'s vhosts what the journal's changes say, without writing anything back."""
+    for vhost_name, key, value in changes:
+        value = None if value is None else definitions.decode(value)
+        vhost = router.vhosts.get(vhost_name)
+        if key == definitions.SETTINGS:
+            if value is None:  # the vhost was deleted (its settings entry is its presence)
+                if vhost_name != DEFAULT_VHOST:
+                    router.vhosts.pop(vhost_name, None)
+                continue
+            _settings(vhost or router.vhost_create(vhost_name, persist=False), value)
+            continue
+        if vhost is None:
+            if value is None:
+                continue  # the vhost went first: nothing of it is left to remove
+            vhost = router.vhost_create(vhost_name, persist=False)
+        kind, _, name = key.partition(":")
+        try:
+            if kind == "exchange":
+                _exchange(vhost, name, value)
+            elif kind == "queue":
+                _queue(vhost, name, value)
+            elif kind == "binding":
+                _binding(vhost, definitions.decode(json.loads(name)), value)
+        except (ChannelError, KeyError, TypeError, ValueError) as exc:
+            log.warning("AMQP definition %r of vhost %r not applied here: %s", key, vhost_name, exc)
+
+
+def _settings(vhost: VirtualHost, value: dict) -> None:
+    vhost.policies.clear()
+    vhost.operator_policies.clear()
+    vhost.limits.clear()
+    vhost._restore_policies(value)
+    vhost.metadata = dict(value.get("metadata", {}))
+    vhost.super_streams = {k: list(v) for k, v in value.get("super_streams", {}).items()}
+
+
+def _exchange(vhost: VirtualHost, name: str, e: dict | None) -> None:
+    existing = vhost.exchanges.get(name)
+    if e is None:
+        if existing is not None:
+            del vhost.exchanges[name]
+            for other in vhost.exchanges.values():
+                other.unbind_destination(("exchange", name))
+        return
+    if existing is not None and existing.type_name == e["type"] and existing.arguments == e["arguments"]:
+        return
+    exchange = _exchange_class(e["type"], e["arguments"])(name, durable=True, auto_delete=e["auto_delete"],
+                                                          internal=e["internal"], arguments=e["arguments"])
+    if e["type"] == DELAYED_TYPE:
+        exchange.type_name = DELAYED_TYPE
+    if existing is not None:  # replaced (deleted and declared again elsewhere): its bindings carry over
+        for b in existing.bindings():
+            exchange.bind(b.destination, b.routing_key, b.arguments)
+    vhost.exchanges[name] = exchange
+
+
+def _queue(vhost: VirtualHost, name: str, q: dict | None) -> None:
+    existing = vhost.queues.get(name)
+    if q is None:
+        if existing is not None:
+            existing.deleted = True
+            del vhost.queues[name]
+            for exchange in vhost.exchanges.values():
+                exchange.unbind_destination(("queue", name))
+        return
+    if existing is not None and existing.arguments == q["arguments"] and existing.auto_delete == q["auto_delete"]:
+        return
+    topic, partition = vhost.backing(name)
+    queue = Queue(vhost.name, name, topic, None, durable=True, exclusive_owner=None, auto_delete=q["auto_delete"],
+                  arguments=q["arguments"])  # no log here: the queue is served where its topic is led
+    queue.partition = partition
+    vhost._install(queue)
+
+
+def _binding(vhost: VirtualHost, key: list, b: dict | None) -> None:
+    source, kind, destination, routing_key, arguments = key
+    exchange = vhost.exchanges.get(source)
+    if exchange is None:
+        return  # the exchange went first; its bindings went with it
+    if b is None:
+        exchange.unbind((kind, destination), routing_key, arguments)
+    else:
+        exchange.bind((kind, destination), routing_key, arguments)
