@@ -155,8 +155,7 @@ def read_in_order(bootstrap: str, topic: str, partitions: int, timeout: float = 
                          "enable.auto.commit": False, "enable.partition.eof": True,
                          "auto.offset.reset": "earliest", "fetch.max.bytes": 8 << 20, **conf})
     try:
-        highs = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=15)[1]
-                 for p in range(partitions)}
+        highs = {p: high_watermark(consumer, topic, p, timeout) for p in range(partitions)}
         consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         values, remaining = {p: [] for p in range(partitions)}, {p for p, hw in highs.items() if hw > 0}
         deadline = time.monotonic() + timeout
@@ -182,6 +181,27 @@ def read_in_order(bootstrap: str, topic: str, partitions: int, timeout: float = 
         return values, highs
     finally:
         consumer.close()
+
+
+def high_watermark(consumer: Consumer, topic: str, partition: int, timeout: float = 60) -> int:
+    """The partition's high watermark, asked again while leadership moves: a broker that just
+    handed the partition to another answers NOT_LEADER_OR_FOLLOWER, which is right of it, and
+    librdkafka refreshes its metadata; a checker that gave up there would check nothing."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=15)[1]
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            retriable = error is not None and (error.retriable() or error.code() in _LEADERSHIP_ERRORS)
+            if not retriable or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+_LEADERSHIP_ERRORS = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                      KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT,
+                      KafkaError.FENCED_LEADER_EPOCH, KafkaError.UNKNOWN_LEADER_EPOCH, KafkaError._TRANSPORT)
 
 
 class ConfirmingPublisher(threading.Thread):
