@@ -46,7 +46,9 @@ from gateway.amqp.connection import AmqpFactory
 from gateway.amqp.service import AmqpService
 from gateway.stream.connection import StreamFactory
 from gateway.stream.service import StreamService
+from gateway.cluster.amqp_forward import PublishForwarder, ThreadPeers
 from gateway.cluster.amqp_home import AmqpHome
+from gateway.cluster.amqp_spread import AmqpSpread
 from gateway.cluster.node import ClusterNode
 from gateway.cluster.share_state import RemoteShareState
 from gateway.config import HostPort, Settings
@@ -200,8 +202,13 @@ class Broker:
         groups.share_deleted = lambda group: self.amqp.router.shares.forget_group(group)
         self._configure_group_settings(groups)
         self.kafka.storage_failed = self.amqp.storage_failed
-        if self.cluster is not None:
+        if self.cluster is not None and self.settings.amqp_cluster_mode == "spread":
+            forwarder = PublishForwarder(self.reactor, ThreadPeers(self.cluster.leader_address),
+                                         self._leader_of, self._forwards_answered)
+            self.amqp_home = AmqpSpread(self, self.cluster, forwarder)
+        elif self.cluster is not None:
             self.amqp_home = AmqpHome(self, self.cluster)
+        if self.cluster is not None:
             # offsets expire only on the leader of their __consumer_offsets partition
             groups.retention.leads = lambda p: self.cluster.replicas.leader_of(OFFSETS_TOPIC, p) is not None
         self._apply_limits()
@@ -268,6 +275,15 @@ class Broker:
         if topic == OFFSETS_TOPIC:
             self.kafka.groups.offsets.reload(partition)
         self.amqp.router.shares.forget_partition(topic, partition)  # share state: read it again
+
+    def _leader_of(self, topic: str, partition: int) -> int:
+        state = self.cluster.view.state(topic, partition)
+        return state.leader if state is not None and state.leader in self.cluster.view.brokers else -1
+
+    def _forwards_answered(self) -> None:
+        """Forwarded publishes were stored (or refused) at their queues' leaders: confirms may go."""
+        self.amqp.log_moved()
+        self.amqp.write_pending()
 
     def _amqp_factory(self):
         local = AmqpFactory(self.amqp)

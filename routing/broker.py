@@ -38,7 +38,7 @@ from routing.queue import Queue, position_key
 from routing.share import SharePartitions
 from routing.state import FileState, LogState
 from routing.vhost import DEFAULT_EXCHANGES, VirtualHost
-from wire.records import Record, built_batch, record_tail
+from wire.records import Record, built_batch, record_tail, stamp_built
 
 log = logging.getLogger(__name__)
 
@@ -50,13 +50,16 @@ _FOLD_AFTER = 1000  # the definitions journal is folded into one document past t
 class Publish:
     """One published message on its way to the log: where it went, and whether that is durable."""
 
-    __slots__ = ("targets", "rejected")
+    __slots__ = ("targets", "rejected", "forwarded")
 
     def __init__(self) -> None:
         self.targets: list[tuple[PartitionLog, int]] = []
         self.rejected = False  # a queue refused it (x-overflow reject-publish): nack, not ack
+        self.forwarded = 0  # copies sent to queues led by other brokers and not yet stored there
 
     def durable(self) -> bool:
+        if self.forwarded:
+            return False
         for plog, offset in self.targets:
             if plog.high_watermark <= offset:
                 return False
@@ -79,6 +82,11 @@ class Router:
         # cluster mode: create_topic arguments placing a new queue's topic (replicas, leader) -- see gateway.cluster
         self.placement: Callable[[dict], dict] = lambda arguments: {}
         self.available: Callable[[str], bool] = lambda topic: True  # cluster mode: the home leads the topic
+        # cluster mode: send one batch (bytes, base offset 0) to the leader of a RemoteQueue; each
+        # Publish given has ``forwarded`` raised by one, to be lowered (or ``rejected`` set) when
+        # the leader answers
+        self.forward: Callable[[Queue, bytes, int, list], None] = self._cannot_forward
+        self.remote_stubs = False  # cluster mode 'spread': queues led elsewhere are RemoteQueues (routing.vhost)
         self.clock = clock
         self.vhosts: dict[str, VirtualHost] = {}
         self._staged: dict[Queue, list] = {}  # see _STAGED_FIELDS
@@ -130,6 +138,7 @@ class Router:
             vhost.dead_letter = self._dead_letter
             vhost.placement = lambda arguments: self.placement(arguments)
             vhost.available = lambda topic: self.available(topic)
+            vhost.remote_stubs = self.remote_stubs
             self.vhosts[name] = vhost
             if persist:
                 self._definitions_changed(name)
@@ -243,7 +252,7 @@ class Router:
             for delay_log in vhost.delay_logs.values():
                 saved[delay_log.topic] = {"delayed": delay_log.state()}
             for queue in vhost.queues.values():
-                if not queue.durable:
+                if not queue.durable or queue.remote:
                     continue
                 key, stage = position_key(queue.topic, queue.partition), queue.stage
                 prioritised = stage is not None and stage.lanes.weighted and stage.active
@@ -417,6 +426,9 @@ class Router:
                 continue
             timestamps = staged[1::_STAGED_FIELDS]
             count = len(timestamps)
+            if queue.remote:
+                self._forward_staged(queue, staged, timestamps)
+                continue
             max_timestamp = max(timestamps) if count > 1 else timestamps[0]
             try:
                 info = queue.plog.append_built(*built_batch(timestamps, staged[2::_STAGED_FIELDS]), count,
@@ -450,6 +462,25 @@ class Router:
                     publish.targets.append((plog, i))
         self.on_appended()
         return list(staged_map)
+
+    def _forward_staged(self, queue: Queue, staged: list, timestamps: list[int]) -> None:
+        """A queue led by another broker: its staged messages go there as one batch."""
+        buffers, length, crc = built_batch(timestamps, staged[2::_STAGED_FIELDS])
+        stamp_built(buffers, length, crc, 0, -1)
+        publishes = [p for p in staged[3::_STAGED_FIELDS] if p is not None]
+        for publish in publishes:
+            publish.forwarded += 1
+        queue.stats.published += len(timestamps)
+        queue.stats.published_bytes += sum(staged[4::_STAGED_FIELDS])
+        self.forward(queue, b"".join(buffers), len(timestamps), publishes)
+
+    @staticmethod
+    def _cannot_forward(queue: Queue, batch: bytes, count: int, publishes: list) -> None:
+        log.warning("%d message(s) for queue %s in vhost %s not stored: it is led by another broker and this "
+                    "broker forwards to none", count, queue.name, queue.vhost)
+        for publish in publishes:
+            publish.forwarded -= 1
+            publish.rejected = True
 
     def settle_appends(self) -> None:
         """Commit, let the queues appended to deliver, and repeat while that dead-letters more."""
@@ -495,6 +526,8 @@ class Router:
         self.shares.sync_remote()
         for vhost in self.vhosts.values():
             for queue in list(vhost.queues.values()):
+                if queue.remote:
+                    continue  # its leader expires its messages and the queue itself
                 queue.expire_head()
                 if queue.held.reasons:
                     self.dead_letters.retry(vhost, queue)

@@ -20,7 +20,7 @@ from typing import Iterable
 from core.log import PartitionLog
 from routing import definitions
 from routing.errors import ChannelError
-from routing.queue import Queue
+from routing.remote_queue import RemoteQueue
 from routing.state import decode_state_records
 from routing.vhost import DELAYED_TYPE, VirtualHost, _exchange_class
 
@@ -31,10 +31,13 @@ _SETTINGS_PARTS = ("policies", "operator_policies", "limits", "metadata", "super
 
 
 class DefinitionsFollower:
-    def __init__(self, router, plog: PartitionLog):
-        self.router = router  # a routing.broker.Router whose state writes nothing (routing.state.NoState)
+    def __init__(self, router, plog: PartitionLog, *, position: int | None = None, own: bytes | None = None):
+        """``own``: the origin header of this broker's own writes, already applied when made (its
+        router writes through routing.state; without ``own`` it writes nothing: NoState)."""
+        self.router = router
         self.plog = plog
-        self.position = plog.log_start_offset  # the next offset of the state log to apply
+        self.position = plog.log_start_offset if position is None else position  # the next offset to apply
+        self.own = own
         self.applied = 0  # entries applied so far (for logs and tests)
 
     def catch_up(self) -> int:
@@ -44,7 +47,8 @@ class DefinitionsFollower:
             return 0
         changes: list[definitions.Change] = []
         records = self.plog.replay(self.position, end=end)
-        for (_, entry), value in decode_state_records(records, self.position, end, definitions.JOURNAL):
+        for (_, entry), value in decode_state_records(records, self.position, end, definitions.JOURNAL,
+                                                          self.own):
             if entry is not None:
                 vhost, key = json.loads(entry)
                 changes.append((vhost, key, None if value is None else value[2]))
@@ -126,8 +130,8 @@ def _queue(vhost: VirtualHost, name: str, q: dict | None) -> None:
     if existing is not None and existing.arguments == q["arguments"] and existing.auto_delete == q["auto_delete"]:
         return
     topic, partition = vhost.backing(name)
-    queue = Queue(vhost.name, name, topic, None, durable=True, exclusive_owner=None, auto_delete=q["auto_delete"],
-                  arguments=q["arguments"])  # no log here: the queue is served where its topic is led
+    queue = RemoteQueue(vhost.name, name, topic, None, durable=True, exclusive_owner=None,
+                        auto_delete=q["auto_delete"], arguments=q["arguments"])  # served where its topic is led
     queue.partition = partition
     vhost._install(queue)
 

@@ -48,6 +48,7 @@ class DelayLog:
 
     consumers = ()  # the router's commit loop asks every append target for its consumers
     dedup = None
+    remote = False  # always appended here (the router forwards only a RemoteQueue's messages)
 
     def __init__(self, vhost: str, exchange: str, topic: str, plog: PartitionLog, *, floor: int = 0,
                  released: list[int] | None = None):

@@ -22,6 +22,7 @@ from wire.records import Record
 class ExchangeLog:
     consumers = ()  # the router's commit loop asks every append target for its consumers
     dedup = None  # nor does it de-duplicate (the exchange itself may, before routing)
+    remote = False  # always appended here (the router forwards only a RemoteQueue's messages)
 
     def __init__(self, vhost: str, exchange: str, topic: str, plog: PartitionLog):
         self.vhost = vhost

@@ -65,6 +65,7 @@ def position_key(topic: str, partition: int) -> str:
 
 class Queue:
     partition = 0  # the partition of ``topic`` that holds it: 0 but for a super stream's partition streams
+    remote = False  # routing.remote_queue.RemoteQueue: led by another broker, no cursor here
     def __init__(self, vhost: str, name: str, topic: str, plog: PartitionLog | None, *, durable: bool,
                  exclusive_owner, auto_delete: bool, arguments: dict[str, Any], ack_floor: int = 0,
                  delivered_bound: int | None = None, clock: Callable[[], float] = time.time,

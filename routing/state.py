@@ -21,7 +21,7 @@ from typing import Any, Iterable, Iterator
 
 from core.checkpoint import fsync_dir, write_atomic, write_synced
 from core.log import PartitionLog
-from wire.records import Record, RecordBatch, encode_batch
+from wire.records import Header, Record, RecordBatch, encode_batch
 
 log = logging.getLogger(__name__)
 
@@ -114,11 +114,14 @@ class LogState:
         self.plog = plog
         self._docs: dict[str, Any] = {}
         self._journals: dict[str, dict[str, list]] = {}  # journal -> entry record key -> change
+        self.opened_at = 0  # the log end (or high watermark) that open read up to
 
-    def open(self) -> None:
+    def open(self, end: int | None = None) -> None:
+        """Read the documents; ``end``: up to there only (a replica's high watermark)."""
         self._docs.clear()
         self._journals.clear()
-        for (name, entry), value in decode_state_records(self.plog.replay()):
+        self.opened_at = self.plog.next_offset if end is None else end
+        for (name, entry), value in decode_state_records(self.plog.replay(end=end), end=end):
             if entry is None:
                 self._docs[name] = value
             elif value is None:
@@ -133,7 +136,10 @@ class LogState:
     def write(self, name: str, doc: Any, *, pretty: bool = False) -> None:
         self._docs[name] = doc
         value = None if doc is None else json.dumps(doc, sort_keys=True).encode()
-        self.plog.append(encode_batch([Record(0, int(time.time() * 1000), name.encode(), value, [])]))
+        self._append([Record(0, int(time.time() * 1000), name.encode(), value, [])])
+
+    def _append(self, records: list[Record]) -> None:
+        self.plog.append(encode_batch(records))
 
     # --- journals: one record per entry (the topic's compaction keeps the latest of each) ---------
     def read_journal(self, name: str) -> tuple[Any, list[list]]:
@@ -153,7 +159,7 @@ class LogState:
             records.append(Record(len(records), now, (name + _ENTRY + entry).encode(),
                                   None if value is None else json.dumps(change, sort_keys=True).encode(), []))
         if records:
-            self.plog.append(encode_batch(records))
+            self._append(records)
         return 0  # never outgrows anything: compaction keeps one record per entry
 
     def needs_fold(self, name: str) -> bool:
@@ -168,16 +174,23 @@ class LogState:
         del self._docs[name]
 
 
+ORIGIN = "origin"  # a record header: the node id of the broker that wrote it (cluster mode 'spread')
+
+
 def decode_state_records(batches: Iterable[RecordBatch], start: int = 0, end: int | None = None,
-                         only: str | None = None) -> Iterator[tuple[tuple[str, str | None], Any]]:
+                         only: str | None = None,
+                         not_from: bytes | None = None) -> Iterator[tuple[tuple[str, str | None], Any]]:
     """The records of ``__amqp_state`` batches (offsets in [start, end)) as ((document or journal
     name, journal entry key or None), decoded JSON value or None for a deletion); ``only``: of that
-    document or journal alone (the ack floors, rewritten every tick, are not even decoded)."""
+    document or journal alone (the ack floors, rewritten every tick, are not even decoded);
+    ``not_from``: leaving out those whose origin header is this (a broker's own writes)."""
     for batch in batches:
         if batch.is_control:
             continue
         for record in batch.records:
             if record.key is None or record.offset < start or (end is not None and record.offset >= end):
+                continue
+            if not_from is not None and Header(ORIGIN, not_from) in record.headers:
                 continue
             name = record.key.decode()
             if only is not None and name != only and not name.startswith(only + _ENTRY):

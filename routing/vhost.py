@@ -28,6 +28,7 @@ from routing.exchanges import EXCHANGE_TYPES, Exchange, route_through
 from routing.policies import PoliciesMixin
 from routing.priorities import check_max_priority
 from routing.queue import Queue, position_key
+from routing.remote_queue import remote_stub
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +105,7 @@ class VirtualHost(PoliciesMixin):
         # cluster mode: extra create_topic arguments (replicas) for a queue with these arguments
         self.placement: Callable[[dict], dict] = lambda arguments: {}
         self.available: Callable[[str], bool] = lambda topic: True  # cluster mode: this broker leads the topic
+        self.remote_stubs = False  # cluster mode 'spread': a queue led elsewhere is a RemoteQueue here
         self.policies: dict[str, dict] = {}  # name -> {"pattern", "definition", "apply-to", "priority"}
         self.operator_policies: dict[str, dict] = {}  # the same shape; kept and listed, as RabbitMQ's
         self.limits: dict[str, int] = {}  # "max-connections", "max-queues" (RabbitMQ's vhost limits)
@@ -286,7 +288,12 @@ class VirtualHost(PoliciesMixin):
         check_max_priority(arguments, queue.args.queue_type, name, self.name)
         strategy_argument(arguments, name, self.name, queue.args.queue_type)
         queue.partition = partition
-        queue.attach(self._queue_log(topic, durable, _stream_configs(queue), arguments, name, partition))
+        try:
+            queue.attach(self._queue_log(topic, durable, _stream_configs(queue), arguments, name, partition))
+        except UnknownTopicError:
+            if not self.remote_stubs:
+                raise
+            queue = remote_stub(queue)  # placed on another broker, which serves it
         self._install(queue)
         self.on_queue(queue, True)
         if durable:
@@ -511,10 +518,12 @@ class VirtualHost(PoliciesMixin):
             queue.partition = partition
             try:
                 queue.attach(self._queue_log(topic, True, None, q["arguments"], q["name"], partition))
-            except UnknownTopicError:  # cluster mode: its only replica is on a broker that is down
-                log.warning("queue %s in vhost %s is unavailable: none of its replicas is on this broker",
-                            q["name"], self.name)
-                continue
+            except UnknownTopicError:  # cluster mode: led by another broker (or its only replica is down)
+                if not self.remote_stubs:
+                    log.warning("queue %s in vhost %s is unavailable: none of its replicas is on this broker",
+                                q["name"], self.name)
+                    continue
+                queue = remote_stub(queue)
             self._install(queue)
         for b in definitions.get("bindings", ()):
             source = self.exchanges.get(b["source"])

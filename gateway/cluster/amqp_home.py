@@ -90,6 +90,10 @@ class AmqpHome:
         self.waiting = False
         self._open()
 
+    def tick(self) -> None:
+        if not self.is_home:
+            self.sync()  # a home waiting to lead its queues re-checks without a new view
+
     def _follow(self) -> None:
         """Bring this broker's copy of the model up to the state log's high watermark."""
         plog = self.broker.logs.logs.get((STATE_TOPIC, 0))

@@ -130,8 +130,8 @@ class ClusterNode:
     def tick(self) -> None:
         if not self.active:
             return
-        if self.broker.amqp_home is not None and not self.broker.amqp_home.is_home:
-            self.broker.amqp_home.sync()  # a home waiting to lead its queues re-checks without a new view
+        if self.broker.amqp_home is not None:
+            self.broker.amqp_home.tick()
         if self.replicas.shrink_isr():
             self.broker.kafka.waiters.notify()
             self.broker.amqp.log_moved()

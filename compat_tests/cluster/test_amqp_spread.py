@@ -1,0 +1,136 @@
+"""AMQP in cluster mode 'spread': every broker serves AMQP, each queue is led where it was placed.
+
+Three brokers with ``--amqp-cluster-mode spread``; pika clients connected to chosen brokers.
+What holds: a definition made on one broker is known on the others; a queue is led by the broker
+its declaration was made on (client-local) or, with ``x-queue-leader-locator: balanced``, spread
+over the brokers; messages published with confirms on any broker reach a queue led by another,
+in the order each channel sent them, and are all read back at the leader.
+"""
+from __future__ import annotations
+
+import collections
+
+import pika
+import pytest
+
+from compat_tests.cluster.cluster import Cluster, make_cluster, metadata, partition_view
+from compat_tests.support import wait_until
+
+SPREAD = ("--amqp-cluster-mode", "spread")
+
+
+@pytest.fixture
+def spread(zk_connect, tmp_path, request) -> Cluster:
+    c = make_cluster(tmp_path, zk_connect, n=3, extra_args=SPREAD)
+    request.node.cluster = c
+    try:
+        c.start()
+        yield c
+    finally:
+        c.close()
+
+
+def _connect(broker) -> pika.BlockingConnection:
+    def attempt():
+        try:
+            return pika.BlockingConnection(pika.ConnectionParameters(
+                broker.ip, broker.ports["amqp"], connection_attempts=1, blocked_connection_timeout=30))
+        except pika.exceptions.AMQPConnectionError:
+            return None
+    return wait_until(attempt, timeout=60, what=f"an AMQP connection to broker {broker.node_id}")
+
+
+def _knows_queue(broker, name: str) -> bool:
+    connection = _connect(broker)
+    try:
+        connection.channel().queue_declare(name, passive=True)
+        return True
+    except pika.exceptions.ChannelClosedByBroker:
+        return False
+    finally:
+        if connection.is_open:
+            connection.close()
+
+
+def _leader(cluster: Cluster, topic: str) -> int:
+    md = metadata(cluster.bootstrap())
+    return partition_view(md, topic)[0][0] if topic in md.topics else -1
+
+
+def test_definitions_made_on_one_broker_route_publishes_on_the_others(spread):
+    b1, b2, b3 = spread.brokers
+    c1 = _connect(b1)
+    ch = c1.channel()
+    ch.exchange_declare("orders", "topic", durable=True)
+    ch.queue_declare("eu-orders", durable=True)  # client-local: led by broker 1
+    ch.queue_bind("eu-orders", "orders", "eu.#")
+    c1.close()
+    assert wait_until(lambda: _leader(spread, "eu-orders") == 1, timeout=30, what="broker 1 leading eu-orders")
+    for other in (b2, b3):
+        wait_until(lambda: _knows_queue(other, "eu-orders"), timeout=30,
+                   what=f"broker {other.node_id} knowing queue eu-orders")
+
+    sent = collections.defaultdict(list)
+    for publisher in (b2, b3):
+        connection = _connect(publisher)
+        channel = connection.channel()
+        channel.confirm_delivery()
+        for i in range(200):
+            body = f"{publisher.node_id}-{i}"
+            channel.basic_publish("orders", f"eu.{i % 7}", body.encode(),
+                                  pika.BasicProperties(delivery_mode=2), mandatory=True)
+            sent[publisher.node_id].append(body)
+        connection.close()
+
+    c1 = _connect(b1)
+    ch = c1.channel()
+    got = []
+    for _ in range(400):
+        method, _, body = ch.basic_get("eu-orders", auto_ack=True)
+        if method is None:
+            break
+        got.append(body.decode())
+    c1.close()
+    assert sorted(got) == sorted(sent[2] + sent[3])
+    for node_id in (2, 3):  # per-channel order kept across the hop
+        assert [m for m in got if m.startswith(f"{node_id}-")] == sent[node_id]
+
+
+def test_balanced_queues_spread_their_leaders_and_client_local_ones_stay(spread):
+    b1 = spread.brokers[0]
+    connection = _connect(b1)
+    ch = connection.channel()
+    for i in range(15):
+        ch.queue_declare(f"bal-{i}", durable=True, arguments={"x-queue-leader-locator": "balanced"})
+    for i in range(3):
+        ch.queue_declare(f"local-{i}", durable=True)
+    connection.close()
+
+    def leaders():
+        view = metadata(spread.bootstrap())
+        names = [f"bal-{i}" for i in range(15)] + [f"local-{i}" for i in range(3)]
+        if any(name not in view.topics for name in names):
+            return None
+        found = {name: partition_view(view, name)[0][0] for name in names}
+        return found if all(leader > 0 for leader in found.values()) else None
+
+    found = wait_until(leaders, timeout=30, what="every queue topic with a leader")
+    assert all(found[f"local-{i}"] == 1 for i in range(3)), found
+    per_broker = collections.Counter(found[f"bal-{i}"] for i in range(15))
+    assert set(per_broker) == {1, 2, 3} and max(per_broker.values()) - min(per_broker.values()) <= 3, per_broker
+
+    # a balanced queue led by another broker takes publishes made on broker 1 and keeps them there
+    remote = next(f"bal-{i}" for i in range(15) if found[f"bal-{i}"] != 1)
+    leader = spread.by_id(found[remote])
+    wait_until(lambda: _knows_queue(leader, remote), timeout=30, what=f"broker {leader.node_id} serving {remote}")
+    connection = _connect(b1)
+    ch = connection.channel()
+    ch.confirm_delivery()
+    for i in range(50):
+        ch.basic_publish("", remote, f"m{i}".encode(), pika.BasicProperties(delivery_mode=2))
+    connection.close()
+    connection = _connect(leader)
+    ch = connection.channel()
+    ok = ch.queue_declare(remote, passive=True)
+    assert ok.method.message_count == 50
+    connection.close()

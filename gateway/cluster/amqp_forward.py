@@ -1,0 +1,129 @@
+"""Publishes for queues led by other brokers, sent to their leaders as Kafka Produce requests.
+
+The router (routing.broker.Router.commit) hands over one record batch per RemoteQueue per loop
+turn; they are gathered per leader and sent together at the end of the turn, one Produce per
+leader (acks=-1, so the answer means every in-sync replica has them, which is what a publisher
+confirm promises), as a Kafka producer batches per broker. A queue's batches go in order over the
+one connection to its leader, so the order of one channel's publishes to a queue is kept. When
+the answer comes, each publish waiting for it is told: stored (its confirm can go once its other
+copies are stored too) or refused (nack). The brokers speak nothing but Kafka to each other
+(DESIGN.md): no private link for AMQP.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+from kio.schema.errors import ErrorCode
+
+from gateway.logs import fields
+
+log = logging.getLogger(__name__)
+
+PRODUCE = 0
+TIMEOUT_MS = 30_000
+
+
+class PublishForwarder:
+    def __init__(self, reactor, peers, leader_of: Callable[[str, int], int], on_answered: Callable[[], None]):
+        self.reactor = reactor
+        self.peers = peers  # call(node_id, api_key, data) -> Deferred of the response
+        self.leader_of = leader_of  # (topic, partition) -> node id, -1 if none
+        self.on_answered = on_answered  # publishes were settled: confirms may go out
+        self._pending: dict[int, list[tuple[str, int, bytes, list]]] = {}
+        self._scheduled = None
+        self.sent = self.failed = 0  # batches, for the metrics and tests
+
+    def forward(self, queue, batch: bytes, count: int, publishes: list) -> None:
+        leader = self.leader_of(queue.topic, queue.partition)
+        if leader < 0:
+            self._settle(publishes, f"queue '{queue.name}' in vhost '{queue.vhost}' has no leader right now")
+            return
+        self._pending.setdefault(leader, []).append((queue.topic, queue.partition, batch, publishes))
+        if self._scheduled is None:
+            self._scheduled = self.reactor.callLater(0, self.flush)
+
+    def flush(self) -> None:
+        self._scheduled = None
+        pending, self._pending = self._pending, {}
+        for leader, items in pending.items():
+            while items:  # a partition appears once per request: a second batch for it goes in the next
+                request, rest, seen = [], [], set()
+                for item in items:
+                    (rest if (item[0], item[1]) in seen else request).append(item)
+                    seen.add((item[0], item[1]))
+                self._send(leader, request)
+                items = rest
+
+    def produce(self, leader: int, topic: str, partition: int, batch: bytes):
+        """One batch to one partition at ``leader``; a Deferred of its error code."""
+        d = self.peers.call(leader, PRODUCE, _request([(topic, partition, batch, None)]))
+        return d.addCallback(lambda answer: _errors(answer).get((topic, partition), int(ErrorCode.unknown_server_error)))
+
+    def _send(self, leader: int, items: list) -> None:
+        d = self.peers.call(leader, PRODUCE, _request(items))
+
+        def answered(answer) -> None:
+            errors = _errors(answer)
+            for topic, partition, _, publishes in items:
+                error = errors.get((topic, partition), int(ErrorCode.unknown_server_error))
+                if error:
+                    self.failed += 1
+                    self._settle(publishes, f"broker {leader} answered {ErrorCode(error).name} for {topic}")
+                else:
+                    self.sent += 1
+                    self._settle(publishes, None)
+            self.on_answered()
+
+        def failed(failure) -> None:
+            self.failed += len(items)
+            for _, _, _, publishes in items:
+                self._settle(publishes, failure.getErrorMessage())
+            self.on_answered()
+
+        d.addCallbacks(answered, failed)
+
+    @staticmethod
+    def _settle(publishes: list, error: str | None) -> None:
+        for publish in publishes:
+            publish.forwarded -= 1
+            if error is not None:
+                publish.rejected = True
+        if error is not None and publishes:
+            log.warning("forwarded publishes not stored: %s", error, extra=fields(publishes=len(publishes)))
+
+
+def _request(items: list) -> dict:
+    topics: dict[str, list[dict]] = {}
+    for topic, partition, batch, _ in items:
+        topics.setdefault(topic, []).append({"index": partition, "records": batch})
+    return {"transactional_id": None, "acks": -1, "timeout": TIMEOUT_MS,
+            "topic_data": [{"name": t, "partition_data": ps} for t, ps in topics.items()]}
+
+
+def _errors(answer) -> dict[tuple[str, int], int]:
+    return {(t.name, p.index): int(p.error_code) for t in answer.responses for p in t.partition_responses}
+
+
+class ThreadPeers:
+    """Calls to other brokers over the blocking admin client, one connection per call, on worker
+    threads: a stop-gap until the reactor's own client carries them."""
+
+    VERSIONS = {PRODUCE: 9}
+
+    def __init__(self, address_of: Callable[[int], tuple[str, int] | None]):
+        self.address_of = address_of
+
+    def call(self, node_id: int, api_key: int, data: dict):
+        from twisted.internet import threads
+        from gateway.ctl.kafka_client import KafkaAdmin, KafkaClientError
+        address = self.address_of(node_id)
+        if address is None:
+            from twisted.internet import defer
+            return defer.fail(KafkaClientError(f"broker {node_id} is not registered"))
+
+        def call():
+            with KafkaAdmin(f"{address[0]}:{address[1]}", client_id=f"gateway-amqp-forward") as client:
+                return client._call(api_key, self.VERSIONS.get(api_key, client.version(api_key)), data)
+
+        return threads.deferToThread(call)

@@ -1,0 +1,310 @@
+"""AMQP in cluster mode 'spread': every broker runs the AMQP model, each queue is led where placed.
+
+RabbitMQ's cluster model (``--amqp-cluster-mode spread``; 'home', gateway.cluster.amqp_home,
+runs all of AMQP on one broker). Each broker:
+
+* keeps the whole model: its own router writes its changes to the replicated ``__amqp_state``
+  (at that topic's leader: appended here when it leads it, else sent there as a Produce), each
+  record tagged with the writing broker (routing.state ORIGIN), and applies the other brokers'
+  changes as its replica of the topic gets them (routing.definitions_follower);
+* serves every AMQP client itself: a publish is routed where it arrives; what reaches a queue
+  led here is appended locally, what reaches a queue led elsewhere (a routing.remote_queue
+  RemoteQueue) goes to that broker as a Produce, batched per leader and loop turn
+  (gateway.cluster.amqp_forward), and the publisher's confirm waits for its answer;
+* places a new queue by RabbitMQ's queue-leader-locator: ``client-local`` (the default, and
+  always for exclusive and non-durable queues) leads it here, ``balanced`` on the broker that
+  leads the fewest partitions; the argument ``x-queue-leader-locator`` beats a policy's
+  ``queue-leader-locator``, which beats ``--queue-leader-locator``;
+* turns a queue into a local one when it comes to lead its topic (a failover, a move) and into a
+  RemoteQueue when it stops leading it.
+
+Not yet: consuming (basic.consume, basic.get) from a queue led by another broker, transient
+queues declared on another broker (only durable definitions travel), counts of remote queues.
+"""
+from __future__ import annotations
+
+import json
+import logging
+
+from twisted.internet import protocol, threads
+from twisted.python.failure import Failure
+
+from core.cluster.view import Reassignment
+from core.replication import LEADER
+from gateway.cluster.amqp_home import AmqpHome
+from gateway.logs import fields
+from routing.broker import Router
+from routing.definitions_follower import DefinitionsFollower
+from routing.queue import Queue, position_key
+from routing.remote_queue import RemoteQueue
+from routing.state import ORIGIN, STATE_TOPIC, LogState, decode_state_records
+from wire.records import Header, Record, encode_batch
+
+log = logging.getLogger(__name__)
+
+FLOORS = "floors"  # the journal of queue ack floors: one record per queue, the latest wins
+
+
+class SpreadState(LogState):
+    """routing.state for one broker of a spread cluster: reads its replica of ``__amqp_state``
+    (below the high watermark), writes through the topic's leader, tags what it writes."""
+
+    def __init__(self, spread: "AmqpSpread", plog):
+        super().__init__(plog)
+        self.spread = spread
+        self.origin = str(spread.node_id).encode()
+        self._floors: dict[str, dict] = {}
+
+    def open(self) -> None:
+        super().open(self.plog.high_watermark)
+
+    def read(self, name, default):
+        if name == "ack-floors":  # the latest floor of every queue, whoever led it last
+            return {change[1]: change[2] for change in self._journals.get(FLOORS, {}).values()} or default
+        return super().read(self._per_node(name), default)
+
+    def latest_floors(self) -> dict[str, dict]:
+        """Every queue's floor as the replica has it now (another broker may have led it since open)."""
+        floors = {}
+        records = self.plog.replay(end=self.plog.high_watermark)
+        for (_, entry), value in decode_state_records(records, end=self.plog.high_watermark, only=FLOORS):
+            if entry is not None:
+                key = json.loads(entry)[1]
+                if value is None:
+                    floors.pop(key, None)
+                else:
+                    floors[key] = value[2]
+        return floors
+
+    def write(self, name, doc, *, pretty=False):
+        if name == "ack-floors":
+            changes = [("", key, value) for key, value in doc.items() if self._floors.get(key) != value]
+            changes += [("", key, None) for key in self._floors if key not in doc and not key.startswith("share:")]
+            self._floors = dict(doc)
+            if changes:
+                self.append_journal(FLOORS, changes)
+            return
+        super().write(self._per_node(name), doc, pretty=pretty)
+
+    def read_journal(self, name):
+        if name == FLOORS:
+            return None, list(self._journals.get(FLOORS, {}).values())
+        return super().read_journal(name)
+
+    def _per_node(self, name: str) -> str:
+        return f"{name}@{self.spread.node_id}" if name == "transient" else name
+
+    def _append(self, records: list[Record]) -> None:
+        tagged = [Record(r.offset, r.timestamp, r.key, r.value, (Header(ORIGIN, self.origin),)) for r in records]
+        self.spread.append_state(encode_batch(tagged))
+
+
+class AmqpSpread(AmqpHome):
+    """Shares AmqpHome's state-topic creation and replica counting; replaces its single home."""
+
+    def __init__(self, broker, node, forwarder):
+        super().__init__(broker, node)
+        self.forwarder = forwarder  # gateway.cluster.amqp_forward.PublishForwarder
+        self.opened = False
+        self.own_follower: DefinitionsFollower | None = None
+        self._outbox: list[bytes] = []  # state records for the topic's leader, in order
+        self._sending = False
+        self._asked = False  # a reassignment adding this broker to the state topic's replicas is under way
+
+    # --- opening ---------------------------------------------------------------------------------
+    def sync(self) -> None:
+        self.ensure_state_topic()
+        self._replicate_state_here()
+        plog = self.broker.logs.logs.get((STATE_TOPIC, 0))
+        if not self.opened:
+            if plog is not None and self.home_id() >= 0:
+                self._open(plog)
+            return
+        if self.own_follower is not None:
+            self.own_follower.catch_up()
+        self._leadership()
+
+    def tick(self) -> None:
+        self.sync()
+        self._send_state()
+
+    def _open(self, plog) -> None:
+        broker = self.broker
+        state = SpreadState(self, plog)
+        router = Router(broker.data_dir, broker.logs, state=state)
+        router.placement = self.placement
+        router.available = self.available
+        router.forward = self.forwarder.forward
+        router.remote_stubs = True
+        broker.amqp.use_router(router)
+        router.load()
+        self.own_follower = DefinitionsFollower(router, plog, position=state.opened_at, own=state.origin)
+        self.opened = self.is_home = True
+        self._leadership()
+        log.info("AMQP served on this broker (cluster mode 'spread')", extra=fields(
+            node_id=self.node_id, queues=sum(len(v.queues) for v in router.vhosts.values())))
+
+    def _replicate_state_here(self) -> None:
+        """Every broker needs its own replica of the state topic: ask for one if this one has none."""
+        view = self.node.view
+        topic = view.topics.get(STATE_TOPIC)
+        if topic is None or self._asked or (STATE_TOPIC, 0) in view.reassignments:
+            return
+        replicas = tuple(view.replicas(STATE_TOPIC, 0))
+        if self.node_id in replicas:
+            return
+        self._asked = True
+        target = replicas + (self.node_id,)
+        log.info("asking for a replica of the AMQP state topic here", extra=fields(replicas=list(target)))
+        threads.deferToThread(self.node.agent.request_reassignment,
+                              [Reassignment(STATE_TOPIC, 0, target, replicas)]).addBoth(self._asked_done)
+
+    def _asked_done(self, result) -> None:
+        self._asked = False
+        if isinstance(result, Failure):
+            log.warning("replica of the AMQP state topic not requested: %s", result.getErrorMessage())
+
+    # --- writing the state topic -------------------------------------------------------------------
+    def append_state(self, batch: bytes) -> None:
+        """Append a state batch at the topic's leader: here, or sent there (in order, retried)."""
+        if not self._outbox:
+            rep = self.node.replicas.leader_of(STATE_TOPIC, 0)
+            if rep is not None:
+                rep.plog.append(batch)
+                self.broker.request_flush()
+                return
+        self._outbox.append(batch)
+        self._send_state()
+
+    def _send_state(self) -> None:
+        if self._sending or not self._outbox:
+            return
+        rep = self.node.replicas.leader_of(STATE_TOPIC, 0)
+        if rep is not None:  # we lead it now: what waited goes in here, in order
+            for batch in self._outbox:
+                rep.plog.append(batch)
+            self._outbox.clear()
+            self.broker.request_flush()
+            return
+        leader = self.home_id()
+        if leader < 0:
+            return  # no leader right now: the next tick tries again
+        self._sending = True
+        batch = self._outbox[0]
+        d = self.forwarder.produce(leader, STATE_TOPIC, 0, batch)
+
+        def sent(error: int) -> None:
+            self._sending = False
+            if error:
+                log.warning("AMQP state record not stored at broker %d (error %d); sending it again", leader, error)
+                return
+            self._outbox.pop(0)
+            self._send_state()
+
+        def failed(failure) -> None:
+            self._sending = False
+            log.warning("AMQP state record not sent to broker %d: %s; sending it again", leader,
+                        failure.getErrorMessage())
+
+        d.addCallbacks(sent, failed)
+
+    # --- placement -----------------------------------------------------------------------------------
+    def placement(self, arguments: dict) -> dict:
+        live = sorted(self.node.view.brokers)
+        wanted = max(self._replicas_wanted(arguments, len(live)), 1)
+        local = (not arguments.get("x-durable", True) or arguments.get("x-exclusive")
+                 or self._locator(arguments) != "balanced")
+        leader = self.node_id if local else self._least_loaded(live)
+        others = [b for b in live if b != leader]
+        start = hash(arguments.get("x-queue-name", "")) % max(len(others), 1)
+        rotated = others[start:] + others[:start]
+        return {"assignment": [tuple([leader] + rotated[:wanted - 1])]}
+
+    def _locator(self, arguments: dict) -> str:
+        given = arguments.get("x-queue-leader-locator")
+        if isinstance(given, bytes):
+            given = given.decode("utf-8", "replace")
+        if given in ("client-local", "balanced"):
+            return given
+        policy = self._policy_for(arguments) or {}
+        if policy.get("queue-leader-locator") in ("client-local", "balanced"):
+            return policy["queue-leader-locator"]
+        return self.broker.settings.queue_leader_locator
+
+    def _least_loaded(self, live: list[int]) -> int:
+        """The live broker leading the fewest partitions; a partition not elected yet (created
+        since the last view, by this broker too) counts for its preferred leader."""
+        led = {b: 0 for b in live}
+        view = self.node.view
+        for name, topic in self.node.store.assignments().items():
+            for p, replicas in enumerate(topic.replicas):
+                state = view.state(name, p)
+                leader = state.leader if state is not None and state.leader >= 0 else replicas[0]
+                if leader in led:
+                    led[leader] += 1
+        return min(live, key=lambda b: (led[b], b))
+
+    def available(self, topic: str) -> bool:
+        """Whether this broker leads the queue's topic (or has just created it, as first replica)."""
+        return AmqpHome.available(self, topic)
+
+    # --- leadership moves ----------------------------------------------------------------------------
+    def _leadership(self) -> None:
+        """Queues whose topic this broker came to lead become local; those it lost, remote."""
+        router = self.broker.amqp.router
+        floors = None
+        view = self.node.view
+        for vhost in router.vhosts.values():
+            for queue in list(vhost.queues.values()):
+                state = view.state(queue.topic, queue.partition)
+                leader = state.leader if state is not None else -1
+                rep = self.node.replicas.get(queue.topic, queue.partition)
+                leads = rep is not None and rep.role == LEADER
+                if queue.remote:
+                    queue.leader = leader
+                    if leads:
+                        if floors is None:
+                            floors = router.state.latest_floors()
+                        self._make_local(vhost, queue, rep.plog, floors)
+                elif state is not None and not leads and leader != -1:
+                    self._make_remote(vhost, queue, leader)
+
+    def _make_local(self, vhost, stub: RemoteQueue, plog, floors: dict) -> None:
+        position = floors.get(position_key(stub.topic, stub.partition), {})
+        queue = Queue(vhost.name, stub.name, stub.topic, None, durable=stub.durable, exclusive_owner=None,
+                      auto_delete=stub.auto_delete, arguments=stub.arguments, ack_floor=position.get("floor", 0),
+                      delivery_counts={int(o): n for o, n in position.get("deliveries", {}).items()})
+        queue.partition = stub.partition
+        queue.attach(plog)
+        vhost._install(queue)
+        log.info("queue led here now", extra=fields(queue=queue.name, vhost=vhost.name, floor=queue.ack_floor))
+
+    def _make_remote(self, vhost, queue: Queue, leader: int) -> None:
+        for consumer in list(queue.consumers):
+            queue.remove_consumer(consumer)
+            cancelled = getattr(consumer, "cancelled_by_server", None)
+            if cancelled is not None:
+                cancelled(queue)
+        vhost.consuming.discard(queue)
+        stub = RemoteQueue(vhost.name, queue.name, queue.topic, None, durable=queue.durable, exclusive_owner=None,
+                           auto_delete=queue.auto_delete, arguments=queue.arguments, leader=leader)
+        stub.partition = queue.partition
+        queue.deleted = True
+        vhost._install(stub)
+        log.info("queue led by another broker now", extra=fields(queue=queue.name, vhost=vhost.name, leader=leader))
+
+    # --- the AMQP listener -----------------------------------------------------------------------------
+    def door(self, local_factory) -> "SpreadDoor":
+        return SpreadDoor(self, local_factory)
+
+
+class SpreadDoor(protocol.Factory):
+    """Every broker serves AMQP clients itself, once its model is open."""
+    noisy = False
+
+    def __init__(self, spread: AmqpSpread, local_factory):
+        self.spread = spread
+        self.local = local_factory
+
+    def buildProtocol(self, addr):
+        return self.local.buildProtocol(addr) if self.spread.opened else None
