@@ -10,14 +10,67 @@ batched per leader), and its figures are the leader's business.
 from __future__ import annotations
 
 from routing.queue import Queue
+from routing.share import ACCEPT, REJECT, RELEASE
 
 
 class RemoteQueue(Queue):
     remote = True
+    # set by the gateway: (queue, consumer) -> a link serving that consumer from the leader, with
+    # poke() (credit may have grown), acknowledge(offsets, kind) and close()
+    link_factory = None
 
     def __init__(self, *args, leader: int = -1, **kwargs):
         super().__init__(*args, **kwargs)
         self.leader = leader  # the broker that leads the queue's topic (-1: none right now)
+        self.links: dict = {}  # consumer -> its link to the leader
+        self._by_offset: dict[int, object] = {}  # delivered and unsettled offset -> the link it came by
+
+    # --- consumers: each is served by its own link to the leader (gateway.cluster.amqp_consume) ---
+    def add_consumer(self, consumer) -> None:
+        super().add_consumer(consumer)
+        if self.link_factory is None:
+            return
+        link = self.links[consumer] = self.link_factory(self, consumer)
+        link.poke()
+
+    def remove_consumer(self, consumer) -> None:
+        link = self.links.pop(consumer, None)
+        if link is not None:
+            for offset in [o for o, l in self._by_offset.items() if l is link]:
+                del self._by_offset[offset]
+                self.delivery_counts.pop(offset, None)
+            link.close()  # the leader takes back what it still held
+        super().remove_consumer(consumer)
+
+    def delivered(self, offset: int, count: int, link) -> None:
+        """A link handed a message to its consumer (``count``: Kafka's delivery count, 1 the first)."""
+        self._by_offset[offset] = link
+        if count > 1:
+            self.delivery_counts[offset] = count - 1  # RabbitMQ's x-delivery-count: times returned
+
+    def ack(self, offsets) -> None:
+        self._settle(offsets, ACCEPT)
+
+    def reject(self, offsets, requeue: bool) -> None:
+        self._settle(offsets, RELEASE if requeue else REJECT)
+
+    def _settle(self, offsets, kind: int) -> None:
+        by_link: dict = {}
+        for offset in offsets:
+            link = self._by_offset.pop(offset, None)
+            self.delivery_counts.pop(offset, None)
+            if link is not None:
+                by_link.setdefault(link, []).append(offset)
+        for link, settled in by_link.items():
+            link.acknowledge(settled, kind)
+
+    def release(self, owner) -> list[int]:
+        return []  # the owner's consumers were removed first: their links gave everything back
+
+    def dispatch(self) -> int:
+        for link in list(self.links.values()):
+            link.poke()
+        return 0
 
     def __repr__(self) -> str:
         return f"<RemoteQueue {self.name!r} vhost={self.vhost!r} leader={self.leader}>"
@@ -43,9 +96,6 @@ class RemoteQueue(Queue):
 
     def may_deliver(self) -> bool:
         return False
-
-    def dispatch(self) -> int:
-        return 0
 
     def purge(self) -> int:
         return 0

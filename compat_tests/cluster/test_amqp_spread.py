@@ -134,3 +134,53 @@ def test_balanced_queues_spread_their_leaders_and_client_local_ones_stay(spread)
     ok = ch.queue_declare(remote, passive=True)
     assert ok.method.message_count == 50
     connection.close()
+
+
+def test_a_consumer_on_another_broker_gets_every_message_once_and_its_unacked_ones_come_back(spread):
+    b1, b2, b3 = spread.brokers
+    connection = _connect(b1)
+    ch = connection.channel()
+    ch.queue_declare("work", durable=True)  # led by broker 1
+    ch.confirm_delivery()
+    for i in range(300):
+        ch.basic_publish("", "work", f"w{i}".encode(), pika.BasicProperties(delivery_mode=2))
+    connection.close()
+    wait_until(lambda: _knows_queue(b2, "work") and _knows_queue(b3, "work"), timeout=30,
+               what="brokers 2 and 3 knowing queue work")
+
+    # a consumer on broker 2 takes 20 with a prefetch of 10 and leaves without acking the last 10
+    c2 = _connect(b2)
+    ch2 = c2.channel()
+    ch2.basic_qos(prefetch_count=10)
+    first = []
+    for method, _, body in ch2.consume("work", inactivity_timeout=30):
+        assert method is not None, f"no delivery on broker 2 after {len(first)}"
+        first.append((method.delivery_tag, body.decode(), method.redelivered))
+        if len(first) <= 10:
+            ch2.basic_ack(method.delivery_tag)
+        if len(first) == 20:
+            break
+    c2.close()
+    assert not any(r for _, _, r in first)
+    acked = {body for _, body, _ in first[:10]}
+    unacked = {body for _, body, _ in first[10:]}
+
+    # a consumer on broker 3 gets all the rest: the 10 unacked flagged redelivered, none of the acked
+    c3 = _connect(b3)
+    ch3 = c3.channel()
+    ch3.basic_qos(prefetch_count=50)
+    rest = {}
+    for method, _, body in ch3.consume("work", inactivity_timeout=30):
+        assert method is not None, f"no delivery on broker 3 after {len(rest)}"
+        rest[body.decode()] = method.redelivered
+        ch3.basic_ack(method.delivery_tag)
+        if len(rest) == 290:
+            break
+    c3.close()
+    assert not acked & set(rest)
+    assert set(rest) | acked == {f"w{i}" for i in range(300)}
+    assert {body for body, redelivered in rest.items() if redelivered} == unacked
+
+    connection = _connect(b1)
+    assert connection.channel().queue_declare("work", passive=True).method.message_count == 0
+    connection.close()

@@ -18,19 +18,24 @@ runs all of AMQP on one broker). Each broker:
 * turns a queue into a local one when it comes to lead its topic (a failover, a move) and into a
   RemoteQueue when it stops leading it.
 
-Not yet: consuming (basic.consume, basic.get) from a queue led by another broker, transient
-queues declared on another broker (only durable definitions travel), counts of remote queues.
+* serves a consumer of a queue led elsewhere as a member of the queue's share group at the
+  leader (gateway.cluster.amqp_consume), its prefetch being the record budget of each fetch.
+
+Not yet: basic.get from a queue led by another broker, transient queues declared on another
+broker (only durable definitions travel), counts of remote queues.
 """
 from __future__ import annotations
 
 import json
 import logging
+import uuid
 
 from twisted.internet import protocol, threads
 from twisted.python.failure import Failure
 
 from core.cluster.view import Reassignment
 from core.replication import LEADER
+from gateway.cluster.amqp_consume import ShareLink
 from gateway.cluster.amqp_home import AmqpHome
 from gateway.logs import fields
 from routing.broker import Router
@@ -136,6 +141,8 @@ class AmqpSpread(AmqpHome):
         router.available = self.available
         router.forward = self.forwarder.forward
         router.remote_stubs = True
+        # one broker per process: every RemoteQueue's consumers are served over links from here
+        RemoteQueue.link_factory = self._link
         broker.amqp.use_router(router)
         router.load()
         self.own_follower = DefinitionsFollower(router, plog, position=state.opened_at, own=state.origin)
@@ -163,6 +170,14 @@ class AmqpSpread(AmqpHome):
         self._asked = False
         if isinstance(result, Failure):
             log.warning("replica of the AMQP state topic not requested: %s", result.getErrorMessage())
+
+    def _link(self, queue: RemoteQueue, consumer) -> ShareLink:
+        return ShareLink(self.broker.reactor, self.forwarder.peers, self.broker._leader_of, self._topic_id, queue,
+                         consumer, self.node_id)
+
+    def _topic_id(self, topic: str) -> uuid.UUID | None:
+        found = self.node.store.assignments().get(topic)
+        return uuid.UUID(found.topic_id) if found is not None and found.topic_id else None
 
     # --- writing the state topic -------------------------------------------------------------------
     def append_state(self, batch: bytes) -> None:
