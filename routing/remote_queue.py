@@ -24,6 +24,7 @@ class RemoteQueue(Queue):
         self.leader = leader  # the broker that leads the queue's topic (-1: none right now)
         self.links: dict = {}  # consumer -> its link to the leader
         self._by_offset: dict[int, object] = {}  # delivered and unsettled offset -> the link it came by
+        self.getters: dict = {}  # channel -> the link its basic.get calls are served by
 
     # --- consumers: each is served by its own link to the leader (gateway.cluster.amqp_consume) ---
     def add_consumer(self, consumer) -> None:
@@ -36,11 +37,14 @@ class RemoteQueue(Queue):
     def remove_consumer(self, consumer) -> None:
         link = self.links.pop(consumer, None)
         if link is not None:
-            for offset in [o for o, l in self._by_offset.items() if l is link]:
-                del self._by_offset[offset]
-                self.delivery_counts.pop(offset, None)
+            self._forget(link)
             link.close()  # the leader takes back what it still held
         super().remove_consumer(consumer)
+
+    def _forget(self, link) -> None:
+        for offset in [o for o, l in self._by_offset.items() if l is link]:
+            del self._by_offset[offset]
+            self.delivery_counts.pop(offset, None)
 
     def delivered(self, offset: int, count: int, link) -> None:
         """A link handed a message to its consumer (``count``: Kafka's delivery count, 1 the first)."""
@@ -64,8 +68,22 @@ class RemoteQueue(Queue):
         for link, settled in by_link.items():
             link.acknowledge(settled, kind)
 
+    def get_remote(self, owner, no_ack: bool, answer) -> None:
+        """basic.get: ``answer`` gets (offset, redelivered, record) or None, once the leader said."""
+        link = self.getters.get(owner)
+        if link is None:
+            link = self.getters[owner] = self.link_factory(self, Getter())
+        link.consumer.waiting.append((no_ack, answer))
+        link.poke()
+
     def release(self, owner) -> list[int]:
-        return []  # the owner's consumers were removed first: their links gave everything back
+        """The owner's channel closed: its consumers were removed first (their links gave
+        everything back); what it got with basic.get goes back too."""
+        link = self.getters.pop(owner, None)
+        if link is not None:
+            self._forget(link)
+            link.close()
+        return []
 
     def dispatch(self) -> int:
         for link in list(self.links.values()):
@@ -116,3 +134,30 @@ def remote_stub(queue: Queue, leader: int = -1) -> RemoteQueue:
                        arguments=queue.arguments, leader=leader)
     stub.partition = queue.partition
     return stub
+
+
+class Getter:
+    """basic.get on a queue led by another broker, for one channel: the consumer of a link to the
+    leader that wants one message per get asked, answered with it or with nothing (get-empty)."""
+    getter = True
+    prefetch = 0
+    unacked = 0
+
+    def __init__(self):
+        self.waiting: list[tuple[bool, object]] = []  # (no_ack, answer(taken or None))
+
+    @property
+    def no_ack(self) -> bool:
+        return bool(self.waiting) and self.waiting[0][0]
+
+    def has_credit(self) -> bool:
+        return bool(self.waiting)
+
+    def deliver(self, queue, offset: int, record, redelivered: bool) -> None:
+        _, answer = self.waiting.pop(0)
+        answer((offset, redelivered, record))
+
+    def found_nothing(self) -> None:
+        if self.waiting:
+            _, answer = self.waiting.pop(0)
+            answer(None)

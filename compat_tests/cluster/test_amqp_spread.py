@@ -184,3 +184,32 @@ def test_a_consumer_on_another_broker_gets_every_message_once_and_its_unacked_on
     connection = _connect(b1)
     assert connection.channel().queue_declare("work", passive=True).method.message_count == 0
     connection.close()
+
+
+def test_basic_get_on_another_broker_takes_acks_and_requeues(spread):
+    b1, b2, _ = spread.brokers
+    connection = _connect(b1)
+    ch = connection.channel()
+    ch.queue_declare("jobs", durable=True)
+    ch.confirm_delivery()
+    for i in range(5):
+        ch.basic_publish("", "jobs", f"j{i}".encode(), pika.BasicProperties(delivery_mode=2))
+    connection.close()
+    wait_until(lambda: _knows_queue(b2, "jobs"), timeout=30, what="broker 2 knowing queue jobs")
+
+    c2 = _connect(b2)
+    ch = c2.channel()
+    method, _, body = ch.basic_get("jobs", auto_ack=True)
+    assert body == b"j0" and not method.redelivered
+    method, _, body = ch.basic_get("jobs")
+    assert body == b"j1"
+    ch.basic_nack(method.delivery_tag, requeue=True)
+    seen = []
+    while True:
+        method, _, body = ch.basic_get("jobs")
+        if method is None:
+            break
+        seen.append((body, method.redelivered))
+        ch.basic_ack(method.delivery_tag)
+    c2.close()
+    assert sorted(seen) == [(b"j1", True), (b"j2", False), (b"j3", False), (b"j4", False)]

@@ -359,7 +359,14 @@ class Channel:
         if queue.is_stream:
             raise ConnectionError(NOT_IMPLEMENTED, f"basic.get not supported by stream queues queue '{queue.name}' "
                                                    f"in vhost '{self.vhost.name}'")
-        taken = queue.get(self, m.no_ack)
+        if queue.remote:  # led by another broker: answered once it has said (gateway.cluster.amqp_consume)
+            queue.get_remote(self, m.no_ack, lambda taken: self._got(queue, m.no_ack, taken))
+            return
+        self._got(queue, m.no_ack, queue.get(self, m.no_ack))
+
+    def _got(self, queue: Queue, no_ack: bool, taken) -> None:
+        if self.closing:
+            return
         counts = BY_QUEUE_TYPE[queue.args.queue_type]
         if taken is None:
             counts.get_empty += 1
@@ -369,13 +376,13 @@ class Channel:
         counts.delivered += 1
         if redelivered:
             counts.redelivered += 1
-        if m.no_ack:
+        if no_ack:
             counts.get_auto_ack += 1
         else:
             counts.get_manual_ack += 1
         tag = self.next_tag
         self.next_tag += 1
-        if not m.no_ack:
+        if not no_ack:
             self.unacked[tag] = (queue, offset, None)
         exchange, routing_key, properties_raw = mapping.amqp_from_record(record)
         if queue.counts_deliveries:

@@ -49,6 +49,7 @@ class ShareLink:
         self.epoch = 0  # the epoch of the session's next request (0: open one)
         self.busy = False
         self.closed = False
+        self.wait_ms = MAX_WAIT_MS if not getattr(consumer, "getter", False) else 0  # basic.get waits for nothing
         self.acks: dict[int, int] = {}  # offset -> acknowledge type, for the next request
         self.held: set[int] = set()  # offsets delivered to the consumer and not settled yet
         self._retry = None
@@ -88,6 +89,8 @@ class ShareLink:
         consumer = self.consumer
         if not consumer.has_credit():
             return 0
+        if getattr(consumer, "getter", False):
+            return 1
         if consumer.prefetch and not consumer.no_ack:
             return max(consumer.prefetch - consumer.unacked - len(self.held), 0)
         return UNBOUNDED_BATCH
@@ -105,7 +108,7 @@ class ShareLink:
         acks, self.acks = self.acks, {}
         partition = {"partition_index": self.queue.partition, "acknowledgement_batches": _batches(acks)}
         request = {"group_id": self.queue.name, "member_id": self.member, "share_session_epoch": self.epoch,
-                   "max_wait": MAX_WAIT_MS if budget > 0 else 0, "min_bytes": 1, "max_bytes": 8 << 20,
+                   "max_wait": self.wait_ms, "min_bytes": 1, "max_bytes": 8 << 20,
                    "max_records": max(budget, 1), "batch_size": max(budget, 1),
                    "topics": [{"topic_id": topic_id, "partitions": [partition]}], "forgotten_topics_data": []}
         if self.epoch == 0:
@@ -121,6 +124,7 @@ class ShareLink:
             self._session_error(answer.error_code, acks)
             return
         self.epoch += 1
+        got = False
         for topic in answer.responses:
             for p in topic.partitions:
                 if p.error_code:
@@ -128,7 +132,10 @@ class ShareLink:
                     self._later()
                     return
                 if p.acquired_records:
+                    got = True
                     self._deliver(p)
+        if not got and hasattr(self.consumer, "found_nothing"):
+            self.consumer.found_nothing()
         self.poke()
 
     def _deliver(self, p) -> None:
@@ -228,4 +235,5 @@ def _batches(acks: dict[int, int]) -> list[dict]:
         else:
             out.append({"first_offset": offset, "last_offset": offset, "acknowledge_types": [kind]})
     return out
+
 
