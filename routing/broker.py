@@ -29,7 +29,7 @@ from typing import Callable
 from core.errors import StorageError
 from core.log import PartitionLog
 from core.log_manager import LogManager
-from routing import definitions, mapping, message_fields
+from routing import definitions, definitions_follower, mapping, message_fields
 from routing.dead_letter import DeadLetterForwarder, dead_letter_copy
 from routing.dedup import Deduplicator, recent_records
 from routing.delayed import DelayLog, delay_of
@@ -87,6 +87,8 @@ class Router:
         # the leader answers
         self.forward: Callable[[Queue, bytes, int, list], None] = self._cannot_forward
         self.remote_stubs = False  # cluster mode 'spread': queues led elsewhere are RemoteQueues (routing.vhost)
+        self.share_transient = False  # cluster mode 'spread': non-durable definitions are stored too
+        self.node_id = -1  # the broker this router runs on (cluster mode 'spread')
         self.clock = clock
         self.vhosts: dict[str, VirtualHost] = {}
         self._staged: dict[Queue, list] = {}  # see _STAGED_FIELDS
@@ -119,11 +121,17 @@ class Router:
         for vhost, doc in (snapshot or {"vhosts": {}})["vhosts"].items():
             stored.apply((vhost, key, value) for key, value in definitions.entries_of_doc(doc).items())
         stored.apply(changes)
+        own, others = definitions.split_transient(stored, self.node_id) if self.share_transient else ([], [])
         positions = self.state.read("ack-floors", {})
         self.shares.restore(positions)
         for name, doc in stored.documents(BUILTIN_EXCHANGES)["vhosts"].items():
             self.vhost_create(name, persist=False).restore(definitions.decode(doc), positions)
         self.vhost_create(DEFAULT_VHOST, persist=False)
+        if own:  # this broker's non-durable definitions went with its last run
+            self.state.append_journal(definitions.JOURNAL, own)
+        if others:  # the other brokers' (cluster mode 'spread'): known here as they are
+            stored.apply(others)
+            definitions_follower.apply_changes(self, others)
         # the journal folded into one document if it holds changes (not at every start: 10,000 queues
         # are one write of every definition), and the default vhost stored if new
         self._touched, self._fold_next = None, self.state.needs_fold(definitions.JOURNAL)
@@ -139,6 +147,7 @@ class Router:
             vhost.placement = lambda arguments: self.placement(arguments)
             vhost.available = lambda topic: self.available(topic)
             vhost.remote_stubs = self.remote_stubs
+            vhost.share_transient, vhost.node_id = self.share_transient, self.node_id
             self.vhosts[name] = vhost
             if persist:
                 self._definitions_changed(name)
@@ -215,7 +224,7 @@ class Router:
         for name in whole:  # changes nobody named: compare the whole vhost
             vhost = self.vhosts.get(name)
             wanted = {} if vhost is None else definitions.entries_of_doc(
-                definitions.encode(vhost.durable_definitions()))
+                definitions.encode(vhost.durable_definitions(stored=True)))
             changes += stored.diff(name, wanted)
         stored.apply(changes)
         for name, what in touched or ():

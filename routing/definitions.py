@@ -21,7 +21,7 @@ import decimal
 import json
 from typing import Any, Iterable
 
-from routing.vhost import binding_definition, exchange_definition, queue_definition
+from routing.vhost import binding_definition
 
 JOURNAL = "definitions"
 SETTINGS = "settings"
@@ -170,7 +170,7 @@ def touched_entries(vhost, touched: tuple, entries: DefinitionEntries, builtin: 
         key, value = _binding_entry(encode(binding_definition(source, destination, routing_key, arguments)))
         exchange = vhost.exchanges.get(source)
         target = (vhost.queues if destination[0] == "queue" else vhost.exchanges).get(destination[1])
-        present = (exchange is not None and exchange.durable and target is not None and target.durable
+        present = (exchange is not None and vhost.stores(exchange) and target is not None and vhost.stores(target)
                    and exchange.has_binding(destination, routing_key, arguments))
         return entries.diff(name, {key: value} if present else {}, [key])
     entry_name = touched[1]
@@ -178,8 +178,29 @@ def touched_entries(vhost, touched: tuple, entries: DefinitionEntries, builtin: 
         return []
     key = f"{kind}:{entry_name}"
     found = (vhost.queues if kind == "queue" else vhost.exchanges).get(entry_name)
-    if found is not None and found.durable:
-        value = queue_definition(found) if kind == "queue" else exchange_definition(found)
-        return entries.diff(name, {key: encode(value)}, [key])
+    if found is not None and vhost.stores(found):
+        return entries.diff(name, {key: encode(vhost.stored_definition(found))}, [key])
     # gone (or never durable): its entry and every stored binding naming it
     return entries.diff(name, {}, [key, *entries.named(name, kind, entry_name)])
+
+
+def split_transient(entries: DefinitionEntries, node_id: int) -> tuple[list[Change], list[Change]]:
+    """Cluster mode 'spread', at start-up: the stored non-durable definitions are not restored as
+    durable ones. Returns (removals of this broker's own, with the bindings naming them: they went
+    with its last run; the other brokers' and their bindings, to apply as they are), and takes
+    both out of ``entries``' documents by removing them from ``entries`` (the caller stores the
+    removals and applies the rest after restoring)."""
+    own: list[Change] = []
+    others: list[Change] = []
+    for vhost, stored in list(entries.vhosts.items()):
+        for key, value in list(stored.items()):
+            if not (isinstance(value, dict) and value.get("durable") is False):
+                continue
+            kind, _, name = key.partition(":")
+            bindings = [(vhost, b, stored.get(b)) for b in entries.named(vhost, kind, name)]
+            if value.get("node") == node_id:
+                own += [(vhost, key, None)] + [(v, b, None) for v, b, _ in bindings]
+            else:
+                others += [(vhost, key, value)] + [b for b in bindings if b[2] is not None]
+    entries.apply((v, k, None) for v, k, _ in own + others)
+    return own, others

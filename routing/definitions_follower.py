@@ -61,8 +61,14 @@ class DefinitionsFollower:
         return len(changes)
 
 
+REMOTE_OWNER = "a connection to another broker"  # owns, here, an exclusive queue declared elsewhere
+
+
 def apply_changes(router, changes: Iterable[definitions.Change]) -> None:
-    """Make ``router``'s vhosts what the journal's changes say, without writing anything back."""
+    """Make ``router``'s vhosts what the journal's changes say, without writing anything back
+    (its record of what is stored learns them too, so that it never writes them again)."""
+    changes = list(changes)
+    router._stored.apply(changes)
     for vhost_name, key, value in changes:
         value = None if value is None else definitions.decode(value)
         vhost = router.vhosts.get(vhost_name)
@@ -108,8 +114,10 @@ def _exchange(vhost: VirtualHost, name: str, e: dict | None) -> None:
         return
     if existing is not None and existing.type_name == e["type"] and existing.arguments == e["arguments"]:
         return
-    exchange = _exchange_class(e["type"], e["arguments"])(name, durable=True, auto_delete=e["auto_delete"],
-                                                          internal=e["internal"], arguments=e["arguments"])
+    exchange = _exchange_class(e["type"], e["arguments"])(name, durable=e.get("durable", True),
+                                                          auto_delete=e["auto_delete"], internal=e["internal"],
+                                                          arguments=e["arguments"])
+    exchange.home_node = e.get("node")
     if e["type"] == DELAYED_TYPE:
         exchange.type_name = DELAYED_TYPE
     if existing is not None:  # replaced (deleted and declared again elsewhere): its bindings carry over
@@ -124,15 +132,25 @@ def _queue(vhost: VirtualHost, name: str, q: dict | None) -> None:
         if existing is not None:
             existing.deleted = True
             del vhost.queues[name]
+            vhost.consuming.discard(existing)
             for exchange in vhost.exchanges.values():
                 exchange.unbind_destination(("queue", name))
+            for link in getattr(existing, "links", {}).values():
+                link.close()
+            for consumer in list(existing.consumers):  # deleted on another broker: tell its consumers here
+                existing.consumers.remove(consumer)
+                cancelled = getattr(consumer, "cancelled_by_server", None)
+                if cancelled is not None:
+                    cancelled(existing)
         return
     if existing is not None and existing.arguments == q["arguments"] and existing.auto_delete == q["auto_delete"]:
         return
     topic, partition = vhost.backing(name)
-    queue = RemoteQueue(vhost.name, name, topic, None, durable=True, exclusive_owner=None,
+    queue = RemoteQueue(vhost.name, name, topic, None, durable=q.get("durable", True),
+                        exclusive_owner=REMOTE_OWNER if q.get("exclusive") else None,
                         auto_delete=q["auto_delete"], arguments=q["arguments"])  # served where its topic is led
     queue.partition = partition
+    queue.home_node = q.get("node")
     vhost._install(queue)
 
 

@@ -106,6 +106,10 @@ class VirtualHost(PoliciesMixin):
         self.placement: Callable[[dict], dict] = lambda arguments: {}
         self.available: Callable[[str], bool] = lambda topic: True  # cluster mode: this broker leads the topic
         self.remote_stubs = False  # cluster mode 'spread': a queue led elsewhere is a RemoteQueue here
+        # cluster mode 'spread': non-durable definitions are stored too (flagged), for the other
+        # brokers to route to them; ``node_id`` is the broker whose they are
+        self.share_transient = False
+        self.node_id = -1
         self.policies: dict[str, dict] = {}  # name -> {"pattern", "definition", "apply-to", "priority"}
         self.operator_policies: dict[str, dict] = {}  # the same shape; kept and listed, as RabbitMQ's
         self.limits: dict[str, int] = {}  # "max-connections", "max-queues" (RabbitMQ's vhost limits)
@@ -153,7 +157,7 @@ class VirtualHost(PoliciesMixin):
             exchange.type_name = DELAYED_TYPE  # routes as its x-delayed-type, reports its declared type
             self._open_delay_log(name)
         self.exchanges[name] = exchange
-        if durable:
+        if durable or self.share_transient:
             self.on_change(("exchange", name))
         return exchange
 
@@ -180,7 +184,7 @@ class VirtualHost(PoliciesMixin):
         for other in list(self.exchanges.values()):
             if other.unbind_destination(("exchange", name)):
                 self._maybe_auto_delete(other)
-        if exchange.durable:
+        if exchange.durable or self.share_transient:
             self.on_change(("exchange", name))
 
     def _open_exchange_log(self, name: str) -> None:
@@ -217,7 +221,7 @@ class VirtualHost(PoliciesMixin):
         self._check_bindable(source, destination_exchange=True)
         dest = self.exchange(destination)
         src = self.exchange(source)
-        if src.bind(("exchange", destination), routing_key, arguments) and src.durable and dest.durable:
+        if src.bind(("exchange", destination), routing_key, arguments) and self.stores(src) and self.stores(dest):
             self.on_change(("binding", source, ("exchange", destination), routing_key, arguments))
 
     def unbind_exchange(self, destination: str, source: str, routing_key: str, arguments: dict | None) -> None:
@@ -296,7 +300,7 @@ class VirtualHost(PoliciesMixin):
             queue = remote_stub(queue)  # placed on another broker, which serves it
         self._install(queue)
         self.on_queue(queue, True)
-        if durable:
+        if durable or self.share_transient:
             self.on_change(("queue", name))
         return queue
 
@@ -369,7 +373,8 @@ class VirtualHost(PoliciesMixin):
             raise ChannelError(ACCESS_REFUSED, "operation not permitted on the default exchange")
         queue = self.queue(queue_name, owner)
         exchange = self.exchange(exchange_name)
-        if exchange.bind(_queue_key(queue.name), routing_key, arguments) and queue.durable and exchange.durable:
+        if exchange.bind(_queue_key(queue.name), routing_key, arguments) and self.stores(queue) and \
+                self.stores(exchange):
             self.on_change(("binding", exchange_name, ("queue", queue.name), routing_key, arguments))
 
     def unbind_queue(self, queue_name: str, exchange_name: str, routing_key: str, arguments: dict | None,
@@ -420,7 +425,7 @@ class VirtualHost(PoliciesMixin):
         except Exception:  # already gone (a Kafka client deleted the topic): nothing left to remove
             pass
         self.on_queue(queue, False)
-        if queue.durable:
+        if queue.durable or self.share_transient:
             self.on_change(("queue", queue.name))
 
     def topic_deleted(self, topic: str) -> None:
@@ -471,12 +476,31 @@ class VirtualHost(PoliciesMixin):
         return [queues[name] for _, name in found if name in queues]
 
     # --- definitions -------------------------------------------------------------------
-    def durable_definitions(self) -> dict:
+    def stores(self, thing) -> bool:
+        """Whether an exchange or queue is among the stored definitions."""
+        return thing.durable or self.share_transient
+
+    def stored_definition(self, thing) -> dict:
+        """An exchange's or queue's stored definition; a non-durable one (cluster mode 'spread')
+        says so, whether it is exclusive, and which broker it belongs to."""
+        is_queue = isinstance(thing, Queue)
+        found = queue_definition(thing) if is_queue else exchange_definition(thing)
+        if thing.durable:
+            return found
+        extra = {"durable": False, "node": getattr(thing, "home_node", None) or self.node_id}
+        if is_queue and thing.exclusive_owner is not None:
+            extra["exclusive"] = True
+        return {**found, **extra}
+
+    def durable_definitions(self, stored: bool = False) -> dict:
+        """The durable definitions (RabbitMQ's export); ``stored``: what the definitions journal
+        keeps, which in cluster mode 'spread' has the non-durable ones too (stored_definition)."""
         default = {name for name, _ in DEFAULT_EXCHANGES}
-        exchanges = [exchange_definition(e) for e in self.exchanges.values() if e.durable and e.name not in default]
-        queues = [queue_definition(q) for q in self.queues.values() if q.durable]
-        durable_exchanges = {e.name for e in self.exchanges.values() if e.durable}
-        durable_queues = {q.name for q in self.queues.values() if q.durable}
+        kept = self.stores if stored else (lambda thing: thing.durable)
+        exchanges = [self.stored_definition(e) for e in self.exchanges.values() if kept(e) and e.name not in default]
+        queues = [self.stored_definition(q) for q in self.queues.values() if kept(q)]
+        durable_exchanges = {e.name for e in self.exchanges.values() if kept(e)}
+        durable_queues = {q.name for q in self.queues.values() if kept(q)}
         bindings = []
         for exchange in self.exchanges.values():
             if exchange.name not in durable_exchanges:

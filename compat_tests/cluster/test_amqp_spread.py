@@ -213,3 +213,37 @@ def test_basic_get_on_another_broker_takes_acks_and_requeues(spread):
         ch.basic_ack(method.delivery_tag)
     c2.close()
     assert sorted(seen) == [(b"j1", True), (b"j2", False), (b"j3", False), (b"j4", False)]
+
+
+def test_an_exclusive_reply_queue_on_one_broker_gets_replies_published_on_another(spread):
+    _, b2, b3 = spread.brokers
+    client = _connect(b2)
+    ch = client.channel()
+    reply_to = ch.queue_declare("", exclusive=True).method.queue  # transient, led by broker 2
+
+    def visible_on_b3():
+        connection = _connect(b3)
+        try:
+            connection.channel().queue_declare(reply_to, passive=True)
+            return False  # an exclusive queue of another connection answers 405 even to a passive declare
+        except pika.exceptions.ChannelClosedByBroker as exc:
+            return exc.reply_code == 405
+        finally:
+            if connection.is_open:
+                connection.close()
+
+    wait_until(visible_on_b3, timeout=30, what=f"broker 3 knowing the exclusive queue {reply_to}")
+    server = _connect(b3)
+    sch = server.channel()
+    sch.confirm_delivery()
+    for i in range(20):
+        sch.basic_publish("", reply_to, f"reply-{i}".encode(), mandatory=True)
+    server.close()
+    got = []
+    for method, _, body in ch.consume(reply_to, auto_ack=True, inactivity_timeout=20):
+        assert method is not None, f"only {got} arrived"
+        got.append(body.decode())
+        if len(got) == 20:
+            break
+    assert got == [f"reply-{i}" for i in range(20)]
+    client.close()

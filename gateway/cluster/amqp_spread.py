@@ -18,11 +18,15 @@ runs all of AMQP on one broker). Each broker:
 * turns a queue into a local one when it comes to lead its topic (a failover, a move) and into a
   RemoteQueue when it stops leading it.
 
-* serves a consumer of a queue led elsewhere as a member of the queue's share group at the
-  leader (gateway.cluster.amqp_consume), its prefetch being the record budget of each fetch.
+* serves a consumer (and basic.get) of a queue led elsewhere as a member of the queue's share
+  group at the leader (gateway.cluster.amqp_consume), its prefetch being each fetch's budget.
 
-Not yet: basic.get from a queue led by another broker, transient queues declared on another
-broker (only durable definitions travel), counts of remote queues.
+Non-durable exchanges, queues and bindings are stored too (flagged, with the broker they belong
+to), so that a publish on any broker reaches, say, an RPC client's exclusive reply queue on
+another; a broker's own are removed when it starts again.
+
+Not yet: message counts of queues led elsewhere (declare-ok, the management API), purging one
+from another broker, the non-durable definitions of a broker that never comes back.
 """
 from __future__ import annotations
 
@@ -141,6 +145,7 @@ class AmqpSpread(AmqpHome):
         router.available = self.available
         router.forward = self.forwarder.forward
         router.remote_stubs = True
+        router.share_transient, router.node_id = True, self.node_id  # other brokers route to our transient queues
         # one broker per process: every RemoteQueue's consumers are served over links from here
         RemoteQueue.link_factory = self._link
         broker.amqp.use_router(router)
