@@ -247,3 +247,51 @@ def test_an_exclusive_reply_queue_on_one_broker_gets_replies_published_on_anothe
             break
     assert got == [f"reply-{i}" for i in range(20)]
     client.close()
+
+
+@pytest.mark.timeout(600)
+def test_a_quorum_queue_fails_over_with_clients_on_other_brokers_and_loses_no_confirmed_message(spread):
+    from compat_tests.cluster.clients import AckingConsumer, ConfirmingPublisher, drain_queue
+    b1 = spread.brokers[0]
+    arguments = {"x-queue-type": "quorum"}
+    connection = _connect(b1)
+    connection.channel().queue_declare("ledger", durable=True, arguments=arguments)  # led by broker 1
+    connection.close()
+    wait_until(lambda: _leader(spread, "ledger") == 1, timeout=30, what="broker 1 leading ledger")
+    spread.wait_isr_full("ledger", timeout=60)
+    for other in spread.brokers[1:]:
+        wait_until(lambda: _knows_queue(other, "ledger"), timeout=30, what=f"broker {other.node_id} knowing ledger")
+
+    class Elsewhere:  # the clients use brokers 2 and 3 only: none of them leads the queue at first
+        def live(self):
+            return [b for b in spread.live() if b.node_id != 1]
+
+    publisher = ConfirmingPublisher(Elsewhere(), "ledger", arguments)
+    consumer = AckingConsumer(Elsewhere(), "ledger", arguments)
+    publisher.start()
+    consumer.start()
+    try:
+        wait_until(lambda: len(publisher.confirmed) >= 200 and sum(consumer.consumed.values()) >= 100, timeout=60,
+                   what="confirms and deliveries through brokers 2 and 3")
+        b1.kill()
+        before = len(publisher.confirmed)
+        wait_until(lambda: len(publisher.confirmed) > before + 200, timeout=90,
+                   what="confirms to resume after the leader's kill -9")
+        b1.start()
+        spread.wait_registered(timeout=60)
+        before = len(publisher.confirmed)
+        wait_until(lambda: len(publisher.confirmed) > before + 100, timeout=60, what="confirms after the restart")
+    finally:
+        publisher.stopping.set()
+        consumer.stopping.set()
+        publisher.join(30)
+        consumer.join(30)
+    assert publisher.error is None, repr(publisher.error)
+    assert consumer.error is None, repr(consumer.error)
+    left = drain_queue(spread, "ledger", arguments)
+    got = consumer.consumed + left
+    lost = [m for m in publisher.confirmed if got[m] == 0]
+    print(f"[spread-failover] {len(publisher.confirmed)} confirmed, {sum(consumer.consumed.values())} consumed, "
+          f"{sum(left.values())} drained, {publisher.reconnects} publisher reconnects, "
+          f"{consumer.reconnects} consumer reconnects", flush=True)
+    assert not lost, f"{len(lost)} confirmed messages lost, e.g. {lost[:10]}"
