@@ -46,10 +46,11 @@ from gateway.amqp.connection import AmqpFactory
 from gateway.amqp.service import AmqpService
 from gateway.stream.connection import StreamFactory
 from gateway.stream.service import StreamService
-from gateway.cluster.amqp_forward import PublishForwarder, ThreadPeers
+from gateway.cluster.amqp_forward import PublishForwarder
 from gateway.cluster.amqp_home import AmqpHome
 from gateway.cluster.amqp_spread import AmqpSpread
 from gateway.cluster.node import ClusterNode
+from gateway.cluster.peers import PeerClients
 from gateway.cluster.share_state import RemoteShareState
 from gateway.config import HostPort, Settings
 from gateway.fsync_thread import FsyncThread
@@ -203,8 +204,8 @@ class Broker:
         self._configure_group_settings(groups)
         self.kafka.storage_failed = self.amqp.storage_failed
         if self.cluster is not None and self.settings.amqp_cluster_mode == "spread":
-            forwarder = PublishForwarder(self.reactor, ThreadPeers(self.cluster.leader_address),
-                                         self._leader_of, self._forwards_answered)
+            peers = PeerClients(self.reactor, self.cluster.leader_address, f"gateway-{self.settings.node_id}")
+            forwarder = PublishForwarder(self.reactor, peers, self._leader_of, self._forwards_answered)
             self.amqp_home = AmqpSpread(self, self.cluster, forwarder)
         elif self.cluster is not None:
             self.amqp_home = AmqpHome(self, self.cluster)

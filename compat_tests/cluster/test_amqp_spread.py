@@ -12,6 +12,7 @@ import collections
 
 import pika
 import pytest
+import requests
 
 from compat_tests.cluster.cluster import Cluster, make_cluster, metadata, partition_view
 from compat_tests.support import wait_until
@@ -52,6 +53,16 @@ def _knows_queue(broker, name: str) -> bool:
             connection.close()
 
 
+def _knows_binding(broker, exchange: str, queue: str) -> bool:
+    """The broker's own management API lists the binding (served from its own copy of the model)."""
+    url = f"http://{broker.ip}:{broker.ports['http']}/api/bindings/%2F/e/{exchange}/q/{queue}"
+    try:
+        answer = requests.get(url, auth=("guest", "guest"), timeout=5)
+    except requests.RequestException:
+        return False
+    return answer.status_code == 200 and len(answer.json()) > 0
+
+
 def _leader(cluster: Cluster, topic: str) -> int:
     md = metadata(cluster.bootstrap())
     return partition_view(md, topic)[0][0] if topic in md.topics else -1
@@ -67,8 +78,8 @@ def test_definitions_made_on_one_broker_route_publishes_on_the_others(spread):
     c1.close()
     assert wait_until(lambda: _leader(spread, "eu-orders") == 1, timeout=30, what="broker 1 leading eu-orders")
     for other in (b2, b3):
-        wait_until(lambda: _knows_queue(other, "eu-orders"), timeout=30,
-                   what=f"broker {other.node_id} knowing queue eu-orders")
+        wait_until(lambda: _knows_binding(other, "orders", "eu-orders"), timeout=30,
+                   what=f"broker {other.node_id} knowing the binding of eu-orders")
 
     sent = collections.defaultdict(list)
     for publisher in (b2, b3):

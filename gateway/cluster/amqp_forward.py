@@ -104,26 +104,3 @@ def _request(items: list) -> dict:
 def _errors(answer) -> dict[tuple[str, int], int]:
     return {(t.name, p.index): int(p.error_code) for t in answer.responses for p in t.partition_responses}
 
-
-class ThreadPeers:
-    """Calls to other brokers over the blocking admin client, one connection per call, on worker
-    threads: a stop-gap until the reactor's own client carries them."""
-
-    VERSIONS = {PRODUCE: 9}
-
-    def __init__(self, address_of: Callable[[int], tuple[str, int] | None]):
-        self.address_of = address_of
-
-    def call(self, node_id: int, api_key: int, data: dict):
-        from twisted.internet import threads
-        from gateway.ctl.kafka_client import KafkaAdmin, KafkaClientError
-        address = self.address_of(node_id)
-        if address is None:
-            from twisted.internet import defer
-            return defer.fail(KafkaClientError(f"broker {node_id} is not registered"))
-
-        def call():
-            with KafkaAdmin(f"{address[0]}:{address[1]}", client_id=f"gateway-amqp-forward") as client:
-                return client._call(api_key, self.VERSIONS.get(api_key, client.version(api_key)), data)
-
-        return threads.deferToThread(call)

@@ -20,6 +20,35 @@ API_VERSIONS = 18
 CAPS = {3: 12, 2: 7, 8: 8, 9: 8, 15: 5, 16: 5, 19: 7, 20: 6, 29: 3, 30: 3, 31: 3, 32: 4, 37: 3, 44: 1, 42: 2}
 
 
+def encode_request(api_key: int, version: int, correlation: int, client_id: bytes, data: dict) -> bytes:
+    """One request (fields as a dict) framed for the wire: size, header, body."""
+    request = build(request_class(api_key, version), data)
+    out = io.BytesIO()
+    out.write(b"\0\0\0\0")
+    out.write(struct.pack(">hhih", api_key, version, correlation, len(client_id)))
+    out.write(client_id)
+    if request.__flexible__:
+        out.write(b"\0")  # request header v2: no tagged fields
+    entity_writer(type(request))(out, request)
+    framed = out.getbuffer()
+    struct.pack_into(">i", framed, 0, len(framed) - 4)
+    return bytes(framed)
+
+
+def response_correlation(payload: bytes) -> int:
+    return struct.unpack_from(">i", payload)[0]
+
+
+def decode_response(api_key: int, version: int, payload: bytes):
+    """The response entity in ``payload`` (a frame without its size)."""
+    cls = response_class(api_key, version)
+    pos = 4
+    if cls.__flexible__ and api_key != API_VERSIONS:
+        pos += 1  # response header v1: an empty tagged-field section
+    response, _ = entity_reader(cls)(payload, pos)
+    return response
+
+
 class KafkaClientError(RuntimeError):
     """The broker could not be reached or answered something unreadable; the message says which."""
 
@@ -105,31 +134,19 @@ class KafkaAdmin:
         return self._call(api_key, self.version(api_key), data)
 
     def _call(self, api_key: int, version: int, data: dict):
-        request = build(request_class(api_key, version), data)
-        flexible = request.__flexible__
         self._correlation += 1
-        out = io.BytesIO()
-        out.write(struct.pack(">hhih", api_key, version, self._correlation, len(self.client_id)))
-        out.write(self.client_id)
-        if flexible:
-            out.write(b"\0")  # request header v2: no tagged fields
-        entity_writer(type(request))(out, request)
-        body = out.getvalue()
+        framed = encode_request(api_key, version, self._correlation, self.client_id, data)
         try:
-            self._sock.sendall(struct.pack(">i", len(body)) + body)
+            self._sock.sendall(framed)
             (size,) = struct.unpack(">i", self._read(4))
             payload = self._read(size)
         except OSError as exc:
             raise KafkaClientError(f"the broker at {self.address[0]}:{self.address[1]} closed the connection or "
                                    f"timed out during API {api_key}: {exc}") from None
-        (correlation,) = struct.unpack_from(">i", payload)
+        correlation = response_correlation(payload)
         if correlation != self._correlation:
             raise KafkaClientError(f"response to correlation id {correlation}, expected {self._correlation}")
-        pos = 4
-        if flexible and api_key != API_VERSIONS:
-            pos += 1  # response header v1: an empty tagged-field section
-        response, _ = entity_reader(response_class(api_key, version))(payload, pos)
-        return response
+        return decode_response(api_key, version, payload)
 
     def _read(self, n: int) -> bytes:
         chunks, left = [], n
