@@ -7,13 +7,10 @@ commands are meant for a listener that takes them (see the README's Security sec
 """
 from __future__ import annotations
 
-import io
 import socket
 import struct
 
-from kio.serial import entity_reader, entity_writer
-
-from wire.kafka import build, request_class, response_class
+from wire.kafka import decode_response, encode_request, response_correlation
 
 API_VERSIONS = 18
 # api key -> the highest version the admin commands build requests for
@@ -105,31 +102,19 @@ class KafkaAdmin:
         return self._call(api_key, self.version(api_key), data)
 
     def _call(self, api_key: int, version: int, data: dict):
-        request = build(request_class(api_key, version), data)
-        flexible = request.__flexible__
         self._correlation += 1
-        out = io.BytesIO()
-        out.write(struct.pack(">hhih", api_key, version, self._correlation, len(self.client_id)))
-        out.write(self.client_id)
-        if flexible:
-            out.write(b"\0")  # request header v2: no tagged fields
-        entity_writer(type(request))(out, request)
-        body = out.getvalue()
+        frame = encode_request(api_key, version, self._correlation, self.client_id, data)
         try:
-            self._sock.sendall(struct.pack(">i", len(body)) + body)
+            self._sock.sendall(frame)
             (size,) = struct.unpack(">i", self._read(4))
             payload = self._read(size)
         except OSError as exc:
             raise KafkaClientError(f"the broker at {self.address[0]}:{self.address[1]} closed the connection or "
                                    f"timed out during API {api_key}: {exc}") from None
-        (correlation,) = struct.unpack_from(">i", payload)
+        correlation = response_correlation(payload)
         if correlation != self._correlation:
             raise KafkaClientError(f"response to correlation id {correlation}, expected {self._correlation}")
-        pos = 4
-        if flexible and api_key != API_VERSIONS:
-            pos += 1  # response header v1: an empty tagged-field section
-        response, _ = entity_reader(response_class(api_key, version))(payload, pos)
-        return response
+        return decode_response(api_key, version, payload)
 
     def _read(self, n: int) -> bytes:
         chunks, left = [], n
