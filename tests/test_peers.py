@@ -1,53 +1,29 @@
-"""The inter-broker Kafka client (gateway/cluster/peers.py, peer_apis.py) against real brokers.
+"""The inter-broker Kafka client (gateway/cluster/peers.py, peer_apis.py) against a real broker.
 
-The client runs in Twisted's global reactor, started once on a daemon thread for this module
-(no other test uses the global reactor); each test drives it with ``blockingCallFromThread``, so
-every line of the client runs on the reactor's thread as it does inside a broker.
+The client runs in Twisted's global reactor on a thread of its own (tests/reactor_thread.py);
+the tests wait for its Deferreds. The 2-broker cluster case is compat_tests/cluster/test_peers.py.
 """
 from __future__ import annotations
 
 import signal
-import threading
+import socket
 import time
 
 import pika
 import pytest
 from twisted.internet import defer, reactor
-from twisted.internet.threads import blockingCallFromThread
 
 from gateway.cluster.peer_apis import ACCEPT, REJECT, RELEASE, ShareMember
 from gateway.cluster.peers import PeerClients, PeerTimeout, PeerUnavailable
 from tests.brokerproc import start_broker
+from tests.reactor_thread import outcome, run
 from wire.records import decode_batch, iter_batches, simple_batch
 
 pytestmark = pytest.mark.timeout(120)
-_thread: threading.Thread | None = None
-
-
-def _reactor() -> None:
-    global _thread
-    if _thread is None:
-        _thread = threading.Thread(target=reactor.run, kwargs={"installSignalHandlers": False}, daemon=True)
-        _thread.start()
-        while not reactor.running:
-            time.sleep(0.01)
-
-
-def run(fn, *args, timeout: float = 30, **kwargs):
-    """Call ``fn`` in the reactor and wait for its Deferred (or value)."""
-    def go():
-        return defer.maybeDeferred(fn, *args, **kwargs).addTimeout(timeout, reactor)
-    return blockingCallFromThread(reactor, go)
-
-
-def outcome(d: defer.Deferred) -> defer.Deferred:
-    """A Deferred of ('ok', value) or ('error', exception): for calls expected to fail."""
-    return d.addCallbacks(lambda v: ("ok", v), lambda f: ("error", f.value))
 
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    _reactor()
     b = start_broker(tmp_path_factory.mktemp("peers") / "data")
     yield b
     b.stop()
@@ -128,7 +104,6 @@ def test_unknown_node_fails_at_once(peers):
 
 
 def test_killed_broker_fails_every_call_in_flight_and_a_restarted_one_is_reached(tmp_path):
-    _reactor()
     data = tmp_path / "data"
     b = start_broker(data)
     host, port = b.address("kafka")
@@ -211,3 +186,25 @@ def test_share_group_member_reads_an_amqp_queue(peers, broker):
         assert sorted(got) == [b"m3", b"m6", b"m7", b"m8", b"m9"]  # never 0-2 (accepted), 4 (rejected), 5
     finally:
         conn.close()
+
+
+def test_a_broker_that_is_not_there_or_never_answers_fails_the_call(tmp_path):
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen()  # accepts (the kernel does) and never answers ApiVersions
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))  # bound, not listening: connections are refused
+    addresses = {1: silent.getsockname(), 2: closed.getsockname()}
+    pool = run(lambda: PeerClients(reactor, addresses.get, timeout=5, connect_timeout=0.3))
+    try:
+        started = time.monotonic()
+        (k1, e1), (k2, e2) = run(lambda: defer.gatherResults([outcome(pool.metadata(1)), outcome(pool.metadata(2))]))
+        assert time.monotonic() - started < 3
+        assert k1 == "error" and isinstance(e1, PeerUnavailable) and "ApiVersions" in str(e1)
+        assert f"broker 1 at 127.0.0.1:{addresses[1][1]}" in str(e1) and "Metadata not sent" in str(e1)
+        assert k2 == "error" and isinstance(e2, PeerUnavailable) and str(e2).startswith(
+            f"cannot connect to broker 2 at 127.0.0.1:{addresses[2][1]}")
+    finally:
+        run(pool.close)
+        silent.close()
+        closed.close()
