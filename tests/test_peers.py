@@ -45,6 +45,17 @@ def records_at(data: bytes) -> dict[int, bytes]:
     return out
 
 
+def read_all(pool, topic: str, end: int) -> dict[int, bytes]:
+    """offset -> value of offsets 0..end-1, fetched until all are in (this broker's Fetch may
+    answer fewer batches than max_bytes allows)."""
+    got: dict[int, bytes] = {}
+    while len(got) < end:
+        error, _hw, data = run(pool.fetch, 1, topic, 0, len(got))
+        assert error == 0 and data
+        got.update(records_at(data))
+    return got
+
+
 def test_pipelined_metadata_calls_are_matched_by_correlation_id(peers):
     run(peers.metadata, 1)  # connected, versions known
 
@@ -208,3 +219,30 @@ def test_a_broker_that_is_not_there_or_never_answers_fails_the_call(tmp_path):
         run(pool.close)
         silent.close()
         closed.close()
+
+
+def test_calls_made_while_connecting_go_out_in_call_order(broker):
+    pool = run(lambda: PeerClients(reactor, {1: broker.address("kafka")}.get))
+    try:
+        def burst():
+            # all made before the connection exists; an acks=0 Produce is done once written, and
+            # what its callback sends must still go after the calls made before it
+            ds = []
+            for i in range(20):
+                d = pool.produce(1, "ordered", 0, simple_batch([b"%d" % i]), acks=0 if i % 2 else -1)
+                if i == 1:
+                    d.addCallback(lambda _: ds.append(pool.produce(1, "ordered", 0, simple_batch([b"late"]))))
+                ds.append(d)
+            return defer.gatherResults(ds).addCallback(lambda _: defer.gatherResults(ds[20:]))
+        run(pool.metadata, 1, ["ordered"])  # the topic exists before the burst (auto-created)
+        run(pool.close)
+        pool = run(lambda: PeerClients(reactor, {1: broker.address("kafka")}.get))
+        run(burst)
+
+        deadline = time.time() + 10
+        while run(pool.fetch, 1, "ordered", 0, 0)[1] < 21 and time.time() < deadline:
+            time.sleep(0.05)
+        got = read_all(pool, "ordered", 21)
+        assert [got[o] for o in range(21)] == [b"%d" % i for i in range(20)] + [b"late"]
+    finally:
+        run(pool.close)

@@ -195,7 +195,7 @@ class ShareMember:
         return self.peers.share_group_heartbeat(self.node_id, self.group, self.member_id, self.member_epoch,
                                                 self.topics if first else None).addCallback(done)
 
-    def _next_epoch(self, sent: int):
+    def _next_epoch(self, api_key: int, sent: int):
         def after(answer):
             if answer["error_code"] in (ErrorCode.share_session_not_found, ErrorCode.invalid_share_session_epoch):
                 self.session_epoch = OPEN_EPOCH  # the broker forgot the session: open a new one
@@ -204,7 +204,7 @@ class ShareMember:
             else:
                 self.session_epoch = 1 if sent == MAX_EPOCH else sent + 1
             if answer["error_code"]:
-                raise ShareError(SHARE_FETCH, answer["error_code"], answer["error_message"])
+                raise ShareError(api_key, answer["error_code"], answer["error_message"])
             return answer
 
         def lost(failure):
@@ -219,14 +219,14 @@ class ShareMember:
         if acks and epoch == OPEN_EPOCH:
             raise ValueError("acknowledgements cannot ride on the ShareFetch that opens a session")
         wanted = partitions if partitions is not None else (self.assignment if epoch == OPEN_EPOCH else None)
-        after, lost = self._next_epoch(epoch)
+        after, lost = self._next_epoch(SHARE_FETCH, epoch)
         return self.peers.share_fetch(self.node_id, self.group, self.member_id, epoch, wanted, acks,
                                       max_records=max_records, max_wait_ms=max_wait_ms).addCallbacks(after, lost)
 
     def acknowledge(self, acks: Acks, close: bool = False):
         """ShareAcknowledge; ``close`` makes it the session's last request (epoch -1)."""
         epoch = FINAL_EPOCH if close else self.session_epoch
-        after, lost = self._next_epoch(epoch)
+        after, lost = self._next_epoch(SHARE_ACKNOWLEDGE, epoch)
         return self.peers.share_acknowledge(self.node_id, self.group, self.member_id, epoch,
                                             acks).addCallbacks(after, lost)
 

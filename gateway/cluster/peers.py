@@ -132,6 +132,7 @@ class PeerClient:
         self._retry = None  # the DelayedCall of a reconnection after a backoff
         self._delay = 0.0  # the backoff before the next attempt (0: connect now)
         self._waiting: list[tuple] = []  # calls made before the connection was ready
+        self._held: list[bytes] | None = None  # frames gathered while the waiting calls are sent
         self._pending: dict[int, _Pending] = {}  # correlation id -> call in flight
         self._correlation = 0
         self._closed = False
@@ -156,7 +157,7 @@ class PeerClient:
         timeout = self.timeout if timeout is None else timeout
         if self._closed:
             d.errback(PeerUnavailable(f"{self.name}: the client is closed ({api_name(api_key)} not sent)"))
-        elif self._ready:
+        elif self._ready and self._held is None:
             self._send(api_key, data, version, d, timeout)
         else:
             # the timeout runs from now: a call waiting for a broker that does not come back fails too
@@ -174,9 +175,8 @@ class PeerClient:
                                   f"{low}-{high}, none of which this broker speaks (up to {CAPS.get(api_key)})")
         return chosen
 
-    def _send(self, api_key: int, data, version: int | None, d: defer.Deferred, timeout: float,
-              write: bool = True) -> bytes | None:
-        """Encode and send one call (or return its frame when ``write`` is False)."""
+    def _send(self, api_key: int, data, version: int | None, d: defer.Deferred, timeout: float) -> None:
+        """Encode and write one call; it is in ``_pending`` until its answer or its timeout."""
         try:
             if version is None:
                 version = self.version(api_key)
@@ -186,26 +186,23 @@ class PeerClient:
             if not isinstance(exc, PeerUnavailable):
                 exc = PeerProtocolError(f"{self.name}: cannot encode {api_name(api_key)} v{version}: {exc!r}")
             d.errback(exc)
-            return None
+            return
         if api_key == PRODUCE and _acks(data) == 0:
-            # acks=0: the broker sends nothing back, so the call is done once written
-            if not write:
-                d.callback(None)
-                return frame
             self._write(frame)
-            d.callback(None)
-            return None
+            d.callback(None)  # acks=0: the broker sends nothing back, so the call is done once written
+            return
         timer = self.reactor.callLater(timeout, self._timed_out, correlation, timeout)
         self._pending[correlation] = _Pending(api_key, version, d, timer)
-        if write:
-            self._write(frame)
-            return None
-        return frame
+        self._write(frame)
 
     def _write(self, frame: bytes) -> None:
         # Twisted gathers writes made in one loop turn and sends them together from doWrite, so
-        # requests pipelined in one turn leave in one send without a buffer of our own here.
-        self._proto.transport.write(frame)
+        # requests pipelined in one turn leave in one send without a buffer of our own, except
+        # while the calls that waited for the connection go out (see _versions).
+        if self._held is not None:
+            self._held.append(frame)
+        else:
+            self._proto.transport.write(frame)
 
     def _frame(self, payload: bytes) -> None:
         correlation = response_correlation(payload)
@@ -255,11 +252,8 @@ class PeerClient:
         self._proto = proto
         d = defer.Deferred()
         # ApiVersions v0: every broker answers it, whatever it supports
-        self._write_now(API_VERSIONS, {}, 0, d)
+        self._send(API_VERSIONS, {}, 0, d, self.connect_timeout)
         d.addCallbacks(self._versions, self._versions_failed, callbackArgs=(proto,), errbackArgs=(proto,))
-
-    def _write_now(self, api_key, data, version, d) -> None:
-        self._send(api_key, data, version, d, self.connect_timeout)
 
     def _versions(self, answer, proto: _PeerProtocol) -> None:
         if proto is not self._proto:
@@ -270,15 +264,23 @@ class PeerClient:
         self.versions = {k.api_key: (k.min_version, k.max_version) for k in answer.api_keys}
         self._ready = True
         self._delay = 0.0
-        waiting, self._waiting = self._waiting, []
-        frames = []
-        for api_key, data, version, d, timer in waiting:
-            timer.cancel()
-            frame = self._send(api_key, data, version, d, self.timeout, write=False)
-            if frame is not None:
-                frames.append(frame)
-        if frames:
-            proto.transport.writeSequence(frames)  # what waited goes out in one write
+        # What waited goes out in one write, in the order it was called; calls made meanwhile by
+        # callbacks (an acks=0 Produce is done once written) wait too, and go after it.
+        self._held = []
+        try:
+            while self._waiting and self._proto is proto:  # after a drop, new calls wait for the next one
+                waiting, self._waiting = self._waiting, []
+                for api_key, data, version, d, timer in waiting:
+                    timer.cancel()
+                    if self._proto is proto:
+                        self._send(api_key, data, version, d, self.timeout)
+                    else:  # a callback closed or dropped the connection meanwhile
+                        d.errback(PeerUnavailable(f"{self.name}: the connection went away before "
+                                                  f"{api_name(api_key)} was sent"))
+        finally:
+            frames, self._held = self._held, None
+            if frames:
+                proto.transport.writeSequence(frames)
 
     def _versions_failed(self, failure: Failure, proto: _PeerProtocol) -> None:
         if proto is self._proto:
@@ -348,9 +350,12 @@ class PeerClients(PeerApis):
         self.client_id = client_id
         self.options = options  # timeout, connect_timeout, backoff for every PeerClient
         self.clients: dict[tuple[int, str], PeerClient] = {}
+        self.closed = False
 
     def client(self, node_id: int, lane: str = "main") -> PeerClient:
         """The connection to ``node_id`` (made, or remade if the broker's address changed)."""
+        if self.closed:
+            raise PeerUnavailable(f"broker {node_id}: this broker's peer links are closed (it is stopping)")
         address = self.address_of(node_id)
         if address is None:
             raise PeerUnavailable(f"broker {node_id} is not in the cluster (no address known)")
@@ -379,6 +384,7 @@ class PeerClients(PeerApis):
             self.clients.pop(key).close()
 
     def close(self) -> None:
+        self.closed = True
         clients, self.clients = self.clients, {}
         for client in clients.values():
             client.close()
