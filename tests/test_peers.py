@@ -46,8 +46,8 @@ def records_at(data: bytes) -> dict[int, bytes]:
 
 
 def read_all(pool, topic: str, end: int) -> dict[int, bytes]:
-    """offset -> value of offsets 0..end-1, fetched until all are in (this broker's Fetch may
-    answer fewer batches than max_bytes allows)."""
+    """offset -> value of offsets 0..end-1, fetched until all are in (a Fetch reads from one
+    segment, and batches with timestamp 0 roll a segment each: core.log maybe_roll)."""
     got: dict[int, bytes] = {}
     while len(got) < end:
         error, _hw, data = run(pool.fetch, 1, topic, 0, len(got))
