@@ -76,6 +76,9 @@ def test_produce_then_fetch_reads_the_batch_back(peers):
     error, base = run(peers.produce, 1, "produced", 0, batch, acks=-1)
     assert (error, base) == (0, 100)
     assert run(peers.produce, 1, "produced", 0, batch, acks=0) == (0, -1)  # no response to wait for
+    # one Produce for everything a loop turn gathered for this leader, several topics at once
+    answers = run(peers.produce_many, 1, {("produced2", 0): batch, ("produced3", 0): batch})
+    assert answers == {("produced2", 0): (0, 0), ("produced3", 0): (0, 0)}
     error, high_watermark, data = run(peers.fetch, 1, "produced", 0, 100)
     assert error == 0 and high_watermark in (200, 300)  # the acks=0 batch may be in already
     got = records_at(data)

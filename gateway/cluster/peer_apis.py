@@ -58,16 +58,28 @@ class PeerApis:
                 timeout_ms: int = 30_000, lane: str = "main"):
         """Append one record batch (wire.records bytes) at the leader: (error_code, base_offset);
         acks=0 has no answer, so (NONE, -1) once it is written."""
+        return self.produce_many(node_id, {(topic, partition): batch}, acks, timeout_ms, lane).addCallback(
+            lambda answers: answers[(topic, partition)])
+
+    def produce_many(self, node_id: int, batches: dict[tuple[str, int], bytes], acks: int = -1,
+                     timeout_ms: int = 30_000, lane: str = "main"):
+        """One Produce carrying a batch for each (topic, partition) led by ``node_id``: what a loop
+        turn gathered for that leader. {(topic, partition): (error_code, base_offset)}."""
+        topics: dict[str, list[dict]] = {}
+        for (topic, partition), batch in batches.items():
+            topics.setdefault(topic, []).append({"index": partition, "records": batch})
         data = {"transactional_id": None, "acks": acks, "timeout": _ms(timeout_ms),
-                "topic_data": [{"name": topic, "partition_data": [{"index": partition, "records": batch}]}]}
+                "topic_data": [{"name": t, "partition_data": ps} for t, ps in topics.items()]}
         # the broker may wait timeout_ms for its ISR: the call's own timeout is longer
         d = self.call(node_id, PRODUCE, data, timeout=timeout_ms / 1000 + 5, lane=lane)
 
         def done(answer):
             if answer is None:
-                return ErrorCode.none, -1
-            p = answer.responses[0].partition_responses[0]
-            return p.error_code, p.base_offset
+                return {key: (ErrorCode.none, -1) for key in batches}
+            out = {(t.name, p.index): (p.error_code, p.base_offset)
+                   for t in answer.responses for p in t.partition_responses}
+            # a partition the answer leaves out was not appended
+            return {key: out.get(key, (ErrorCode.unknown_server_error, -1)) for key in batches}
         return d.addCallback(done)
 
     def metadata(self, node_id: int, topics: list[str] | None = None, lane: str = "main"):
