@@ -162,7 +162,7 @@ class PeerClient:
         else:
             # the timeout runs from now: a call waiting for a broker that does not come back fails too
             timer = self.reactor.callLater(timeout, self._waiting_timeout, d, api_key, timeout)
-            self._waiting.append((api_key, data, version, d, timer))
+            self._waiting.append((api_key, data, version, d, timer))  # the timer's time is the deadline
             self._connect()
         return d
 
@@ -271,9 +271,10 @@ class PeerClient:
             while self._waiting and self._proto is proto:  # after a drop, new calls wait for the next one
                 waiting, self._waiting = self._waiting, []
                 for api_key, data, version, d, timer in waiting:
+                    left = max(timer.getTime() - self.reactor.seconds(), 0.001)  # of the call's own timeout
                     timer.cancel()
                     if self._proto is proto:
-                        self._send(api_key, data, version, d, self.timeout)
+                        self._send(api_key, data, version, d, left)
                     else:  # a callback closed or dropped the connection meanwhile
                         d.errback(PeerUnavailable(f"{self.name}: the connection went away before "
                                                   f"{api_name(api_key)} was sent"))
