@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import signal
 import socket
+import threading
 import time
 
 import pika
@@ -249,3 +250,27 @@ def test_calls_made_while_connecting_go_out_in_call_order(broker):
         assert [got[o] for o in range(21)] == [b"%d" % i for i in range(20)] + [b"late"]
     finally:
         run(pool.close)
+
+
+def test_an_unreadable_answer_drops_the_connection_and_fails_its_calls():
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+
+    def answer_garbage():
+        conn, _ = server.accept()
+        conn.recv(1024)  # ApiVersions
+        conn.sendall(b"\xff\xff\xff\xfb" + b"junk")  # a negative frame size
+        time.sleep(1)
+        conn.close()
+    thread = threading.Thread(target=answer_garbage, daemon=True)
+    thread.start()
+    pool = run(lambda: PeerClients(reactor, {3: server.getsockname()}.get, timeout=5))
+    try:
+        kind, error = run(lambda: outcome(pool.metadata(3)))
+        assert kind == "error" and isinstance(error, PeerUnavailable)
+        assert f"broker 3 at 127.0.0.1:{server.getsockname()[1]}" in str(error) and "-5 bytes" in str(error)
+    finally:
+        run(pool.close)
+        server.close()
+        thread.join(5)

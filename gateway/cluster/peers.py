@@ -82,8 +82,7 @@ class _PeerProtocol(protocol.Protocol):
         while end - pos >= 4:
             (size,) = _SIZE.unpack_from(buf, pos)
             if size < 4 or size > MAX_FRAME:
-                self.client._garbage(f"a response frame of {size} bytes")
-                self.transport.abortConnection()
+                self.client._drop(self, f"unreadable answer: a response frame of {size} bytes")
                 return
             if end - pos - 4 < size:
                 break
@@ -288,6 +287,7 @@ class PeerClient:
             self._drop(proto, f"ApiVersions failed: {failure.getErrorMessage()}")
 
     def _drop(self, proto: _PeerProtocol, why: str) -> None:
+        """Close a connection that cannot be trusted any more; its calls fail with ``why``."""
         log.warning("%s: dropping the connection: %s", self.name, why)
         self._lost(proto, Failure(PeerProtocolError(why)))
         proto.transport.abortConnection()
