@@ -274,3 +274,18 @@ def test_an_unreadable_answer_drops_the_connection_and_fails_its_calls():
         run(pool.close)
         server.close()
         thread.join(5)
+
+
+def test_a_parked_call_holds_back_its_lane_only(peers):
+    """The broker answers one connection in request order, so a long poll delays what follows it
+    on its lane; another lane (another connection) is answered meanwhile."""
+    assert run(peers.produce, 1, "lanes", 0, simple_batch([b"x"]))[0] == 0
+
+    def race():
+        started = reactor.seconds()
+        parked = peers.call(1, 1, parked_fetch("lanes", 1500), lane="slow")
+        behind = peers.metadata(1, ["lanes"], lane="slow").addCallback(lambda _: reactor.seconds() - started)
+        beside = peers.metadata(1, ["lanes"]).addCallback(lambda _: reactor.seconds() - started)
+        return defer.gatherResults([parked, behind, beside])
+    _parked, behind, beside = run(race)
+    assert behind >= 1.4 and beside < 1.0, (behind, beside)
