@@ -260,3 +260,30 @@ def test_null_array_where_the_schema_has_none_is_a_request_error():
 
 if __name__ == "__main__" and sys.argv[1:2] == ["--fuzz-child"]:
     _fuzz_child(int(sys.argv[2]))
+
+
+@pytest.mark.parametrize("api_key,version", [(3, 12), (3, 4), (0, 9), (78, 1), (18, 0)])
+def test_client_side_codec_round_trips_through_the_server_side(api_key, version):
+    """wire.kafka.encode_request (the clients' side) is what parse_request reads; respond's bytes
+    are what decode_response reads (header v0 for ApiVersions, v1 for other flexible versions)."""
+    from wire.kafka import decode_response, encode_request, response_correlation
+    data = {3: {"topics": [{"name": "t", "topic_id": None}], "allow_auto_topic_creation": False,
+                "include_topic_authorized_operations": False},
+            0: {"transactional_id": None, "acks": -1, "timeout": 1000, "topic_data": []},
+            78: {"group_id": "g", "member_id": "m", "share_session_epoch": 0, "max_wait": 0, "min_bytes": 1,
+                 "max_records": 5, "batch_size": 5, "topics": [], "forgotten_topics_data": []},
+            18: {}}[api_key]
+    frame = encode_request(api_key, version, 41, b"peer", data)
+    assert struct.unpack_from(">i", frame)[0] == len(frame) - 4
+    request = parse_request(frame[4:])
+    assert (request.header.api_key, request.header.api_version, request.header.correlation_id,
+            request.header.client_id) == (api_key, version, 41, "peer")
+    assert request.body == build(request_class(api_key, version), data)
+    answer = {3: {"throttle_time": 0, "brokers": [], "cluster_id": "c", "controller_id": 1, "topics": []},
+              0: {"responses": [], "throttle_time": 0},
+              78: {"throttle_time": 0, "error_code": 0, "error_message": None, "acquisition_lock_timeout": 1000,
+                   "responses": [], "node_endpoints": []},
+              18: {"error_code": 0, "api_keys": [{"api_key": 3, "min_version": 0, "max_version": 12}]}}[api_key]
+    framed = respond(request.header, answer)
+    assert response_correlation(framed[4:]) == 41
+    assert decode_response(api_key, version, framed[4:]) == build(response_class(api_key, version), answer)

@@ -372,3 +372,47 @@ def respond_parts(header: RequestHeader, data: dict) -> bytes | ResponseParts:
     if len(parts) == 1:
         return parts[0]
     return ResponseParts(parts)
+
+
+# --- the client side: requests out, responses in --------------------------------------------
+# Used by gateway.ctl.kafka_client (blocking admin commands) and gateway.cluster.peers (the
+# brokers' own asynchronous links), so both frame and read exactly the same bytes.
+
+def encode_request(api_key: int, version: int, correlation_id: int, client_id: bytes | None, data) -> bytes:
+    """One framed request (size, header v1/v2, body); ``data`` is a dict or a kio request entity."""
+    request = build(request_class(api_key, version), data) if isinstance(data, dict) else data
+    out = io.BytesIO()
+    out.write(b"\0\0\0\0")
+    if client_id is None:
+        out.write(_HEAD.pack(api_key, version, correlation_id, -1))
+    else:
+        out.write(_HEAD.pack(api_key, version, correlation_id, len(client_id)))
+        out.write(client_id)
+    if request.__flexible__:
+        out.write(b"\0")  # request header v2: no tagged fields
+    _writer(type(request))(out, request)
+    frame = out.getbuffer()
+    struct.pack_into(">i", frame, 0, len(frame) - 4)
+    del frame
+    return out.getvalue()
+
+
+def response_correlation(payload) -> int:
+    """The correlation id that starts every response (the frame without its size)."""
+    return struct.unpack_from(">i", payload)[0]
+
+
+@cache
+def _response_reader(api_key: int, version: int):
+    return entity_reader(response_class(api_key, version))
+
+
+def decode_response(api_key: int, version: int, payload):
+    """The kio response entity of a response frame (without its size) to a request of that API
+    and version; response header v1 (tagged fields) for flexible versions but ApiVersions."""
+    cls = response_class(api_key, version)
+    pos = 4
+    if cls.__flexible__ and api_key != API_VERSIONS:
+        pos = _skip_tagged_fields(payload, pos)
+    response, _ = _response_reader(api_key, version)(payload, pos)
+    return response

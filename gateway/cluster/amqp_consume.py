@@ -16,7 +16,8 @@ over the brokers' Kafka connection:
   what the member still held to the queue, flagged redelivered, as RabbitMQ requeues a closed
   channel's unacked messages; a session the leader dropped (it restarted) opens again.
 
-Requests of one session go one at a time, in order (their epochs must follow each other).
+One fetch of a session is out at a time; acknowledgements go at once, past a parked fetch, on
+the same connection, so the leader sees the session's epochs in order.
 """
 from __future__ import annotations
 
@@ -31,10 +32,9 @@ from wire.records import decode_batch, iter_batches
 log = logging.getLogger(__name__)
 
 SHARE_FETCH, SHARE_ACKNOWLEDGE = 78, 79
-MAX_WAIT_MS = 200  # a parked fetch holds the session; acks made meanwhile wait for it this long at most
+MAX_WAIT_MS = 5000  # a fetch waits at the leader until records come (acks pass it meanwhile)
 UNBOUNDED_BATCH = 100  # the record budget of a consumer without a prefetch (or no-ack)
 RETRY_S = 0.5
-_SESSION_GONE = (ErrorCode.share_session_not_found, ErrorCode.invalid_share_session_epoch)
 
 
 class ShareLink:
@@ -45,14 +45,20 @@ class ShareLink:
         self.topic_id_of = topic_id_of  # topic -> uuid.UUID or None
         self.queue = queue  # the routing.remote_queue.RemoteQueue
         self.consumer = consumer  # gateway.amqp.channel.Consumer (has_credit, deliver, prefetch, unacked, no_ack)
-        self.member = f"amqp-{node_id}-{uuid.uuid4().hex[:12]}"
+        self.node_id = node_id
+        self.member = self._new_member()
+        self.lane = f"share-{uuid.uuid4().hex[:12]}"  # its own connection: its fetch may wait long there
         self.epoch = 0  # the epoch of the session's next request (0: open one)
-        self.busy = False
+        self.opening = False  # the request opening the session is on its way
+        self.fetching = False  # a fetch is out (parked at the leader until records come or its wait ends)
         self.closed = False
         self.wait_ms = MAX_WAIT_MS if not getattr(consumer, "getter", False) else 0  # basic.get waits for nothing
         self.acks: dict[int, int] = {}  # offset -> acknowledge type, for the next request
         self.held: set[int] = set()  # offsets delivered to the consumer and not settled yet
         self._retry = None
+
+    def _new_member(self) -> str:
+        return f"amqp-{self.node_id}-{uuid.uuid4().hex[:12]}"
 
     # --- from the channel ------------------------------------------------------------------------------
     def acknowledge(self, offsets, kind: int) -> None:
@@ -72,18 +78,24 @@ class ShareLink:
 
     # --- the session --------------------------------------------------------------------------------------
     def poke(self) -> None:
-        if self.busy:
+        """Send what is due: the session's opening fetch, acknowledgements (they pass a parked
+        fetch: requests of one connection are taken in order, so epochs stay in sequence), the
+        next fetch once the last one is back and there is credit, or the closing request."""
+        if self.opening:
             return
         if self.closed:
-            if self.epoch > 0:
+            # a parked fetch could still acquire for a closed session: close once it is back
+            if self.epoch > 0 and not self.fetching:
                 self._send_close()
+            elif self.epoch > 0 and self.acks:
+                self._send_acks()
+            elif self.epoch == 0 and not self.fetching:
+                self.peers.close_lane(self.lane)
             return
-        budget = self._budget()
-        if budget > 0:
-            self._send_fetch(budget)
-        elif self.acks and self.epoch > 0:
-            self._send_acks()  # settles without acquiring (a fetch would take a record it cannot deliver)
-        # else no credit: the next ack (dispatch) pokes again
+        if self.epoch > 0 and self.acks:
+            self._send_acks()
+        if not self.fetching and self._budget() > 0:
+            self._send_fetch(self._budget())
 
     def _budget(self) -> int:
         consumer = self.consumer
@@ -91,39 +103,50 @@ class ShareLink:
             return 0
         if getattr(consumer, "getter", False):
             return 1
-        if consumer.prefetch and not consumer.no_ack:
-            return max(consumer.prefetch - consumer.unacked - len(self.held), 0)
-        return UNBOUNDED_BATCH
+        if consumer.no_ack:
+            return UNBOUNDED_BATCH
+        budget = consumer.prefetch - consumer.unacked if consumer.prefetch else UNBOUNDED_BATCH
+        channel = getattr(consumer, "channel", None)
+        if channel is not None and channel.global_prefetch:  # basic.qos global: the channel's unacked count too
+            budget = min(budget, channel.global_prefetch - len(channel.unacked))
+        return max(budget, 0)
 
     def _target(self):
         leader = self.leader_of(self.queue.topic, self.queue.partition)
         topic_id = self.topic_id_of(self.queue.topic)
         return (leader, topic_id) if leader >= 0 and topic_id is not None else (None, None)
 
+    def _next_epoch(self) -> int:
+        epoch = self.epoch
+        self.epoch = 1 if epoch == 2**31 - 1 else epoch + 1
+        return epoch
+
     def _send_fetch(self, budget: int) -> None:
         leader, topic_id = self._target()
         if leader is None:
             self._later()
             return
-        acks, self.acks = self.acks, {}
+        opening = self.epoch == 0
+        acks = {} if opening else self.acks  # a session cannot open with acknowledgements
+        if not opening:
+            self.acks = {}
         partition = {"partition_index": self.queue.partition, "acknowledgement_batches": _batches(acks)}
-        request = {"group_id": self.queue.name, "member_id": self.member, "share_session_epoch": self.epoch,
+        request = {"group_id": self.queue.name, "member_id": self.member, "share_session_epoch": self._next_epoch(),
                    "max_wait": self.wait_ms, "min_bytes": 1, "max_bytes": 8 << 20,
-                   "max_records": max(budget, 1), "batch_size": max(budget, 1),
+                   "max_records": budget, "batch_size": budget,
                    "topics": [{"topic_id": topic_id, "partitions": [partition]}], "forgotten_topics_data": []}
-        if self.epoch == 0:
-            partition["acknowledgement_batches"] = []  # a session cannot open with acknowledgements
-            self.acks = acks
-        self.busy = True
-        self.peers.call(leader, SHARE_FETCH, request).addCallbacks(
-            lambda answer: self._fetched(answer, acks, budget), lambda failure: self._failed(failure, acks))
+        self.fetching, self.opening = True, opening
+        member = self.member
+        self.peers.call(leader, SHARE_FETCH, request, lane=self.lane).addCallbacks(
+            lambda answer: self._fetched(answer, member), lambda failure: self._failed(failure, member))
 
-    def _fetched(self, answer, acks: dict, budget: int) -> None:
-        self.busy = False
+    def _fetched(self, answer, member: str) -> None:
+        if member != self.member:
+            return  # an answer to a session given up since
+        self.fetching = self.opening = False
         if answer.error_code:
-            self._session_error(answer.error_code, acks)
+            self._session_error(answer.error_code)
             return
-        self.epoch += 1
         got = False
         for topic in answer.responses:
             for p in topic.partitions:
@@ -143,8 +166,7 @@ class ShareLink:
         for run in p.acquired_records:
             for offset in range(run.first_offset, run.last_offset + 1):
                 counts[offset] = run.delivery_count
-        data = bytes(p.records or b"")
-        buf = bytearray(data)
+        buf = bytearray(p.records or b"")
         for pos, _header in iter_batches(buf):
             for record in decode_batch(buf, pos).records:
                 count = counts.pop(record.offset, None)
@@ -162,59 +184,66 @@ class ShareLink:
         for offset in counts:  # acquired but not in the batches (a gap): give it back
             self.acks[offset] = RELEASE
 
-    def _acknowledge_request(self, epoch: int) -> tuple[int | None, dict, dict]:
+    def _acknowledge_request(self, epoch: int) -> tuple[int | None, dict]:
         leader, topic_id = self._target()
         acks, self.acks = self.acks, {}
         request = {"group_id": self.queue.name, "member_id": self.member, "share_session_epoch": epoch,
                    "topics": [{"topic_id": topic_id, "partitions": [
                        {"partition_index": self.queue.partition, "acknowledgement_batches": _batches(acks)}]}]}
-        return leader, request, acks
+        return leader, request
 
     def _send_acks(self) -> None:
-        leader, request, acks = self._acknowledge_request(self.epoch)
-        if leader is None:
-            self.acks = {**acks, **self.acks}
+        if self._target()[0] is None:
             self._later()
             return
-        self.busy = True
+        leader, request = self._acknowledge_request(self._next_epoch())
+        member = self.member
 
         def done(answer) -> None:
-            self.busy = False
-            if answer.error_code:
-                self._session_error(answer.error_code, acks)
+            if member != self.member:
                 return
-            self.epoch += 1
-            self.poke()
+            if answer.error_code:
+                self._session_error(answer.error_code)
+            else:
+                self.poke()
 
-        self.peers.call(leader, SHARE_ACKNOWLEDGE, request).addCallbacks(done, lambda f: self._failed(f, acks))
+        self.peers.call(leader, SHARE_ACKNOWLEDGE, request, lane=self.lane).addCallbacks(
+            done, lambda f: self._failed(f, member))
 
     def _send_close(self) -> None:
-        leader, request, _ = self._acknowledge_request(-1)
+        leader, request = self._acknowledge_request(-1)
         self.epoch = 0
-        if leader is None:
-            return  # the leader is gone: its session went with it
-
-        def done(_):
-            self.busy = False
-
-        self.busy = True
-        self.peers.call(leader, SHARE_ACKNOWLEDGE, request).addBoth(done)
-
-    def _session_error(self, error: int, acks: dict) -> None:
-        if error in _SESSION_GONE:  # the leader lost the session (restarted, or moved): open another
-            log.info("share session of queue %s at its leader ended (%s); opening another", self.queue.name,
-                     ErrorCode(error).name)
-            self.epoch = 0
-            self.held.clear()  # the leader returned them to the queue: they come again, redelivered
-            self.acks = {}
+        lane = self.lane
+        if leader is None:  # the leader is gone, and its session with it
+            self.peers.close_lane(lane)
+            return
+        d = self.peers.call(leader, SHARE_ACKNOWLEDGE, request, lane=lane)
+        if self.closed:  # the link is done with its connection once the leader has the close
+            d.addBoth(lambda _: self.peers.close_lane(lane))
         else:
-            self.acks = {**acks, **self.acks}
-        self._later()
+            d.addErrback(lambda failure: None)
 
-    def _failed(self, failure, acks: dict) -> None:
-        self.busy = False
-        log.warning("share fetch of queue %s failed: %s", self.queue.name, failure.getErrorMessage())
-        self.epoch = 0  # a lost connection may have lost the session too: start a new one
+    def _session_error(self, error: int) -> None:
+        log.info("share session of queue %s at its leader ended (%s); opening another", self.queue.name,
+                 ErrorCode(error).name)
+        self._restart()
+
+    def _failed(self, failure, member: str) -> None:
+        if member != self.member:
+            return
+        log.warning("share session of queue %s: %s", self.queue.name, failure.getErrorMessage())
+        self._restart()
+
+    def _restart(self) -> None:
+        """Give the session up (what it held comes back at the leader, redelivered) and open
+        another under a new member id, so that late answers to the old one are told apart."""
+        if self.epoch > 0:
+            self._send_close()
+        self.member = self._new_member()
+        self.lane = f"share-{uuid.uuid4().hex[:12]}"  # its own connection: its fetch may wait long there
+        self.epoch, self.opening, self.fetching = 0, False, False
+        for offset in self.held:
+            self.queue.delivery_counts.pop(offset, None)
         self.held.clear()
         self.acks = {}
         self._later()

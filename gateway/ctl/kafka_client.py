@@ -7,46 +7,14 @@ commands are meant for a listener that takes them (see the README's Security sec
 """
 from __future__ import annotations
 
-import io
 import socket
 import struct
 
-from kio.serial import entity_reader, entity_writer
-
-from wire.kafka import build, request_class, response_class
+from wire.kafka import decode_response, encode_request, response_correlation
 
 API_VERSIONS = 18
 # api key -> the highest version the admin commands build requests for
 CAPS = {3: 12, 2: 7, 8: 8, 9: 8, 15: 5, 16: 5, 19: 7, 20: 6, 29: 3, 30: 3, 31: 3, 32: 4, 37: 3, 44: 1, 42: 2}
-
-
-def encode_request(api_key: int, version: int, correlation: int, client_id: bytes, data: dict) -> bytes:
-    """One request (fields as a dict) framed for the wire: size, header, body."""
-    request = build(request_class(api_key, version), data)
-    out = io.BytesIO()
-    out.write(b"\0\0\0\0")
-    out.write(struct.pack(">hhih", api_key, version, correlation, len(client_id)))
-    out.write(client_id)
-    if request.__flexible__:
-        out.write(b"\0")  # request header v2: no tagged fields
-    entity_writer(type(request))(out, request)
-    framed = out.getbuffer()
-    struct.pack_into(">i", framed, 0, len(framed) - 4)
-    return bytes(framed)
-
-
-def response_correlation(payload: bytes) -> int:
-    return struct.unpack_from(">i", payload)[0]
-
-
-def decode_response(api_key: int, version: int, payload: bytes):
-    """The response entity in ``payload`` (a frame without its size)."""
-    cls = response_class(api_key, version)
-    pos = 4
-    if cls.__flexible__ and api_key != API_VERSIONS:
-        pos += 1  # response header v1: an empty tagged-field section
-    response, _ = entity_reader(cls)(payload, pos)
-    return response
 
 
 class KafkaClientError(RuntimeError):
@@ -135,9 +103,9 @@ class KafkaAdmin:
 
     def _call(self, api_key: int, version: int, data: dict):
         self._correlation += 1
-        framed = encode_request(api_key, version, self._correlation, self.client_id, data)
+        frame = encode_request(api_key, version, self._correlation, self.client_id, data)
         try:
-            self._sock.sendall(framed)
+            self._sock.sendall(frame)
             (size,) = struct.unpack(">i", self._read(4))
             payload = self._read(size)
         except OSError as exc:
