@@ -1,6 +1,8 @@
 """The client examples of the README and of the docs' getting-started page run as written.
 
-Every fenced ``python`` block of those two pages is an example that claims to run. Each is
+Every fenced ``python`` block of those two pages is an example that claims to run, and so is a
+block anywhere else under docs/ marked by a ``<!-- runnable ... -->`` comment on the line before
+its fence (the guides' first examples; the other blocks there are sketches). Each is
 executed in a fresh Python process against one broker started by the test on free ports
 (tests/brokerproc.py). The examples name the default addresses (Kafka ``127.0.0.1:9092``, AMQP
 ``"127.0.0.1", 5672``, stream ``port=5552``); the test rewrites exactly those spellings to the
@@ -26,11 +28,19 @@ PAGES = [ROOT / "README.md", ROOT / "docs" / "getting-started.md"]
 FENCE = re.compile(r"^```python\n(.*?)^```", re.M | re.S)
 
 
+MARKED = re.compile(r"^<!-- runnable[^>]*-->\n```python\n(.*?)^```", re.M | re.S)
+
+
 def examples() -> list[tuple[str, str]]:
     out = []
     for page in PAGES:
         for i, match in enumerate(FENCE.finditer(page.read_text())):
             out.append((f"{page.relative_to(ROOT)}#{i + 1}", match.group(1)))
+    for page in sorted((ROOT / "docs").rglob("*.md")):
+        if page in PAGES:
+            continue
+        for i, match in enumerate(MARKED.finditer(page.read_text())):
+            out.append((f"{page.relative_to(ROOT)}#runnable-{i + 1}", match.group(1)))
     return out
 
 
