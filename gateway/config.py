@@ -230,7 +230,7 @@ REFERENCE_END = "<!-- end of settings reference -->"
 
 
 def reference_markdown() -> str:
-    """The README's table of settings, generated from OPTIONS so it cannot drift from the code."""
+    """The table of settings (docs/reference/settings.md), generated from OPTIONS so it cannot drift from the code."""
     lines = [REFERENCE_BEGIN, "", "| option | env var | default | |", "|---|---|---|---|"]
     for o in OPTIONS:
         default = f"`{o.default}`" if o.default not in ("", None) else ""
