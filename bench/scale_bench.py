@@ -32,7 +32,7 @@ import time
 
 from bench import peers
 
-PARTS = ("partitions", "queues", "connections", "memory", "cores", "startup")
+PARTS = ("partitions", "queues", "connections", "memory", "cores", "spread", "startup")
 
 
 def add_arguments(parser) -> None:
@@ -45,6 +45,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--connections", type=int, default=1000)
     parser.add_argument("--memory-messages", type=int, default=1_000_000, help="ready 1 KB messages in the RSS row")
     parser.add_argument("--memory-queues", type=int, default=10_000, help="idle durable queues in the RSS row")
+    parser.add_argument("--spread-messages", type=int, default=30_000, help="messages per spread-workload run")
+    parser.add_argument("--spread-queues", type=int, default=300)
+    parser.add_argument("--spread-brokers", type=int, default=3, help="--processes of the spread workload's cluster")
+    parser.add_argument("--spread-clients", type=int, default=10, help="publishers (and as many consumers)")
     parser.add_argument("--startup-gb", type=float, default=1.0, help="log size for the start-up rows (10: manual)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--only", default=",".join(PARTS), help=f"comma-separated subset of {','.join(PARTS)}")
@@ -174,7 +178,16 @@ def run(args) -> peers.SuiteResult:
     if "cores" in only:
         core_rows(samples, args, names)
         notes.append("cores rows: 'gateway' is `gateway serve --processes 2` (two brokers as one cluster, a private "
-                     "ZooKeeper), the peer column one broker process; ratio = 2 processes / 1")
+                     "ZooKeeper), the peer column one broker process; ratio = 2 processes / 1; CPU = the brokers' "
+                     "(ZooKeeper left out), over the publish phase of the AMQP run (one connection, to node 1)")
+    if "spread" in only:
+        spread_rows(samples, args, names)
+        notes.append(f"spread rows: 'gateway' is `gateway serve --processes {args.spread_brokers}`, the peer column "
+                     f"one broker process, the same workload ({args.spread_messages:,} persistent 100 B messages, "
+                     f"{args.spread_queues} queues, {args.spread_clients} confirming publishers and "
+                     f"{args.spread_clients} acking consumers, each on a random broker); CPU = the brokers' "
+                     "(ZooKeeper left out) over publish and consume; issue 27's targets: cluster / single <= 1.2, "
+                     "max share <= 45%")
     if "startup" in only:
         for label, seconds in startup_times(args.startup_gb, args.repeat):
             samples.add(label, "broker", seconds, unit="s", better="lower")
@@ -182,13 +195,14 @@ def run(args) -> peers.SuiteResult:
     notes += [f"failed run (left out of the medians): {failure}" for failure in _failures]
     notes.append(f"{args.messages:,} messages per scale run ({args.kafka_messages:,} per partitions run); CPU from "
                  f"/proc of the broker process (beam.smp for RabbitMQ); medians of {args.repeat}")
-    meta = {"messages": args.messages, "kafka_messages": args.kafka_messages, "partitions": args.partitions,
+    meta = {"messages": args.messages, "spread_messages": args.spread_messages, "spread_queues": args.spread_queues,
+            "spread_brokers": args.spread_brokers, "spread_clients": args.spread_clients, "kafka_messages": args.kafka_messages, "partitions": args.partitions,
             "queues": args.queues, "memory_messages": args.memory_messages, "memory_queues": args.memory_queues,
             "connections": args.connections, "startup_gb": args.startup_gb, "repeat": args.repeat}
     rows = samples.rows()
     for row in rows:  # the peer differs by part
         if row["peer"] is not None:
-            row["peer_name"] = ("1 process" if row["case"].startswith("cores") else
+            row["peer_name"] = ("1 process" if row["case"].startswith(("cores", "spread")) else
                                 "tansu" if row["case"].startswith("kafka") else "rabbitmq")
     return peers.SuiteResult("scale", rows, notes, seen, meta)
 
@@ -269,14 +283,81 @@ def core_rows(samples, args, names) -> None:
                 print(f"  {label:<12} kafka produce 16 partitions: {r['produce_msgs_s']:>10,.0f} msg/s", flush=True)
                 r = peers.run_load("bench.amqp_load", {
                     "address": target.address("amqp"), "queue": f"cores-{next(names)}", "mode": "spread",
-                    "messages": args.messages, "size": 100, "queues": 100, "pid": target.pid}, timeout=1800)
+                    "messages": args.messages, "size": 100, "queues": 100, "pids": target.broker_pids()},
+                    timeout=1800)
                 samples.add("cores: amqp publish+confirm 100B over 100 queues", who, r["msgs_s"], size=100)
-                print(f"  {label:<12} amqp publish over 100 queues: {r['msgs_s']:>10,.0f} msg/s", flush=True)
+                samples.add("cores: amqp CPU/msg over 100 queues", who, r["cpu_us_per_msg"], unit="us/msg",
+                            better="lower")
+                print(f"  {label:<12} amqp publish over 100 queues: {r['msgs_s']:>10,.0f} msg/s, "
+                      f"{r['cpu_us_per_msg']:.1f} us/msg", flush=True)
+                if who == "broker":
+                    shares = _shares(samples, "cores: amqp max broker CPU share, 2 brokers",
+                                     r["cpu_seconds_by_broker"])
+                    print(f"  {label:<12} amqp per-broker CPU shares: {shares}", flush=True)
             except Exception as exc:
                 print(f"  {label:<12} cores run failed: {str(exc)[-300:]}", flush=True)
                 _failures.append(f"cores {label}: {str(exc).strip().splitlines()[-1][:200]}")
             finally:
                 target.close()
+
+
+def _shares(samples, case: str, cpus: list[float]) -> str:
+    """Add the largest broker's share of the brokers' CPU as a row (each run's shares in its note);
+    return the shares as text ("21% / 57% / 22%")."""
+    total = sum(cpus)
+    shares = [c / total * 100 if total > 0 else float("nan") for c in cpus]
+    text = " / ".join(f"{x:.0f}%" for x in shares)
+    entry = samples.case(case, unit="%", better="lower")
+    entry["note"] = "; ".join(filter(None, [entry["note"], f"per-broker shares (node 1 first): {text}"]))
+    samples.add(case, "broker", max(shares))
+    return text
+
+
+def spread_rows(samples, args, names) -> None:
+    """Issue 27's spread workload (bench.amqp_load ``random_brokers``): ``--spread-queues`` durable
+    queues, ``--spread-clients`` confirming publishers and as many acking consumers, each on a
+    broker picked at random (seed = the repetition) among a ``--processes --spread-brokers``
+    cluster's nodes, against one broker on the same workload, alternating which goes first. Rows:
+    the brokers' CPU per message (summed over the broker processes from /proc, ZooKeeper left out),
+    cluster / single from the pair of each repetition, and the largest broker's share of the
+    cluster's CPU (every share in the row's note). A confirmed message not consumed fails the run."""
+    n, brokers = args.spread_messages, args.spread_brokers
+    case = f"spread: amqp CPU/msg, {args.spread_queues} queues, {brokers} brokers"
+    for rep in range(args.repeat):
+        cost = {}
+        for who in (("peer", "broker") if rep % 2 == 0 else ("broker", "peer")):
+            label = "1 process" if who == "peer" else f"{brokers} processes"
+            try:
+                target = peers.OurBroker("scale-spread") if who == "peer" else peers.OurCluster("scale-spread", brokers)
+            except Exception as exc:
+                print(f"  {label:<12} spread run failed to start: {str(exc)[-300:]}", flush=True)
+                _failures.append(f"spread {label}: {str(exc).strip().splitlines()[-1][:200]}")
+                continue
+            try:
+                r = peers.run_load("bench.amqp_load", {
+                    "addresses": target.addresses("amqp"), "queue": f"spread-{next(names)}",
+                    "mode": "random_brokers", "messages": n, "size": 100, "queues": args.spread_queues,
+                    "clients": args.spread_clients, "seed": rep, "pids": target.broker_pids()}, timeout=1800)
+            except Exception as exc:  # a confirmed message not consumed lands here too: loudly, and no row
+                print(f"  {label:<12} spread run FAILED: {str(exc)[-600:]}", flush=True)
+                _failures.append(f"spread {label}: {str(exc).strip().splitlines()[-1][:300]}")
+                continue
+            finally:
+                target.close()
+            cost[who] = r["cpu_us_per_msg"]
+            samples.add(case, who, cost[who], unit="us/msg", better="lower")
+            print(f"  {label:<12} spread {n:,} messages: {cost[who]:8.1f} us/msg, {r['msgs_s']:>8,.0f} msg/s, "
+                  f"{r['confirmed']:,} confirmed, {r['consumed']:,} consumed ({r['redelivered']} redelivered), "
+                  f"clients per broker {r['clients_per_broker']}", flush=True)
+            if who == "broker":
+                shares = _shares(samples, "spread: max broker CPU share (target <= 45%)",
+                                 r["cpu_seconds_by_broker"])
+                print(f"  {label:<12} spread per-broker CPU shares: {shares}", flush=True)
+        if "broker" in cost and cost.get("peer"):
+            ratio = cost["broker"] / cost["peer"]
+            samples.add(f"spread: CPU/msg {brokers} brokers / 1 (target <= 1.2)", "broker", ratio,
+                        unit="x", better="lower")
+            print(f"  spread cluster / single CPU per message: {ratio:.2f}", flush=True)
 
 
 def startup_times(gb: float, repeat: int):
