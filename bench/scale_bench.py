@@ -178,8 +178,9 @@ def run(args) -> peers.SuiteResult:
     if "cores" in only:
         core_rows(samples, args, names)
         notes.append("cores rows: 'gateway' is `gateway serve --processes 2` (two brokers as one cluster, a private "
-                     "ZooKeeper), the peer column one broker process; ratio = 2 processes / 1; CPU = the brokers' "
-                     "(ZooKeeper left out), over the publish phase of the AMQP run (one connection, to node 1)")
+                     "ZooKeeper), the peer column one broker process; ratio = 2 processes / 1; the AMQP spread rows "
+                     f"run the spread workload ({args.spread_messages:,} messages, --spread-messages) over 100 "
+                     "queues, CPU = the brokers' (ZooKeeper left out)")
     if "spread" in only:
         spread_rows(samples, args, names)
         notes.append(f"spread rows: 'gateway' is `gateway serve --processes {args.spread_brokers}`, the peer column "
@@ -268,8 +269,11 @@ def memory_rows(samples, args, names, seen, notes) -> None:
 
 
 def core_rows(samples, args, names) -> None:
-    """Every core of the machine: Kafka 1 KB produce to 16 partitions (acks=1) and AMQP confirmed
-    publishes over 100 queues, with two broker processes as one cluster against one broker. The
+    """Every core of the machine: Kafka 1 KB produce to 16 partitions (acks=1), AMQP confirmed
+    publishes over 100 queues (one connection, to node 1), and the spread workload (see
+    :func:`spread_rows`) over 100 queues with its clients on random brokers: its throughput, the
+    brokers' CPU per message, and the largest broker's share of the cluster's CPU (each run's
+    shares in the row's note); two broker processes as one cluster against one broker. The
     2-process figures go in the broker column, the 1-process ones in the peer column."""
     for rep in range(args.repeat):
         for who in (("peer", "broker") if rep % 2 == 0 else ("broker", "peer")):
@@ -286,14 +290,21 @@ def core_rows(samples, args, names) -> None:
                     "messages": args.messages, "size": 100, "queues": 100, "pids": target.broker_pids()},
                     timeout=1800)
                 samples.add("cores: amqp publish+confirm 100B over 100 queues", who, r["msgs_s"], size=100)
-                samples.add("cores: amqp CPU/msg over 100 queues", who, r["cpu_us_per_msg"], unit="us/msg",
+                print(f"  {label:<12} amqp publish over 100 queues: {r['msgs_s']:>10,.0f} msg/s", flush=True)
+                # the spread workload over 100 queues, clients on both brokers (one connection to node 1
+                # would keep client-local queues on node 1): throughput, CPU per message, shares
+                r = peers.run_load("bench.amqp_load", {
+                    "addresses": target.addresses("amqp"), "queue": f"cores-{next(names)}", "mode": "random_brokers",
+                    "messages": args.spread_messages, "size": 100, "queues": 100, "clients": args.spread_clients,
+                    "seed": rep, "pids": target.broker_pids()}, timeout=1800)
+                samples.add("cores: amqp spread 100 queues, random brokers", who, r["msgs_s"], size=100)
+                samples.add("cores: amqp spread 100 queues, CPU/msg", who, r["cpu_us_per_msg"], unit="us/msg",
                             better="lower")
-                print(f"  {label:<12} amqp publish over 100 queues: {r['msgs_s']:>10,.0f} msg/s, "
-                      f"{r['cpu_us_per_msg']:.1f} us/msg", flush=True)
+                print(f"  {label:<12} amqp spread over 100 queues, clients on random brokers: "
+                      f"{r['msgs_s']:>8,.0f} msg/s, {r['cpu_us_per_msg']:.1f} us/msg", flush=True)
                 if who == "broker":
-                    shares = _shares(samples, "cores: amqp max broker CPU share, 2 brokers",
-                                     r["cpu_seconds_by_broker"])
-                    print(f"  {label:<12} amqp per-broker CPU shares: {shares}", flush=True)
+                    shares = _shares(samples, "cores: amqp spread, max broker CPU share", r["cpu_seconds_by_broker"])
+                    print(f"  {label:<12} amqp spread per-broker CPU shares: {shares}", flush=True)
             except Exception as exc:
                 print(f"  {label:<12} cores run failed: {str(exc)[-300:]}", flush=True)
                 _failures.append(f"cores {label}: {str(exc).strip().splitlines()[-1][:200]}")
