@@ -12,15 +12,28 @@
   ``--memory-messages`` (1,000,000) ready persistent 1 KB messages in one queue, next to
   RabbitMQ (fresh brokers for each; our partition budget raised for 10,000 queues);
 * cores: ``gateway serve --processes 2`` (two brokers as one cluster) against one broker,
-  Kafka 1 KB produce to 16 partitions and AMQP confirmed publishes over 100 queues;
+  Kafka 1 KB produce to 16 partitions, AMQP confirmed publishes over 100 queues (one connection),
+  and the spread workload below over 100 queues: msg/s, the brokers' CPU per message, and each
+  broker's share of the cluster's CPU (the largest as a row, all of them in its note);
+* spread (issue 27): ``--spread-queues`` (300) durable queues, ``--spread-clients`` (10)
+  publishers of persistent 100 B messages with confirms and as many acking consumers, each client
+  on a broker picked at random (seeded) among the nodes of ``gateway serve --processes
+  --spread-brokers`` (3), against one broker on the same workload; ``--spread-messages``
+  (30,000). Rows: the brokers' CPU per message (summed over the broker processes from /proc,
+  ZooKeeper left out), cluster / single (target <= 1.2), and the largest broker's share of the
+  cluster's broker CPU (target <= 45%; every broker's share in the row's note). Every confirmed
+  message must be consumed: one that is not fails the run (printed, and in the notes);
 * start-up on a large log (ours only: Tansu keeps nothing on disk): a 1-partition topic filled
   with ``--startup-gb`` GB of 1 KB records (default 1 for CI and a quick manual run; 10 is the
   issue's manual setting), then the time from process start to listening after a clean stop
   and after a kill -9 (tail recovery).
 
 Targets (issue 8): cost per message within 1.5x from 1 to N; idle connection <= 50 KB.
+Targets (issue 27): spread CPU per message, 3 brokers / 1 <= 1.2; no broker above 45%.
 
     python -m bench scale [--messages 100000] [--startup-gb 1] [--repeat 3] [--only partitions,queues,...]
+    python -m bench scale --only spread [--spread-messages 30000] [--spread-brokers 3] [--repeat 3]
+    python -m bench scale --only cores [--messages 100000] [--spread-messages 30000]
 """
 from __future__ import annotations
 
@@ -319,7 +332,7 @@ def _shares(samples, case: str, cpus: list[float]) -> str:
     shares = [c / total * 100 if total > 0 else float("nan") for c in cpus]
     text = " / ".join(f"{x:.0f}%" for x in shares)
     entry = samples.case(case, unit="%", better="lower")
-    entry["note"] = "; ".join(filter(None, [entry["note"], f"per-broker shares (node 1 first): {text}"]))
+    entry["note"] = (f"{entry['note']}; " if entry["note"] else "per-broker CPU shares, node 1 first, by run: ") + text
     samples.add(case, "broker", max(shares))
     return text
 
