@@ -84,7 +84,8 @@ class OurCluster:
 
     name = "gateway"
 
-    def __init__(self, tag: str, processes: int, timeout: float = 120):
+    def __init__(self, tag: str, processes: int, *args: str, timeout: float = 120):
+        """``args``: more ``gateway serve`` options (every node gets them)."""
         self.data_dir = CACHE / "data" / f"{tag}-{os.getpid()}"
         shutil.rmtree(self.data_dir, ignore_errors=True)
         self.data_dir.mkdir(parents=True)
@@ -92,7 +93,8 @@ class OurCluster:
         listen = [arg for name in ("kafka", "amqp", "http", "stream") for arg in (f"--{name}-listen", "127.0.0.1:0")]
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--processes", str(processes),
-                                          "--data-dir", str(self.data_dir), "--log-level", "warning", *listen],
+                                          "--data-dir", str(self.data_dir), "--log-level", "warning", *listen,
+                                          *args],
                                          cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
         self.nodes: list[dict] = []
         deadline = time.monotonic() + timeout

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import shlex
 import shutil
 import signal
 import time
@@ -62,6 +63,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--spread-queues", type=int, default=300)
     parser.add_argument("--spread-brokers", type=int, default=3, help="--processes of the spread workload's cluster")
     parser.add_argument("--spread-clients", type=int, default=10, help="publishers (and as many consumers)")
+    parser.add_argument("--cluster-args", default="",
+                        help="more `gateway serve` options for the clusters of the cores and spread rows, e.g. "
+                             "'--amqp-cluster-mode spread'")
     parser.add_argument("--startup-gb", type=float, default=1.0, help="log size for the start-up rows (10: manual)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--only", default=",".join(PARTS), help=f"comma-separated subset of {','.join(PARTS)}")
@@ -196,7 +200,8 @@ def run(args) -> peers.SuiteResult:
                      "queues, CPU = the brokers' (ZooKeeper left out)")
     if "spread" in only:
         spread_rows(samples, args, names)
-        notes.append(f"spread rows: 'gateway' is `gateway serve --processes {args.spread_brokers}`, the peer column "
+        notes.append(f"spread rows: 'gateway' is `gateway serve --processes {args.spread_brokers}"
+                     f"{' ' + args.cluster_args if args.cluster_args else ''}`, the peer column "
                      f"one broker process, the same workload ({args.spread_messages:,} persistent 100 B messages, "
                      f"{args.spread_queues} queues, {args.spread_clients} confirming publishers and "
                      f"{args.spread_clients} acking consumers, each on a random broker); CPU = the brokers' "
@@ -209,7 +214,7 @@ def run(args) -> peers.SuiteResult:
     notes += [f"failed run (left out of the medians): {failure}" for failure in _failures]
     notes.append(f"{args.messages:,} messages per scale run ({args.kafka_messages:,} per partitions run); CPU from "
                  f"/proc of the broker process (beam.smp for RabbitMQ); medians of {args.repeat}")
-    meta = {"messages": args.messages, "spread_messages": args.spread_messages, "spread_queues": args.spread_queues,
+    meta = {"messages": args.messages, "cluster_args": args.cluster_args, "spread_messages": args.spread_messages, "spread_queues": args.spread_queues,
             "spread_brokers": args.spread_brokers, "spread_clients": args.spread_clients, "kafka_messages": args.kafka_messages, "partitions": args.partitions,
             "queues": args.queues, "memory_messages": args.memory_messages, "memory_queues": args.memory_queues,
             "connections": args.connections, "startup_gb": args.startup_gb, "repeat": args.repeat}
@@ -290,7 +295,8 @@ def core_rows(samples, args, names) -> None:
     2-process figures go in the broker column, the 1-process ones in the peer column."""
     for rep in range(args.repeat):
         for who in (("peer", "broker") if rep % 2 == 0 else ("broker", "peer")):
-            target = peers.OurBroker("scale-cores") if who == "peer" else peers.OurCluster("scale-cores", 2)
+            target = (peers.OurBroker("scale-cores") if who == "peer" else
+                      peers.OurCluster("scale-cores", 2, *shlex.split(args.cluster_args)))
             label = "1 process" if who == "peer" else "2 processes"
             try:
                 r = peers.run_load("bench.kafka_load", {
@@ -352,7 +358,8 @@ def spread_rows(samples, args, names) -> None:
         for who in (("peer", "broker") if rep % 2 == 0 else ("broker", "peer")):
             label = "1 process" if who == "peer" else f"{brokers} processes"
             try:
-                target = peers.OurBroker("scale-spread") if who == "peer" else peers.OurCluster("scale-spread", brokers)
+                target = (peers.OurBroker("scale-spread") if who == "peer" else
+                          peers.OurCluster("scale-spread", brokers, *shlex.split(args.cluster_args)))
             except Exception as exc:
                 print(f"  {label:<12} spread run failed to start: {str(exc)[-300:]}", flush=True)
                 _failures.append(f"spread {label}: {str(exc).strip().splitlines()[-1][:200]}")
