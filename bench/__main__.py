@@ -22,7 +22,8 @@ QUICK = {"amqp": ["--messages", "20000", "--client-messages", "2000", "--latency
                   "--small-seconds", "2"],
          "kafka": ["--messages", "20000", "--client-messages", "5000", "--latency-seconds", "2", "--small-seconds", "2"],
          "scale": ["--messages", "50000", "--kafka-messages", "200000", "--partitions", "100", "--queues", "500",
-                   "--connections", "200", "--startup-gb", "0.1", "--memory-messages", "100000", "--memory-queues", "1000"],
+                   "--connections", "200", "--startup-gb", "0.1", "--memory-messages", "100000", "--memory-queues", "1000",
+                   "--spread-messages", "3000"],
          "log": ["--mb", "32"], "spark": ["--messages", "20000"]}
 
 

@@ -65,6 +65,12 @@ class OurBroker:
         host, port = self.proc.address(proto)
         return f"{host}:{port}"
 
+    def addresses(self, proto: str) -> list[str]:
+        return [self.address(proto)]
+
+    def broker_pids(self) -> list[int]:
+        return [self.pid]
+
     def close(self, timeout: float = 120) -> None:
         code = self.proc.stop(timeout=timeout)
         shutil.rmtree(self.data_dir, ignore_errors=True)
@@ -78,7 +84,8 @@ class OurCluster:
 
     name = "gateway"
 
-    def __init__(self, tag: str, processes: int, timeout: float = 120):
+    def __init__(self, tag: str, processes: int, *args: str, timeout: float = 120):
+        """``args``: more ``gateway serve`` options (every node gets them)."""
         self.data_dir = CACHE / "data" / f"{tag}-{os.getpid()}"
         shutil.rmtree(self.data_dir, ignore_errors=True)
         self.data_dir.mkdir(parents=True)
@@ -86,7 +93,8 @@ class OurCluster:
         listen = [arg for name in ("kafka", "amqp", "http", "stream") for arg in (f"--{name}-listen", "127.0.0.1:0")]
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--processes", str(processes),
-                                          "--data-dir", str(self.data_dir), "--log-level", "warning", *listen],
+                                          "--data-dir", str(self.data_dir), "--log-level", "warning", *listen,
+                                          *args],
                                          cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
         self.nodes: list[dict] = []
         deadline = time.monotonic() + timeout
@@ -103,16 +111,34 @@ class OurCluster:
     def pid(self) -> int:
         return self.proc.pid
 
-    def cpu_seconds(self) -> float:
-        """CPU of the broker processes (the launcher's children; ZooKeeper's JVM left out)."""
+    def broker_pids(self) -> list[int]:
+        """The broker processes, node 1 first: the launcher's children that run ``--node-id`` (its
+        other child is the private ZooKeeper, whose CPU is not the brokers')."""
         try:
             children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text().split()
         except OSError:
-            return float("nan")
-        return sum(cpu_seconds(int(child)) for child in children)
+            return []
+        nodes = {}
+        for child in children:
+            try:
+                argv = Path(f"/proc/{child}/cmdline").read_bytes().decode(errors="replace").split("\0")
+            except OSError:
+                continue
+            if "--node-id" in argv:
+                nodes[int(argv[argv.index("--node-id") + 1])] = int(child)
+        return [nodes[i] for i in sorted(nodes)]
+
+    def cpu_seconds(self) -> float:
+        """CPU of the broker processes (ZooKeeper's JVM left out)."""
+        pids = self.broker_pids()
+        return sum(cpu_seconds(pid) for pid in pids) if pids else float("nan")
 
     def address(self, proto: str) -> str:
         return self.nodes[0][proto]
+
+    def addresses(self, proto: str) -> list[str]:
+        """Every broker's address, node 1 first."""
+        return [node[proto] for node in self.nodes]
 
     def close(self, timeout: float = 120) -> None:
         if self.proc.poll() is None:
@@ -347,6 +373,8 @@ def print_table(rows: list[dict], peers_seen: dict[str, str], notes: list[str]) 
         print(f"{r['suite']:<7} {r['case'][:46]:<46} {r['unit']:<7} {_fmt(r['broker']):>11} {_fmt(r['peer']):>11}"
               f" {_fmt(r['ratio']):>6} {_fmt(r.get('broker_mb_s')):>9} {_fmt(r.get('peer_mb_s')):>9}"
               f"{' ' + r['peer_name'] if r.get('peer_name') else ''}{mark}")
+        if r.get("note"):
+            print(f"{'':<7}   {r['note']}")
     print("ratio: how many times better ours is than the peer measured in the same run "
           "(ours/peer for rates, peer/ours for times, latencies and sizes); >1: ours is ahead")
     for note in notes:

@@ -12,27 +12,41 @@
   ``--memory-messages`` (1,000,000) ready persistent 1 KB messages in one queue, next to
   RabbitMQ (fresh brokers for each; our partition budget raised for 10,000 queues);
 * cores: ``gateway serve --processes 2`` (two brokers as one cluster) against one broker,
-  Kafka 1 KB produce to 16 partitions and AMQP confirmed publishes over 100 queues;
+  Kafka 1 KB produce to 16 partitions, AMQP confirmed publishes over 100 queues (one connection),
+  and the spread workload below over 100 queues: msg/s, the brokers' CPU per message, and each
+  broker's share of the cluster's CPU (the largest as a row, all of them in its note);
+* spread (issue 27): ``--spread-queues`` (300) durable queues, ``--spread-clients`` (10)
+  publishers of persistent 100 B messages with confirms and as many acking consumers, each client
+  on a broker picked at random (seeded) among the nodes of ``gateway serve --processes
+  --spread-brokers`` (3), against one broker on the same workload; ``--spread-messages``
+  (30,000). Rows: the brokers' CPU per message (summed over the broker processes from /proc,
+  ZooKeeper left out), cluster / single (target <= 1.2), and the largest broker's share of the
+  cluster's broker CPU (target <= 45%; every broker's share in the row's note). Every confirmed
+  message must be consumed: one that is not fails the run (printed, and in the notes);
 * start-up on a large log (ours only: Tansu keeps nothing on disk): a 1-partition topic filled
   with ``--startup-gb`` GB of 1 KB records (default 1 for CI and a quick manual run; 10 is the
   issue's manual setting), then the time from process start to listening after a clean stop
   and after a kill -9 (tail recovery).
 
 Targets (issue 8): cost per message within 1.5x from 1 to N; idle connection <= 50 KB.
+Targets (issue 27): spread CPU per message, 3 brokers / 1 <= 1.2; no broker above 45%.
 
     python -m bench scale [--messages 100000] [--startup-gb 1] [--repeat 3] [--only partitions,queues,...]
+    python -m bench scale --only spread [--spread-messages 30000] [--spread-brokers 3] [--repeat 3]
+    python -m bench scale --only cores [--messages 100000] [--spread-messages 30000]
 """
 from __future__ import annotations
 
 import itertools
 import os
+import shlex
 import shutil
 import signal
 import time
 
 from bench import peers
 
-PARTS = ("partitions", "queues", "connections", "memory", "cores", "startup")
+PARTS = ("partitions", "queues", "connections", "memory", "cores", "spread", "startup")
 
 
 def add_arguments(parser) -> None:
@@ -45,6 +59,13 @@ def add_arguments(parser) -> None:
     parser.add_argument("--connections", type=int, default=1000)
     parser.add_argument("--memory-messages", type=int, default=1_000_000, help="ready 1 KB messages in the RSS row")
     parser.add_argument("--memory-queues", type=int, default=10_000, help="idle durable queues in the RSS row")
+    parser.add_argument("--spread-messages", type=int, default=30_000, help="messages per spread-workload run")
+    parser.add_argument("--spread-queues", type=int, default=300)
+    parser.add_argument("--spread-brokers", type=int, default=3, help="--processes of the spread workload's cluster")
+    parser.add_argument("--spread-clients", type=int, default=10, help="publishers (and as many consumers)")
+    parser.add_argument("--cluster-args", default="",
+                        help="more `gateway serve` options for the clusters of the cores and spread rows, e.g. "
+                             "'--amqp-cluster-mode spread'")
     parser.add_argument("--startup-gb", type=float, default=1.0, help="log size for the start-up rows (10: manual)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--only", default=",".join(PARTS), help=f"comma-separated subset of {','.join(PARTS)}")
@@ -174,7 +195,18 @@ def run(args) -> peers.SuiteResult:
     if "cores" in only:
         core_rows(samples, args, names)
         notes.append("cores rows: 'gateway' is `gateway serve --processes 2` (two brokers as one cluster, a private "
-                     "ZooKeeper), the peer column one broker process; ratio = 2 processes / 1")
+                     "ZooKeeper), the peer column one broker process; ratio = 2 processes / 1; the AMQP spread rows "
+                     f"run the spread workload ({args.spread_messages:,} messages, --spread-messages) over 100 "
+                     "queues, CPU = the brokers' (ZooKeeper left out)")
+    if "spread" in only:
+        spread_rows(samples, args, names)
+        notes.append(f"spread rows: 'gateway' is `gateway serve --processes {args.spread_brokers}"
+                     f"{' ' + args.cluster_args if args.cluster_args else ''}`, the peer column "
+                     f"one broker process, the same workload ({args.spread_messages:,} persistent 100 B messages, "
+                     f"{args.spread_queues} queues, {args.spread_clients} confirming publishers and "
+                     f"{args.spread_clients} acking consumers, each on a random broker); CPU = the brokers' "
+                     "(ZooKeeper left out) over publish and consume; issue 27's targets: cluster / single <= 1.2, "
+                     "max share <= 45%")
     if "startup" in only:
         for label, seconds in startup_times(args.startup_gb, args.repeat):
             samples.add(label, "broker", seconds, unit="s", better="lower")
@@ -182,13 +214,14 @@ def run(args) -> peers.SuiteResult:
     notes += [f"failed run (left out of the medians): {failure}" for failure in _failures]
     notes.append(f"{args.messages:,} messages per scale run ({args.kafka_messages:,} per partitions run); CPU from "
                  f"/proc of the broker process (beam.smp for RabbitMQ); medians of {args.repeat}")
-    meta = {"messages": args.messages, "kafka_messages": args.kafka_messages, "partitions": args.partitions,
+    meta = {"messages": args.messages, "cluster_args": args.cluster_args, "spread_messages": args.spread_messages, "spread_queues": args.spread_queues,
+            "spread_brokers": args.spread_brokers, "spread_clients": args.spread_clients, "kafka_messages": args.kafka_messages, "partitions": args.partitions,
             "queues": args.queues, "memory_messages": args.memory_messages, "memory_queues": args.memory_queues,
             "connections": args.connections, "startup_gb": args.startup_gb, "repeat": args.repeat}
     rows = samples.rows()
     for row in rows:  # the peer differs by part
         if row["peer"] is not None:
-            row["peer_name"] = ("1 process" if row["case"].startswith("cores") else
+            row["peer_name"] = ("1 process" if row["case"].startswith(("cores", "spread")) else
                                 "tansu" if row["case"].startswith("kafka") else "rabbitmq")
     return peers.SuiteResult("scale", rows, notes, seen, meta)
 
@@ -254,12 +287,16 @@ def memory_rows(samples, args, names, seen, notes) -> None:
 
 
 def core_rows(samples, args, names) -> None:
-    """Every core of the machine: Kafka 1 KB produce to 16 partitions (acks=1) and AMQP confirmed
-    publishes over 100 queues, with two broker processes as one cluster against one broker. The
+    """Every core of the machine: Kafka 1 KB produce to 16 partitions (acks=1), AMQP confirmed
+    publishes over 100 queues (one connection, to node 1), and the spread workload (see
+    :func:`spread_rows`) over 100 queues with its clients on random brokers: its throughput, the
+    brokers' CPU per message, and the largest broker's share of the cluster's CPU (each run's
+    shares in the row's note); two broker processes as one cluster against one broker. The
     2-process figures go in the broker column, the 1-process ones in the peer column."""
     for rep in range(args.repeat):
         for who in (("peer", "broker") if rep % 2 == 0 else ("broker", "peer")):
-            target = peers.OurBroker("scale-cores") if who == "peer" else peers.OurCluster("scale-cores", 2)
+            target = (peers.OurBroker("scale-cores") if who == "peer" else
+                      peers.OurCluster("scale-cores", 2, *shlex.split(args.cluster_args)))
             label = "1 process" if who == "peer" else "2 processes"
             try:
                 r = peers.run_load("bench.kafka_load", {
@@ -269,14 +306,89 @@ def core_rows(samples, args, names) -> None:
                 print(f"  {label:<12} kafka produce 16 partitions: {r['produce_msgs_s']:>10,.0f} msg/s", flush=True)
                 r = peers.run_load("bench.amqp_load", {
                     "address": target.address("amqp"), "queue": f"cores-{next(names)}", "mode": "spread",
-                    "messages": args.messages, "size": 100, "queues": 100, "pid": target.pid}, timeout=1800)
+                    "messages": args.messages, "size": 100, "queues": 100, "pids": target.broker_pids()},
+                    timeout=1800)
                 samples.add("cores: amqp publish+confirm 100B over 100 queues", who, r["msgs_s"], size=100)
                 print(f"  {label:<12} amqp publish over 100 queues: {r['msgs_s']:>10,.0f} msg/s", flush=True)
+                # the spread workload over 100 queues, clients on both brokers (one connection to node 1
+                # would keep client-local queues on node 1): throughput, CPU per message, shares
+                r = peers.run_load("bench.amqp_load", {
+                    "addresses": target.addresses("amqp"), "queue": f"cores-{next(names)}", "mode": "random_brokers",
+                    "messages": args.spread_messages, "size": 100, "queues": 100, "clients": args.spread_clients,
+                    "seed": rep, "pids": target.broker_pids()}, timeout=1800)
+                samples.add("cores: amqp spread 100 queues, random brokers", who, r["msgs_s"], size=100)
+                samples.add("cores: amqp spread 100 queues, CPU/msg", who, r["cpu_us_per_msg"], unit="us/msg",
+                            better="lower")
+                print(f"  {label:<12} amqp spread over 100 queues, clients on random brokers: "
+                      f"{r['msgs_s']:>8,.0f} msg/s, {r['cpu_us_per_msg']:.1f} us/msg", flush=True)
+                if who == "broker":
+                    shares = _shares(samples, "cores: amqp spread, max broker CPU share", r["cpu_seconds_by_broker"])
+                    print(f"  {label:<12} amqp spread per-broker CPU shares: {shares}", flush=True)
             except Exception as exc:
                 print(f"  {label:<12} cores run failed: {str(exc)[-300:]}", flush=True)
                 _failures.append(f"cores {label}: {str(exc).strip().splitlines()[-1][:200]}")
             finally:
                 target.close()
+
+
+def _shares(samples, case: str, cpus: list[float]) -> str:
+    """Add the largest broker's share of the brokers' CPU as a row (each run's shares in its note);
+    return the shares as text ("21% / 57% / 22%")."""
+    total = sum(cpus)
+    shares = [c / total * 100 if total > 0 else float("nan") for c in cpus]
+    text = " / ".join(f"{x:.0f}%" for x in shares)
+    entry = samples.case(case, unit="%", better="lower")
+    entry["note"] = (f"{entry['note']}; " if entry["note"] else "per-broker CPU shares, node 1 first, by run: ") + text
+    samples.add(case, "broker", max(shares))
+    return text
+
+
+def spread_rows(samples, args, names) -> None:
+    """Issue 27's spread workload (bench.amqp_load ``random_brokers``): ``--spread-queues`` durable
+    queues, ``--spread-clients`` confirming publishers and as many acking consumers, each on a
+    broker picked at random (seed = the repetition) among a ``--processes --spread-brokers``
+    cluster's nodes, against one broker on the same workload, alternating which goes first. Rows:
+    the brokers' CPU per message (summed over the broker processes from /proc, ZooKeeper left out),
+    cluster / single from the pair of each repetition, and the largest broker's share of the
+    cluster's CPU (every share in the row's note). A confirmed message not consumed fails the run."""
+    n, brokers = args.spread_messages, args.spread_brokers
+    case = f"spread: amqp CPU/msg, {args.spread_queues} queues, {brokers} brokers"
+    for rep in range(args.repeat):
+        cost = {}
+        for who in (("peer", "broker") if rep % 2 == 0 else ("broker", "peer")):
+            label = "1 process" if who == "peer" else f"{brokers} processes"
+            try:
+                target = (peers.OurBroker("scale-spread") if who == "peer" else
+                          peers.OurCluster("scale-spread", brokers, *shlex.split(args.cluster_args)))
+            except Exception as exc:
+                print(f"  {label:<12} spread run failed to start: {str(exc)[-300:]}", flush=True)
+                _failures.append(f"spread {label}: {str(exc).strip().splitlines()[-1][:200]}")
+                continue
+            try:
+                r = peers.run_load("bench.amqp_load", {
+                    "addresses": target.addresses("amqp"), "queue": f"spread-{next(names)}",
+                    "mode": "random_brokers", "messages": n, "size": 100, "queues": args.spread_queues,
+                    "clients": args.spread_clients, "seed": rep, "pids": target.broker_pids()}, timeout=1800)
+            except Exception as exc:  # a confirmed message not consumed lands here too: loudly, and no row
+                print(f"  {label:<12} spread run FAILED: {str(exc)[-600:]}", flush=True)
+                _failures.append(f"spread {label}: {str(exc).strip().splitlines()[-1][:300]}")
+                continue
+            finally:
+                target.close()
+            cost[who] = r["cpu_us_per_msg"]
+            samples.add(case, who, cost[who], unit="us/msg", better="lower")
+            print(f"  {label:<12} spread {n:,} messages: {cost[who]:8.1f} us/msg, {r['msgs_s']:>8,.0f} msg/s, "
+                  f"{r['confirmed']:,} confirmed, {r['consumed']:,} consumed ({r['redelivered']} redelivered), "
+                  f"clients per broker {r['clients_per_broker']}", flush=True)
+            if who == "broker":
+                shares = _shares(samples, "spread: max broker CPU share (target <= 45%)",
+                                 r["cpu_seconds_by_broker"])
+                print(f"  {label:<12} spread per-broker CPU shares: {shares}", flush=True)
+        if "broker" in cost and cost.get("peer"):
+            ratio = cost["broker"] / cost["peer"]
+            samples.add(f"spread: CPU/msg {brokers} brokers / 1 (target <= 1.2)", "broker", ratio,
+                        unit="x", better="lower")
+            print(f"  spread cluster / single CPU per message: {ratio:.2f}", flush=True)
 
 
 def startup_times(gb: float, repeat: int):
