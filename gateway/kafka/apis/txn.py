@@ -94,12 +94,9 @@ def txn_offset_commit(ctx, conn, h, req):
             else:
                 offsets[tp] = OffsetAndMetadata(p.committed_offset, getattr(p, "committed_leader_epoch", -1),
                                                 metadata, int(ctx.reactor.seconds() * 1000))
-    generation = getattr(req, "generation_id", -1)
-    member_error = None
-    if generation >= 0 or getattr(req, "member_id", ""):
-        # KIP-447: a zombie member of an older generation must not commit.
-        member_error = ctx.groups.check_member(req.group_id, generation, getattr(req, "member_id", ""),
-                                               getattr(req, "group_instance_id", None))
+    # KIP-447: a zombie member of an older generation (or member epoch) must not commit.
+    member_error = ctx.groups.check_txn_member(req.group_id, getattr(req, "generation_id", -1),
+                                               getattr(req, "member_id", ""), getattr(req, "group_instance_id", None))
     step = Step(member_error) if member_error else ctx.transactions.commit_offsets(
         req.transactional_id, req.group_id, req.producer_id, req.producer_epoch, offsets)
 
