@@ -366,7 +366,11 @@ class TransactionCoordinator:
         txn.state = PREPARE_COMMIT if commit else PREPARE_ABORT
         durable_at = self._persist(txn)
 
-        return Step(durable=[durable_at], then=lambda: self._complete(txn, answer_producer))
+        def complete() -> Step:
+            if not self.coordinates(txn.transactional_id):
+                return Step(ErrorCode.not_coordinator)  # deposed meanwhile: the new leader finishes it
+            return self._complete(txn, answer_producer)
+        return Step(durable=[durable_at], then=complete)
 
     def _complete(self, txn: Transaction, answer_producer: bool = False) -> Step:
         """Phase two: markers into every partition of the transaction, then Complete*.
@@ -389,6 +393,8 @@ class TransactionCoordinator:
         def finish() -> Step:
             if txn.producer_id != pid or txn.epoch != epoch or txn.state not in _PREPARING:
                 return Step(producer_id=pid, epoch=epoch)  # finished meanwhile (reloaded after a move)
+            if not self.coordinates(txn.transactional_id):
+                return Step(ErrorCode.not_coordinator)  # its log is a follower's now: never append to it
             txn.state = COMPLETE_COMMIT if commit else COMPLETE_ABORT
             txn.partitions = set()
             return Step(durable=[self._persist(txn)], producer_id=pid if answer_producer else -1,
