@@ -7,12 +7,14 @@ loop (confluent-kafka, read_committed input, output plus input offsets in one tr
 while the transaction coordinator, the leader of an output partition and the group coordinator
 are killed with SIGKILL one after the other (``TXN_CLUSTER_ROUNDS`` rounds, default 1 for the
 KIP-848 loop and the transaction coordinator only for the classic one;
-``TXN_CLUSTER_RECORDS`` input records, default 600): the committed output holds each input
+``TXN_CLUSTER_RECORDS`` input records, default 450): the committed output holds each input
 exactly once and the committed input offsets are the input's ends.
 """
 from __future__ import annotations
 
 import os
+import random
+import threading
 import time
 
 import pytest
@@ -26,7 +28,7 @@ from compat_tests.kafka.kio_call import kio_call
 from wire.kafka import build, request_class, response_class
 
 ROUNDS = int(os.environ.get("TXN_CLUSTER_ROUNDS", "1"))
-RECORDS = int(os.environ.get("TXN_CLUSTER_RECORDS", "600"))
+RECORDS = int(os.environ.get("TXN_CLUSTER_RECORDS", "450"))
 PARTITIONS = 3
 INTERNAL = ("__transaction_state", "__consumer_offsets")
 
@@ -123,24 +125,38 @@ def test_consume_transform_produce_survives_kill_9(cluster, protocol, kills):
     victims = [lambda: coordinator(cluster, tid, 1), lambda: leader_of(cluster, sink, 0),
                lambda: coordinator(cluster, group, 0)][:kills] * ROUNDS
     kill_at = [RECORDS * (i + 1) // (len(victims) + 1) for i in range(len(victims))]
-    killed = []
-    done, deadline = 0, time.monotonic() + 60 + 60 * len(victims)
-    try:
-        while done < RECORDS:
-            assert time.monotonic() < deadline, f"only {done} of {RECORDS} records through; killed {killed}"
-            done += loop.step()
-            if kill_at and done >= kill_at[0]:
-                kill_at.pop(0)
-                victim = cluster.by_id(victims[len(killed)]())
-                victim.kill()
-                killed.append(victim.node_id)
-                for _ in range(10):  # carry on while it is down
-                    done += loop.step()
-                victim.start()
+    progress = {"done": 0, "killed": [], "failed": None}
+    finished = threading.Event()
+
+    def nemesis():  # its own thread, so a kill lands wherever the loop is: mid-transaction too
+        try:
+            for victim, at in zip(victims, kill_at):
+                while progress["done"] < at and not finished.is_set():
+                    time.sleep(0.05)
+                if finished.is_set():
+                    return
+                broker = cluster.by_id(victim())
+                time.sleep(random.uniform(0, 0.3))
+                broker.kill()
+                progress["killed"].append(broker.node_id)
+                time.sleep(1.0)  # the loop carries on while it is down
+                broker.start()
                 _wait_whole(cluster, (source, sink) + INTERNAL)
+        except Exception as exc:  # reported by the main thread
+            progress["failed"] = exc
+    killer = threading.Thread(target=nemesis, daemon=True)
+    killer.start()
+    deadline = time.monotonic() + 60 + 60 * len(victims)
+    try:
+        while progress["done"] < RECORDS:
+            assert time.monotonic() < deadline, f"only {progress} of {RECORDS} records through"
+            progress["done"] += loop.step()
     finally:
+        finished.set()
+        killer.join(120)
         loop.close()
-    assert len(killed) == kills * ROUNDS
+    assert progress["failed"] is None, progress["failed"]
+    assert len(progress["killed"]) == kills * ROUNDS, progress
 
     output = read_values(cluster.bootstrap(), sink, PARTITIONS, "read_committed", RECORDS)
     assert sorted(output) == sorted(transform(v) for v in values), "output is not each input exactly once"
