@@ -214,12 +214,11 @@ class TransactionCoordinator:
         plog = self.logs.logs.get((TXN_TOPIC, partition))
         if plog is None:
             return []
-        before = set(self.txns)
         for batch in plog.replay():
             if not batch.is_control:
                 for record in batch.records:
                     self._apply(record)
-        loaded = [t for tid, t in self.txns.items() if tid not in before or self.partition_for(tid) == partition]
+        loaded = [t for tid, t in self.txns.items() if self.partition_for(tid) == partition]
         for txn in loaded:
             self._by_producer[txn.producer_id] = txn.transactional_id
         steps = [self._complete(t) for t in loaded if t.state in _PREPARING]
