@@ -1,6 +1,6 @@
 """The transaction coordinator: transactional ids, their producers and the two-phase end.
 
-Kafka's design (KIP-98), on one node. A transactional id owns one producer id; every
+Kafka's design (KIP-98). A transactional id owns one producer id; every
 InitProducerId for it bumps the epoch, which fences the previous holder: its requests get
 PRODUCER_FENCED here and INVALID_PRODUCER_EPOCH from the partitions, once a marker of the
 newer epoch lands there. A transaction adds partitions (AddPartitionsToTxn, and for offsets
@@ -18,6 +18,13 @@ for two-phase operations, what to run once they are (``then``). While a transact
 a Prepare state, every other request about it gets CONCURRENT_TRANSACTIONS, which clients
 retry. At start-up a transaction found in a Prepare state is completed; one found Ongoing
 is aborted when its timeout passes, like one whose producer vanished.
+
+In cluster mode the coordinator of an id is the leader of its ``__transaction_state``
+partition (``leads``): markers for partitions led by other brokers come back as
+``Step.remote`` for the gateway to send (WriteTxnMarkers), Complete* follows once they are
+durable, and a new leader of the partition reloads it (:meth:`load_partition`) and finishes
+what was prepared. A data partition's leader does not know the producer's transaction
+(``coordinates_all`` False): as in Kafka before KIP-890 it fences by producer epoch only.
 
 ``__transaction_state`` is compacted and keyed by transactional id, in Kafka's own record
 format (TransactionLogKey v0, TransactionLogValue v0), so Kafka tools can read it::
