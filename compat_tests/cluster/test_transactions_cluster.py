@@ -162,3 +162,25 @@ def test_consume_transform_produce_survives_kill_9(cluster, protocol, kills):
     assert sorted(output) == sorted(transform(v) for v in values), "output is not each input exactly once"
     per_partition = {p: len(values[p::PARTITIONS]) for p in range(PARTITIONS)}
     assert committed_offsets(cluster.bootstrap(), group, source, PARTITIONS) == per_partition
+
+
+def test_a_hung_transaction_is_aborted_by_its_timeout(cluster):
+    """An abandoned transaction holds back read_committed on every partition it wrote to, led by
+    any broker, until its coordinator's timeout aborts it there with markers."""
+    topic = unique_name("hung")
+    create_topic(cluster.bootstrap(), topic, PARTITIONS, 3)
+    hung = Producer({"bootstrap.servers": cluster.bootstrap(), "transactional.id": unique_name("hung"),
+                     "transaction.timeout.ms": 3000})
+    hung.init_transactions(30)
+    hung.begin_transaction()
+    for p in range(PARTITIONS):
+        hung.produce(topic, value=b"hung", partition=p)
+    hung.flush(30)  # written, never ended
+    later = Producer({"bootstrap.servers": cluster.bootstrap(), "transactional.id": unique_name("later")})
+    later.init_transactions(30)
+    later.begin_transaction()
+    for p in range(PARTITIONS):
+        later.produce(topic, value=b"later", partition=p)
+    later.commit_transaction(30)
+    values = read_values(cluster.bootstrap(), topic, PARTITIONS, "read_committed", PARTITIONS, timeout=40)
+    assert sorted(values) == [b"later"] * PARTITIONS
