@@ -1,6 +1,6 @@
 """The transaction coordinator: transactional ids, their producers and the two-phase end.
 
-Kafka's design (KIP-98), on one node. A transactional id owns one producer id; every
+Kafka's design (KIP-98). A transactional id owns one producer id; every
 InitProducerId for it bumps the epoch, which fences the previous holder: its requests get
 PRODUCER_FENCED here and INVALID_PRODUCER_EPOCH from the partitions, once a marker of the
 newer epoch lands there. A transaction adds partitions (AddPartitionsToTxn, and for offsets
@@ -18,6 +18,13 @@ for two-phase operations, what to run once they are (``then``). While a transact
 a Prepare state, every other request about it gets CONCURRENT_TRANSACTIONS, which clients
 retry. At start-up a transaction found in a Prepare state is completed; one found Ongoing
 is aborted when its timeout passes, like one whose producer vanished.
+
+In cluster mode the coordinator of an id is the leader of its ``__transaction_state``
+partition (``leads``): markers for partitions led by other brokers come back as
+``Step.remote`` for the gateway to send (WriteTxnMarkers), Complete* follows once they are
+durable, and a new leader of the partition reloads it (:meth:`load_partition`) and finishes
+what was prepared. A data partition's leader does not know the producer's transaction
+(``coordinates_all`` False): as in Kafka before KIP-890 it fences by producer epoch only.
 
 ``__transaction_state`` is compacted and keyed by transactional id, in Kafka's own record
 format (TransactionLogKey v0, TransactionLogValue v0), so Kafka tools can read it::
@@ -83,6 +90,17 @@ class Step:
     producer_id: int = -1
     epoch: int = -1
     partition_errors: dict[TopicPartition, ErrorCode] = field(default_factory=dict)
+    # cluster mode: markers another broker must write (WriteTxnMarkers) before ``then`` runs
+    remote: "RemoteMarkers | None" = None
+
+
+@dataclass(frozen=True)
+class RemoteMarkers:
+    """Markers of one transaction for partitions led by other brokers."""
+    producer_id: int
+    epoch: int
+    commit: bool
+    partitions: tuple[TopicPartition, ...]
 
 
 # --- record format -------------------------------------------------------------------------
@@ -154,12 +172,17 @@ class TransactionCoordinator:
         self.clock = clock
         self.partitions = partitions
         self.on_marker = on_marker  # a marker moved this partition's last stable offset
+        # cluster mode: whether this broker leads a __transaction_state partition / a data partition
+        # (single node: it leads everything). Only a led partition's transactions are served here.
+        self.leads: Callable[[int], bool] = lambda partition: True
+        self.coordinates_all = True  # False in cluster mode
+        self.leads_data: Callable[[str, int], bool] = lambda topic, partition: True
         self.txns: dict[str, Transaction] = {}
         self._by_producer: dict[int, str] = {}
 
     # --- life cycle -----------------------------------------------------------------
-    def load(self) -> list[Step]:
-        """Replay ``__transaction_state``; finish transactions a crash left in a Prepare state."""
+    def ensure_topic(self) -> None:
+        """Create ``__transaction_state`` if missing; adopt the partition count of an existing one."""
         topic = self.logs.store.get_topic(TXN_TOPIC)
         if topic is None:
             try:
@@ -168,6 +191,10 @@ class TransactionCoordinator:
                 log.warning("%s not created: %s", TXN_TOPIC, exc)
         else:
             self.partitions = topic.partitions
+
+    def load(self) -> list[Step]:
+        """Replay ``__transaction_state``; finish transactions a crash left in a Prepare state."""
+        self.ensure_topic()
         self.txns.clear()
         for partition in range(self.partitions):
             plog = self.logs.logs.get((TXN_TOPIC, partition))
@@ -178,11 +205,38 @@ class TransactionCoordinator:
                     for record in batch.records:
                         self._apply(record)
         self._by_producer = {t.producer_id: t.transactional_id for t in self.txns.values()}
-        steps = [self._complete(t) for t in self.txns.values() if t.state in _PREPARING]
+        steps = [self._complete(t) for t in self.txns.values()
+                 if t.state in _PREPARING and self.leads(self.partition_for(t.transactional_id))]
         if self.txns:
             log.info("loaded %d transactional id(s); %d transaction(s) completed after a restart",
                      len(self.txns), len(steps))
         return steps
+
+    def load_partition(self, partition: int) -> list[Step]:
+        """Cluster mode, on becoming leader of a ``__transaction_state`` partition: its transactions
+        are read again from the replica and every prepared one is finished (markers, Complete*)."""
+        self._sync_partitions()
+        for tid in [t for t in self.txns if self.partition_for(t) == partition]:
+            self._by_producer.pop(self.txns.pop(tid).producer_id, None)
+        plog = self.logs.logs.get((TXN_TOPIC, partition))
+        if plog is None:
+            return []
+        for batch in plog.replay():
+            if not batch.is_control:
+                for record in batch.records:
+                    self._apply(record)
+        loaded = [t for tid, t in self.txns.items() if self.partition_for(tid) == partition]
+        for txn in loaded:
+            self._by_producer[txn.producer_id] = txn.transactional_id
+        steps = [self._complete(t) for t in loaded if t.state in _PREPARING]
+        log.info("%s-%d led here: %d transactional id(s) loaded, %d prepared transaction(s) being completed",
+                 TXN_TOPIC, partition, len(loaded), len(steps))
+        return steps
+
+    def _sync_partitions(self) -> None:
+        topic = self.logs.store.get_topic(TXN_TOPIC)
+        if topic is not None:
+            self.partitions = topic.partitions
 
     def _apply(self, record: Record) -> None:
         try:
@@ -195,7 +249,12 @@ class TransactionCoordinator:
             log.warning("skipping unreadable %s record at offset %d: %s", TXN_TOPIC, record.offset, exc)
 
     def partition_for(self, transactional_id: str) -> int:
-        return abs(java_string_hash(transactional_id)) % self.partitions
+        h = java_string_hash(transactional_id)
+        return (0 if h == -(1 << 31) else abs(h)) % self.partitions
+
+    def coordinates(self, transactional_id: str) -> bool:
+        """Is this broker the transactional id's coordinator (single node: always)?"""
+        return self.leads(self.partition_for(transactional_id))
 
     def _now_ms(self) -> int:
         return int(self.clock() * 1000)
@@ -258,12 +317,16 @@ class TransactionCoordinator:
         txn, error = self._check(transactional_id, producer_id, epoch)
         if txn is None:
             return Step(error, partition_errors={tp: error for tp in partitions})
-        unknown = {tp for tp in partitions if tp not in self.logs.logs}
+        unknown = {tp for tp in partitions if not self._exists(tp)}
         if unknown:
             return Step(ErrorCode.unknown_topic_or_partition, partition_errors={
                 tp: ErrorCode.unknown_topic_or_partition if tp in unknown else ErrorCode.operation_not_attempted
                 for tp in partitions})
         return self._add(txn, partitions)
+
+    def _exists(self, tp: TopicPartition) -> bool:
+        topic = self.logs.store.get_topic(tp[0])
+        return topic is not None and 0 <= tp[1] < topic.partitions
 
     def add_offsets(self, transactional_id: str, producer_id: int, epoch: int, group_id: str) -> Step:
         txn, error = self._check(transactional_id, producer_id, epoch)
@@ -283,6 +346,10 @@ class TransactionCoordinator:
     def commit_offsets(self, transactional_id: str, group_id: str, producer_id: int, epoch: int,
                        offsets: dict[TopicPartition, OffsetAndMetadata]) -> Step:
         """TxnOffsetCommit: offsets that apply when the transaction commits."""
+        if not self.coordinates(transactional_id):
+            # cluster mode: the group's coordinator is not the transaction's, which checked the
+            # producer when the group was added (Kafka's group coordinator does not check either)
+            return Step(durable=[d for d in [self.offsets.commit_in_txn(group_id, producer_id, epoch, offsets)] if d])
         txn, error = self._check(transactional_id, producer_id, epoch)
         if txn is None:
             return Step(error)
@@ -306,46 +373,75 @@ class TransactionCoordinator:
         durable_at = self._persist(txn)
 
         def complete() -> Step:
-            step = self._complete(txn)
-            if answer_producer:
-                step.producer_id, step.epoch = txn.producer_id, txn.epoch
-            return step
+            if not self.coordinates(txn.transactional_id):
+                return Step(ErrorCode.not_coordinator)  # deposed meanwhile: the new leader finishes it
+            return self._complete(txn, answer_producer)
         return Step(durable=[durable_at], then=complete)
 
-    def _complete(self, txn: Transaction) -> Step:
-        """Phase two: markers into every partition of the transaction, then Complete*."""
+    def _complete(self, txn: Transaction, answer_producer: bool = False) -> Step:
+        """Phase two: markers into every partition of the transaction, then Complete*.
+
+        Partitions led here get their marker at once; the others (cluster mode) are returned as
+        ``remote`` for the gateway to send as WriteTxnMarkers. In cluster mode Complete* is
+        written once every marker is durable, so a new coordinator never finds a transaction
+        complete whose marker a failover lost; a single node writes it at once, as before."""
         commit = txn.state == PREPARE_COMMIT
-        now = self._now_ms()
-        marker = encode_batch([control_record(commit, 0, now)], producer_id=txn.producer_id,
-                              producer_epoch=txn.epoch, is_control=True, is_transactional=True)
-        durable = []
+        pid, epoch = txn.producer_id, txn.epoch
+        durable, remote = [], []
         for topic, partition in sorted(txn.partitions):
-            plog = self.logs.logs.get((topic, partition))
-            if plog is None:
-                continue  # the topic was deleted meanwhile
-            try:
-                info = plog.append(marker)
-            except (LogError, OSError) as exc:
-                log.error("transaction marker not written to %s-%d: %s", topic, partition, exc)
+            if not self.leads_data(topic, partition):
+                remote.append((topic, partition))
                 continue
-            self.producers.partition(topic, partition, plog).end_txn(txn.producer_id, txn.epoch, commit,
-                                                                     info.first_offset)
-            if topic == OFFSETS_TOPIC:
-                self.offsets.end_txn(txn.producer_id, commit, partition)
-            durable.append((topic, partition, info.last_offset))
-            self.on_marker(topic, partition)
-        txn.state = COMPLETE_COMMIT if commit else COMPLETE_ABORT
-        txn.partitions = set()
-        durable.append(self._persist(txn))
-        return Step(durable=durable)
+            durable_at = self.write_marker(topic, partition, pid, epoch, commit)
+            if durable_at is not None:
+                durable.append(durable_at)
+
+        def finish() -> Step:
+            if txn.producer_id != pid or txn.epoch != epoch or txn.state not in _PREPARING:
+                return Step(producer_id=pid, epoch=epoch)  # finished meanwhile (reloaded after a move)
+            if not self.coordinates(txn.transactional_id):
+                return Step(ErrorCode.not_coordinator)  # its log is a follower's now: never append to it
+            txn.state = COMPLETE_COMMIT if commit else COMPLETE_ABORT
+            txn.partitions = set()
+            return Step(durable=[self._persist(txn)], producer_id=pid if answer_producer else -1,
+                        epoch=epoch if answer_producer else -1)
+        if not remote and self.coordinates_all:
+            done = finish()
+            done.durable = durable + done.durable
+            return done
+        return Step(durable=durable, then=finish,
+                    remote=RemoteMarkers(pid, epoch, commit, tuple(remote)) if remote else None)
+
+    def write_marker(self, topic: str, partition: int, producer_id: int, epoch: int,
+                     commit: bool) -> DurableAt | None:
+        """Append a commit/abort control batch to a partition led here (also WriteTxnMarkers' work):
+        it closes the producer's open transaction there, moving the last stable offset, and
+        applies or drops offsets committed in it. None if the partition is gone."""
+        plog = self.logs.logs.get((topic, partition))
+        if plog is None:
+            return None  # the topic was deleted meanwhile
+        marker = encode_batch([control_record(commit, 0, self._now_ms())], producer_id=producer_id,
+                              producer_epoch=epoch, is_control=True, is_transactional=True)
+        try:
+            info = plog.append(marker)
+        except (LogError, OSError) as exc:
+            log.error("transaction marker not written to %s-%d: %s", topic, partition, exc)
+            return None
+        self.producers.partition(topic, partition, plog).end_txn(producer_id, epoch, commit, info.first_offset)
+        if topic == OFFSETS_TOPIC:
+            self.offsets.end_txn(producer_id, commit, partition)
+        self.on_marker(topic, partition)
+        return topic, partition, info.last_offset
 
     # --- produce checks and timeouts -------------------------------------------------
     def check_produce(self, producer_id: int, epoch: int, topic: str, partition: int) -> ErrorCode:
         """May this transactional batch be appended? Only inside an ongoing transaction that added the partition."""
         tid = self._by_producer.get(producer_id)
         txn = self.txns.get(tid) if tid is not None else None
-        if txn is None:
-            return ErrorCode.invalid_producer_id_mapping
+        if txn is None or not self.coordinates(tid):
+            # cluster mode: the coordinator is another broker; as in Kafka before KIP-890 the
+            # partition leader fences by epoch (core.producers) and trusts AddPartitionsToTxn
+            return ErrorCode.invalid_producer_id_mapping if self.coordinates_all else ErrorCode.none
         if epoch < txn.epoch:
             return ErrorCode.invalid_producer_epoch
         if epoch > txn.epoch or txn.state != ONGOING or (topic, partition) not in txn.partitions:
@@ -357,7 +453,7 @@ class TransactionCoordinator:
         now = self._now_ms()
         steps = []
         for txn in list(self.txns.values()):
-            if txn.state == ONGOING and now - txn.start_ms > txn.timeout_ms:
+            if txn.state == ONGOING and now - txn.start_ms > txn.timeout_ms and self.coordinates(txn.transactional_id):
                 log.warning("transaction of %r timed out after %d ms: aborting it", txn.transactional_id,
                             txn.timeout_ms)
                 self._bump_epoch(txn)

@@ -37,7 +37,7 @@ from core.log_manager import LogManager
 from core.metadata import LocalMetadataStore
 from core.offsets import OFFSETS_TOPIC
 from core.producers import ProducerStates
-from core.transactions import TransactionCoordinator
+from core.transactions import TXN_TOPIC, TransactionCoordinator
 from routing.broker import Router
 from routing.state import NoState
 from gateway import http
@@ -212,6 +212,10 @@ class Broker:
         if self.cluster is not None:
             # offsets expire only on the leader of their __consumer_offsets partition
             groups.retention.leads = lambda p: self.cluster.replicas.leader_of(OFFSETS_TOPIC, p) is not None
+            # transaction coordinators are the leaders of __transaction_state's partitions
+            transactions.coordinates_all = False
+            transactions.leads = lambda p: self.cluster.replicas.leader_of(TXN_TOPIC, p) is not None
+            transactions.leads_data = lambda t, p: self.cluster.replicas.leader_of(t, p) is not None
         self._apply_limits()
         factories = {
             "kafka": _Gate(KafkaFactory(self.kafka, require_auth=self.settings.kafka_require_auth),
@@ -275,6 +279,9 @@ class Broker:
         self.kafka.producers.reset(topic, partition)  # followers do not track producers: rebuild from the log
         if topic == OFFSETS_TOPIC:
             self.kafka.groups.offsets.reload(partition)
+        elif topic == TXN_TOPIC:  # this broker now coordinates its transactional ids: finish prepared ones
+            for step in self.kafka.transactions.load_partition(partition):
+                txn_api.run(self.kafka, step)
         self.amqp.router.shares.forget_partition(topic, partition)  # share state: read it again
 
     def _leader_of(self, topic: str, partition: int) -> int:

@@ -113,3 +113,42 @@ def test_two_processes_form_one_cluster_and_stop_together(tmp_path):
     assert not listeners_path(data_dir, 1).exists() and not listeners_path(data_dir, 2).exists()
     zk_alive = subprocess.run(["pgrep", "-f", str(data_dir / "zookeeper")], capture_output=True).returncode == 0
     assert not zk_alive, "the private ZooKeeper outlived the launcher"
+
+
+def test_three_processes_serve_transactions(tmp_path):
+    """``init_transactions()`` on ``--processes 3`` (it timed out: FindCoordinator refused transactional ids
+    in cluster mode), and a committed transaction spread over the three nodes' partitions."""
+    data_dir = tmp_path / "data"
+    log = open(tmp_path / "launcher.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--processes", "3", "--data-dir", str(data_dir),
+                             *(arg for name in ("kafka", "amqp", "http", "stream")
+                               for arg in (f"--{name}-listen", "127.0.0.1:0"))],
+                            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        nodes = [_listeners(data_dir, i, proc) for i in (1, 2, 3)]
+        bootstrap = ",".join(n["kafka"] for n in nodes)
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic("txns", 6)])["txns"].result(30)
+        producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "t1"})
+        producer.init_transactions(30)
+        for commit in (True, False):
+            producer.begin_transaction()
+            for i in range(60):
+                producer.produce("txns", b"%s-%d" % (b"c" if commit else b"a", i), partition=i % 6)
+            producer.flush(30)
+            producer.commit_transaction(30) if commit else producer.abort_transaction(30)
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "reader", "auto.offset.reset": "earliest",
+                             "isolation.level": "read_committed"})
+        consumer.subscribe(["txns"])
+        got, deadline = [], time.monotonic() + 60
+        while len(got) < 60 and time.monotonic() < deadline:
+            got += [m.value() for m in consumer.consume(100, 1.0) if m.error() is None]
+        got += [m.value() for m in consumer.consume(100, 2.0) if m.error() is None]  # nothing aborted follows
+        consumer.close()
+        assert sorted(got) == sorted(b"c-%d" % i for i in range(60))
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        code = proc.wait(120)
+        log.close()
+    assert code == 0, (tmp_path / "launcher.log").read_text()[-3000:]

@@ -193,3 +193,32 @@ def test_compaction_never_lets_an_aborted_value_shadow_a_committed_one(tmp_path,
     compact(plog)
     node.offsets.load()
     assert node.offsets.fetch("g")[("t", 0)].offset == 5
+
+
+def test_cluster_mode_leaves_other_leaders_markers_to_write_txn_markers(tmp_path, clock):
+    """A partition led elsewhere is returned as a remote marker; Complete* waits for the next phase,
+    and a broker that does not coordinate the producer's id lets its batches through (the leader
+    fences by epoch); a new leader of the transaction log finishes what was prepared."""
+    node = Node(tmp_path, clock)
+    node.logs.create_topic("u", 1)
+    node.txns.coordinates_all = False
+    node.txns.leads_data = lambda topic, partition: topic != "u"  # "u" is led by another broker
+    step = node.txns.init_producer("tid", 60000)
+    pid, epoch = step.producer_id, step.epoch
+    node.run(node.txns.add_partitions("tid", pid, epoch, [("t", 0), ("u", 0)]))
+    assert node.txns.check_produce(pid + 7, 0, "t", 0) == ErrorCode.none  # coordinated elsewhere
+    node.produce(pid, epoch, 0, [b"a"])
+    prepared = node.txns.end_txn("tid", pid, epoch, commit=True)
+    second = prepared.then()
+    assert second.remote is not None and second.remote.partitions == (("u", 0),) and second.remote.commit
+    assert markers(node.logs.get_log("t", 0)) == [(1, True)] and markers(node.logs.get_log("u", 0)) == []
+    assert node.txns.describe("tid").state == PREPARE_COMMIT  # until the remote leader answered
+    # the coordinator dies here; the next leader of __transaction_state-0 reloads it and completes
+    node.txns.leads_data = lambda topic, partition: True
+    steps = node.txns.load_partition(0)
+    assert len(steps) == 1 and steps[0].remote is None
+    node.run(steps[0])
+    assert node.txns.describe("tid").state == COMPLETE_COMMIT
+    assert [m[1] for m in markers(node.logs.get_log("u", 0))] == [True]
+    node.run(second)  # the old step, if it ever goes on, finds the transaction finished
+    assert node.txns.describe("tid").state == COMPLETE_COMMIT

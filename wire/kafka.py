@@ -64,6 +64,7 @@ ADVERTISED: dict[int, tuple[int, int]] = {
     24: (0, 3),   # AddPartitionsToTxn (v4+ is broker-to-broker)
     25: (0, 3),   # AddOffsetsToTxn
     26: (0, 3),   # EndTxn
+    27: (1, 1),   # WriteTxnMarkers (broker to broker: a transaction coordinator's commit/abort markers)
     28: (0, 3),   # TxnOffsetCommit
     29: (1, 3),   # DescribeAcls
     30: (1, 3),   # CreateAcls

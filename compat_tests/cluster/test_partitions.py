@@ -11,9 +11,9 @@ show. Workloads, all at once:
 - pika publishers with confirms on a quorum queue and on a classic queue mirrored by an
   ``ha-mode`` policy, each with a consumer acking what it gets.
 
-Transactions are not among the workloads: transactional ids are single-node only in this version
-(README, Cluster mode), so they have their own fault suite on one broker in a namespace
-(test_transaction_faults.py: kill -9, freeze, a client cut, loss).
+Transactions are not among the workloads yet: their fault suite runs on one broker in a namespace
+(test_transaction_faults.py: kill -9, freeze, a client cut, loss); on the cluster they are
+tested across kill -9 of coordinators and leaders in test_transactions_cluster.py.
 
 The nemesis runs cycles: one fault of nemesis.py, hold, heal, wait until every ISR is full.
 By default (CI) every fault runs twice, in an order shuffled by the seed; GATEWAY_PARTITION_CYCLES

@@ -62,10 +62,16 @@ class OffsetCommits:
             return CommitInfo({tp: (code if tp in accepted else e) for tp, e in errors.items()}, None)
         return CommitInfo(errors, durable_at)
 
-    def check_member(self, group_id: str, generation_id: int, member_id: str,
-                     instance_id: str | None) -> ErrorCode | None:
-        """The error a commit from this member and generation gets (None: it may commit)."""
+    def check_txn_member(self, group_id: str, generation_id: int, member_id: str,
+                         instance_id: str | None) -> ErrorCode | None:
+        """TxnOffsetCommit's member check (KIP-447): a KIP-848 member's generation field carries
+        its member epoch; a classic member's, its generation. A request without member
+        metadata (epoch -1, no member id, no instance id: the pre-KIP-447 shape) is not fenced."""
         self._ensure_loaded()
+        if generation_id < 0 and not member_id and instance_id is None:
+            return None
+        if group_id in self.consumer.groups:
+            return self.consumer.commit_error(group_id, member_id, generation_id)
         return self._commit_check(group_id, generation_id, member_id, instance_id)
 
     def _commit_check(self, group_id: str, generation_id: int, member_id: str,

@@ -4,7 +4,9 @@ As in Kafka, the coordinator of group g is the leader of ``__consumer_offsets`` 
 hash(g) % partitions (for a transactional id, of ``__transaction_state``): the group's state
 lives in that partition, so it moves with the partition's leadership and is reloaded from it
 by the new leader. A group request that reaches another broker is answered NOT_COORDINATOR,
-whole, before any handler runs; the client asks FindCoordinator again and goes there.
+whole, before any handler runs; the client asks FindCoordinator again and goes there. The
+transaction APIs (InitProducerId with a transactional id, AddPartitionsToTxn, AddOffsetsToTxn,
+EndTxn) go to the transaction coordinator, TxnOffsetCommit to the group's.
 """
 from __future__ import annotations
 
@@ -34,6 +36,8 @@ _ONE_GROUP = {
 def coordinator(ctx, key: str, key_type: int) -> int | None:
     """The node coordinating ``key``; None while its partition has no leader (or no topic yet)."""
     if key_type == 1:
+        if ctx.logs.store.get_topic(TXN_TOPIC) is None:
+            ctx.transactions.ensure_topic()  # created once enough brokers are registered
         topic, partition = TXN_TOPIC, ctx.transactions.partition_for(key)
     else:
         offsets = ctx.groups.offsets
@@ -51,6 +55,34 @@ def _here(ctx, group: str) -> bool:
     return rep is not None
 
 
+def _coordinates(ctx, transactional_id: str) -> bool:
+    return ctx.cluster.replicas.leader_of(TXN_TOPIC, ctx.transactions.partition_for(transactional_id)) is not None
+
+
+def _txn_misdirected(ctx, h, req) -> bytes | None:
+    """NOT_COORDINATOR for a transaction request whose transactional id another broker coordinates."""
+    key = h.api_key
+    if key == 22:  # InitProducerId: only with a transactional id (an idempotent producer is served anywhere)
+        if req.transactional_id is None or _coordinates(ctx, req.transactional_id):
+            return None
+        return _answer(h, {"error_code": NOT_COORDINATOR, "producer_id": -1, "producer_epoch": -1})
+    if key == 24:  # AddPartitionsToTxn (v0-3: one transaction)
+        if _coordinates(ctx, req.v3_and_below_transactional_id):
+            return None
+        return _answer(h, {"results_by_topic_v3_and_below": [
+            {"name": t.name, "results_by_partition": [{"partition_index": p, "partition_error_code": NOT_COORDINATOR}
+                                                      for p in t.partitions]} for t in req.v3_and_below_topics]})
+    if key in (25, 26):  # AddOffsetsToTxn, EndTxn
+        return None if _coordinates(ctx, req.transactional_id) else _answer(h, {"error_code": NOT_COORDINATOR})
+    if key == 28:  # TxnOffsetCommit: served by the group's coordinator
+        if _here(ctx, req.group_id):
+            return None
+        return _answer(h, {"topics": [{"name": t.name, "partitions": [
+            {"partition_index": p.partition_index, "error_code": NOT_COORDINATOR} for p in t.partitions]}
+            for t in req.topics]})
+    return None
+
+
 def _answer(h, data: dict) -> bytes:
     return encode_response(h, build(response_class(h.api_key, h.api_version), {"throttle_time": 0, **data}))
 
@@ -58,6 +90,8 @@ def _answer(h, data: dict) -> bytes:
 def misdirected(ctx, h, req) -> bytes | None:
     """NOT_COORDINATOR for a group request this broker cannot serve, else None (dispatch it)."""
     key = h.api_key
+    if key in (22, 24, 25, 26, 28):
+        return _txn_misdirected(ctx, h, req)
     if key in _ONE_GROUP:
         return None if _here(ctx, req.group_id) else _answer(h, {"error_code": NOT_COORDINATOR, **_ONE_GROUP[key]})
     if key == 8:  # OffsetCommit

@@ -568,4 +568,4 @@ RULES: dict[int, typing.Callable] = {
     50: lambda check, h, req: None,
     51: lambda check, h, req: None,
 }
-WRITING_APIS = {21, 33, 37, 44, 45, 51}
+WRITING_APIS = {21, 27, 33, 37, 44, 45, 51}  # 27: WriteTxnMarkers (Kafka: ClusterAction)

@@ -22,11 +22,6 @@ def _coordinator(ctx, key: str, key_type: int) -> dict:
     if key_type not in (GROUP_KEY, TRANSACTION_KEY):
         return {"key": key, "error_code": ErrorCode.invalid_request,
                 "error_message": f"unknown coordinator key type {key_type}", "node_id": -1, "host": "", "port": -1}
-    if ctx.cluster is not None and key_type == TRANSACTION_KEY:
-        return {"key": key, "error_code": ErrorCode.invalid_request, "node_id": -1, "host": "", "port": -1,
-                "error_message": "transactions are served by a single-node broker only; this broker runs in "
-                                 "cluster mode (--zookeeper), where transaction markers would have to reach "
-                                 "other brokers"}
     if ctx.cluster is not None:
         node = coordination.coordinator(ctx, key, key_type)
         info = ctx.cluster.view.brokers.get(node) if node is not None else None

@@ -14,6 +14,7 @@ from twisted.internet import defer
 
 from core.offsets import MAX_METADATA_BYTES, OffsetAndMetadata
 from core.transactions import Step
+from gateway.cluster import txn_markers
 from gateway.kafka.apis.registry import handles
 from wire.kafka import respond
 
@@ -23,7 +24,17 @@ DURABLE_WAIT_S = 30.0
 
 
 def run(ctx, step: Step) -> defer.Deferred:
-    """Fires with the last Step once every phase's appends are durable (error REQUEST_TIMED_OUT if not)."""
+    """Fires with the last Step once every phase's appends are durable (error REQUEST_TIMED_OUT if not).
+
+    Cluster mode: a step's markers for partitions led elsewhere are sent (WriteTxnMarkers)
+    and answered before its next phase."""
+    if step.remote is not None:
+        remote, step.remote = step.remote, None
+
+        def unsent(failure):
+            log.warning("transaction markers not delivered: %s", failure.getErrorMessage())
+            return Step(ErrorCode.request_timed_out)
+        return txn_markers.send(ctx, remote).addCallbacks(lambda _: run(ctx, step), unsent)
     if not step.durable:
         return run(ctx, step.then()) if step.then else defer.succeed(step)
     logs = [(ctx.partition(topic, partition), last) for topic, partition, last in step.durable]
@@ -94,12 +105,9 @@ def txn_offset_commit(ctx, conn, h, req):
             else:
                 offsets[tp] = OffsetAndMetadata(p.committed_offset, getattr(p, "committed_leader_epoch", -1),
                                                 metadata, int(ctx.reactor.seconds() * 1000))
-    generation = getattr(req, "generation_id", -1)
-    member_error = None
-    if generation >= 0 or getattr(req, "member_id", ""):
-        # KIP-447: a zombie member of an older generation must not commit.
-        member_error = ctx.groups.check_member(req.group_id, generation, getattr(req, "member_id", ""),
-                                               getattr(req, "group_instance_id", None))
+    # KIP-447: a zombie member of an older generation (or member epoch) must not commit.
+    member_error = ctx.groups.check_txn_member(req.group_id, getattr(req, "generation_id", -1),
+                                               getattr(req, "member_id", ""), getattr(req, "group_instance_id", None))
     step = Step(member_error) if member_error else ctx.transactions.commit_offsets(
         req.transactional_id, req.group_id, req.producer_id, req.producer_epoch, offsets)
 
@@ -115,6 +123,41 @@ def txn_offset_commit(ctx, conn, h, req):
 def end_txn(ctx, conn, h, req):
     step = ctx.transactions.end_txn(req.transactional_id, req.producer_id, req.producer_epoch, req.committed)
     return run(ctx, step).addCallback(lambda final: respond(h, {"throttle_time": 0, "error_code": final.error}))
+
+
+@handles(27)
+def write_txn_markers(ctx, conn, h, req):
+    """A coordinator's markers for partitions led here: append, answer once durable (acks=all)."""
+    results, written = [], set()
+    durable = []
+    for m in req.markers:
+        topics = []
+        for t in m.topics:
+            parts = []
+            for index in t.partition_indexes:
+                if ctx.cluster is not None:
+                    error = ctx.cluster.leader_log(t.name, index)[2]
+                else:
+                    error = ErrorCode.none if ctx.partition(t.name, index) else ErrorCode.unknown_topic_or_partition
+                if not error:
+                    at = ctx.transactions.write_marker(t.name, index, m.producer_id, m.producer_epoch,
+                                                       m.transaction_result)
+                    if at is None:
+                        error = ErrorCode.unknown_topic_or_partition
+                    else:
+                        durable.append(at)
+                        written.add((m.producer_id, t.name, index))
+                parts.append((index, error))
+            topics.append((t.name, parts))
+        results.append((m.producer_id, topics))
+
+    def answer(final: Step) -> bytes:
+        return respond(h, {"throttle_time": 0, "markers": [{"producer_id": pid, "topics": [
+            {"name": name, "partitions": [
+                {"partition_index": index,
+                 "error_code": final.error if (pid, name, index) in written and final.error else error}
+                for index, error in parts]} for name, parts in topics]} for pid, topics in results]})
+    return run(ctx, Step(durable=durable)).addCallback(answer)
 
 
 @handles(65)
