@@ -289,3 +289,31 @@ def test_a_parked_call_holds_back_its_lane_only(peers):
         return defer.gatherResults([parked, behind, beside])
     _parked, behind, beside = run(race)
     assert behind >= 1.4 and beside < 1.0, (behind, beside)
+
+
+def test_a_share_fetch_parked_when_its_session_closes_takes_nothing(peers, broker):
+    """A fetch waiting at the leader when its session is closed (a remote AMQP consumer that went
+    away) must not acquire what arrives afterwards: nobody would ever acknowledge it, and it
+    would stay locked for the whole acquisition lock."""
+    host, port = broker.address("amqp")
+    conn = pika.BlockingConnection(pika.ConnectionParameters(host, port, credentials=pika.PlainCredentials(
+        "guest", "guest"), blocked_connection_timeout=10))
+    try:
+        ch = conn.channel()
+        ch.confirm_delivery()
+        ch.queue_declare("parked-q", durable=True)
+        topic_id = run(peers.topic_ids, 1, ["parked-q"])["parked-q"]
+        opened = run(peers.share_fetch, 1, "parked-q", "m-parked", 0, {topic_id: [0]}, max_records=5)
+        assert opened["error_code"] == 0
+        parked = run(lambda: [outcome(peers.share_fetch(1, "parked-q", "m-parked", 1, max_records=5,
+                                                        max_wait_ms=4000, lane="parked"))])[0]  # not waited for
+        time.sleep(0.5)  # it is at the broker, waiting
+        closed = run(peers.share_acknowledge, 1, "parked-q", "m-parked", -1, {}, lane="closer")
+        assert closed["error_code"] == 0
+        ch.basic_publish("", "parked-q", b"after the close", pika.BasicProperties(delivery_mode=2))
+        method, _, body = ch.basic_get("parked-q", auto_ack=True)
+        assert body == b"after the close", "the message went to the closed session's parked fetch"
+        kind, answer = run(lambda: parked, timeout=10)
+        assert kind == "ok" and not any(p["acquired"] for p in answer["partitions"].values())
+    finally:
+        conn.close()

@@ -7,6 +7,8 @@ each group-commit fsync (:meth:`log_moved`) it does the same for everything that
 """
 from __future__ import annotations
 
+import functools
+
 import logging
 import time
 from importlib import metadata
@@ -21,7 +23,8 @@ PRODUCT = "gateway"
 CONSUMER_TIMEOUT_CHECK_S = 1.0  # how often unacknowledged deliveries are checked against their timeout
 
 
-def broker_version() -> str:
+@functools.cache
+def broker_version() -> str:  # read from the package's metadata once: it was a file parse per connection
     try:
         return metadata.version("gateway-broker")
     except metadata.PackageNotFoundError:

@@ -56,6 +56,7 @@ class ShareLink:
         self.acks: dict[int, int] = {}  # offset -> acknowledge type, for the next request
         self.held: set[int] = set()  # offsets delivered to the consumer and not settled yet
         self._retry = None
+        self._soon = None  # a poke at the end of this loop turn
 
     def _new_member(self) -> str:
         return f"amqp-{self.node_id}-{uuid.uuid4().hex[:12]}"
@@ -66,6 +67,11 @@ class ShareLink:
             if offset in self.held:
                 self.held.discard(offset)
                 self.acks[offset] = kind
+        if self._soon is None:  # the acks of one loop turn (a client's pipelined acks) go as one request
+            self._soon = self.reactor.callLater(0, self._poke_soon)
+
+    def _poke_soon(self) -> None:
+        self._soon = None
         self.poke()
 
     def close(self) -> None:

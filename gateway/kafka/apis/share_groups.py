@@ -219,6 +219,8 @@ def share_fetch(ctx, conn, h, req):
             answer.entry(name, ctx.topic_id(name), index)
 
     def acquire() -> bool:
+        if ctx.share_sessions.get((group, member)) is not session:
+            return True  # closed (or replaced) while this fetch waited: it must not take records any more
         return _acquire(ctx, answer, group, member, session, req, lock_ms)
 
     def reply(_=None) -> bytes:
