@@ -21,7 +21,7 @@ from twisted.web import resource
 
 from core.errors import LogError
 from gateway.logs import fields
-from gateway.management import authz, paging, views
+from gateway.management import authz, paging, schemas, views
 from gateway.management.amqp_objects import AmqpObjects
 from gateway.management.definitions import Definitions
 from gateway.management.errors import ApiError, bad as _bad, not_found as _not_found, truthy
@@ -119,7 +119,9 @@ class ManagementApi(resource.Resource):
                 access.check(method, pattern, args)
             user = access.user if access is not None else None
             if method in ("PUT", "POST"):
-                args.append(self._body(request))
+                body = self._body(request)
+                schemas.check(method, pattern, body)
+                args.append(body)
             self._request = request
             result = handler(user, *args)
             if access is not None and method == "GET":
@@ -178,10 +180,7 @@ class ManagementApi(resource.Resource):
         raw = request.content.read() if request.content is not None else b""
         if not raw.strip():
             return {}
-        try:
-            doc = json.loads(raw)
-        except ValueError as exc:
-            raise _bad(f"the request body is not JSON: {exc}") from None
+        doc = schemas.parse(raw)
         if not isinstance(doc, dict):
             raise _bad("the request body must be a JSON object")
         return doc
