@@ -28,7 +28,7 @@ _MGMT, _MON, _ADM = [401, 200, 200, 200, 200], [401, 401, 401, 200, 200], [401, 
 # the answers this broker's table gives, by role in ORDER.
 NOT_IN_RABBITMQ_310 = {
     ("GET", "/health/checks/ready-to-serve-clients"): _MGMT, ("GET", "/health/checks/is-in-service"): _MGMT,
-    ("GET", "/history"): _MGMT, ("GET", "/topics"): _MON, ("GET", "/groups"): _MON,
+    ("GET", "/history"): _MGMT, ("GET", "/openapi.json"): [200] * 5, ("GET", "/topics"): _MON, ("GET", "/groups"): _MON,
     ("PUT", "/topics/t-{u}"): _ADM + [201], ("DELETE", "/topics/t-{u}"): _ADM + [204],
 }
 # RabbitMQ 3.10 crashes (500) on an unknown connection or channel name asked by a user who is not
@@ -62,7 +62,7 @@ def requests_for(node: str, amqp_port: int) -> list[tuple[str, str, object]]:
         "/health/checks/node-is-quorum-critical", "/health/checks/node-is-mirror-sync-critical",
         "/health/checks/certificate-expiration/1/months", "/health/checks/ready-to-serve-clients",
         "/health/checks/is-in-service", f"/aliveness-test/{v}", "/feature-flags", "/extensions",
-        "/cluster-name", "/auth", "/definitions", f"/definitions/{v}", "/topics", "/groups", "/history",
+        "/cluster-name", "/auth", "/definitions", f"/definitions/{v}", "/topics", "/groups", "/history", "/openapi.json",
     ]
     out = [("GET", p, None) for p in gets]
     policy = {"pattern": "^zz", "definition": {"max-length": 1}}

@@ -21,7 +21,7 @@ from twisted.web import resource
 
 from core.errors import LogError
 from gateway.logs import fields
-from gateway.management import authz, paging, schemas, views
+from gateway.management import authz, openapi, paging, schemas, views
 from gateway.management.amqp_objects import AmqpObjects
 from gateway.management.definitions import Definitions
 from gateway.management.errors import ApiError, bad as _bad, not_found as _not_found, truthy
@@ -97,6 +97,7 @@ class ManagementApi(resource.Resource):
             ("DELETE", ("policies", "*", "*"), self.delete_policy),
         ]
         self.routes += AmqpObjects(self).routes() + NodeApi(self).routes() + Definitions(self).routes()
+        self.routes.append(("GET", ("openapi.json",), lambda user: openapi.describe(self.routes)))
         authz.check_table(self.routes)
 
     # --- dispatch ---------------------------------------------------------------------

@@ -38,6 +38,7 @@ _B = "bindings/*/e/*/*/*"
 # (method, path pattern, rule, index of the vhost among the pattern's * parts or None)
 TABLE: list[tuple[str, str, str, int | None]] = [
     ("GET", "auth", ANON, None),
+    ("GET", "openapi.json", ANON, None),  # the API's description (gateway.management.openapi)
     *[("GET", p, MANAGEMENT, None) for p in (
         "overview", "whoami", "vhosts", "queues", "exchanges", "bindings", "connections", "channels",
         "connections/*", "connections/*/channels", "channels/*", "consumers", "consumers/*", "policies",

@@ -50,6 +50,9 @@ COUNT = Kind("a whole number of at least 0", lambda v: INT_TEXT.check(v) and int
 NULLABLE_INT = Kind("a whole number", lambda v: v is None or v == "" or INT_TEXT.check(v),
                     {"oneOf": [{"type": "integer"}, {"type": "string", "enum": [""]}], "nullable": True})
 
+PARTITIONS = Kind("a whole number from 1 to 10000", lambda v: _is_int(v) and 1 <= v <= 10_000,
+                  {"type": "integer", "minimum": 1, "maximum": 10_000})
+
 ARGS = {"arguments": OBJ}
 PROPERTIES = {  # AMQP basic properties as the publish endpoint takes them
     "content_type": STR, "content_encoding": STR, "headers": OBJ, "delivery_mode": DELIVERY_MODE,
@@ -100,7 +103,7 @@ BODIES: dict[tuple[str, str], dict] = {
     ("PUT", "vhost-limits/*/*"): {"value": INT_TEXT},
     ("PUT", "parameters/*/*/*"): {"component": STR, "vhost": STR, "name": STR, "value": OBJ},
     ("PUT", "cluster-name"): {"name": STR},
-    ("PUT", "topics/*"): {"partitions": INT, "configs": OBJ},
+    ("PUT", "topics/*"): {"partitions": PARTITIONS, "configs": OBJ},
     ("POST", "definitions"): DEFINITIONS,
     ("POST", "definitions/*"): DEFINITIONS,
 }
