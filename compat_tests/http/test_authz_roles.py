@@ -4,7 +4,7 @@ a real RabbitMQ with its management plugin, and the same status code expected fr
 every endpoint the API has (issue 31). Also: no user below administrator reads a password hash.
 
 Both targets run in one module, so each request's two answers are compared side by side.
-``AMQP_COMPAT_TARGETS=gateway`` leaves RabbitMQ out: then only the password-hash check runs.
+``AMQP_COMPAT_TARGETS=gateway`` leaves RabbitMQ out: then the test is skipped (it needs both).
 """
 from __future__ import annotations
 

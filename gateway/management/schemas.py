@@ -53,7 +53,11 @@ NULLABLE_INT = Kind("a whole number", lambda v: v is None or v == "" or INT_TEXT
 PARTITIONS = Kind("a whole number from 1 to 10000", lambda v: _is_int(v) and 1 <= v <= 10_000,
                   {"type": "integer", "minimum": 1, "maximum": 10_000})
 
-ARGS = {"arguments": OBJ}
+# RabbitMQ decodes an empty JSON array as an empty argument table (pyrabbit2 sends one); any
+# other array is refused
+ARGUMENTS = Kind("an object", lambda v: isinstance(v, dict) or v == [], {"oneOf": [
+    {"type": "object"}, {"type": "array", "maxItems": 0}]})
+ARGS = {"arguments": ARGUMENTS}
 PROPERTIES = {  # AMQP basic properties as the publish endpoint takes them
     "content_type": STR, "content_encoding": STR, "headers": OBJ, "delivery_mode": DELIVERY_MODE,
     "priority": PRIORITY, "correlation_id": STR, "reply_to": STR, "expiration": STR, "message_id": STR,
