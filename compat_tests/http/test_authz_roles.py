@@ -122,6 +122,10 @@ def _setup(t) -> None:
 def _statuses(t) -> dict:
     node = t.api("GET", "/overview").json()["node"]
     seen, hashes = {}, []
+    # every stored hash, as the administrator guest reads them (the field's name alone is no leak:
+    # /api/openapi.json names it)
+    secrets = {u["password_hash"] for u in t.api("GET", "/users").json() if u.get("password_hash")}
+    assert secrets
     for u in ROLES:  # administrator last: its changes cannot alter what the others are answered
         t.api("PUT", f"/vhost-limits/{_q(V)}/max-queues", json={"value": 1000})
         for method, path, body in requests_for(node, t.amqp_port):
@@ -130,7 +134,7 @@ def _statuses(t) -> dict:
             r = t.api(method, path.replace("{u}", u), auth=(u, PW), json=body)
             key = (u, method, path.replace(_q(node), "{node}").replace(str(t.amqp_port), "{port}"))
             seen[key] = r.status_code
-            if u != "adm" and "password_hash" in r.text:
+            if u != "adm" and any(h in r.text for h in secrets):
                 hashes.append((u, method, path))
     assert not hashes, f"{t.name}: users below administrator read password hashes: {hashes}"
     return seen
