@@ -206,6 +206,7 @@ class ManagementApi(resource.Resource):
         try:
             name, _, password = base64.b64decode(token, validate=True).decode().partition(":")
         except (binascii.Error, UnicodeDecodeError):
+            request.setHeader(b"www-authenticate", b'Basic realm="gateway management"')
             raise ApiError(401, "not_authorised", "malformed basic credentials") from None
         host = request.getClientAddress().host
         digest = hashlib.sha256(f"{name}\0{password}\0{host}".encode()).digest()
