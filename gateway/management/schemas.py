@@ -133,29 +133,20 @@ def _bounded_int(text: str) -> int:
 
 def parse(raw: bytes) -> Any:
     """JSON with finite numbers of at most 64 bits and at most MAX_DEPTH levels; else 400."""
-    depth = level = 0
-    in_string = escaped = False
-    for byte in raw:  # count nesting before json.loads, whose recursion a deep document exhausts
-        if in_string:
-            if escaped:
-                escaped = False
-            elif byte == 0x5C:
-                escaped = True
-            elif byte == 0x22:
-                in_string = False
-        elif byte == 0x22:
-            in_string = True
-        elif byte in (0x5B, 0x7B):
-            level += 1
-            depth = max(depth, level)
+    try:  # json's C scanner raises RecursionError on a very deep document rather than crashing
+        doc = json.loads(raw, parse_float=_finite, parse_int=_bounded_int, parse_constant=_no_constant)
+    except RecursionError:
+        raise bad(f"the request body nests deeper than {MAX_DEPTH} levels") from None
+    except ValueError as exc:
+        raise bad(f"the request body is not JSON: {exc}") from None
+    stack = [(doc, 1)]
+    while stack:  # iterative: the handlers and the schema walk below recurse over what is left
+        node, depth = stack.pop()
+        if isinstance(node, (dict, list)):
             if depth > MAX_DEPTH:
                 raise bad(f"the request body nests deeper than {MAX_DEPTH} levels")
-        elif byte in (0x5D, 0x7D):
-            level -= 1
-    try:
-        return json.loads(raw, parse_float=_finite, parse_int=_bounded_int, parse_constant=_no_constant)
-    except (ValueError, RecursionError) as exc:
-        raise bad(f"the request body is not JSON: {exc}") from None
+            stack.extend((child, depth + 1) for child in (node.values() if isinstance(node, dict) else node))
+    return doc
 
 
 def check(method: str, pattern: tuple[str, ...], body: dict) -> None:
