@@ -60,4 +60,5 @@ class Root(resource.Resource):
 def site(status: Callable[[], tuple[bool, dict]], broker=None) -> server.Site:
     """``status()`` returns (ready, document): 200 with the document when ready, else 503.
     With ``broker`` (a gateway.server.Broker) the management API, metrics and dashboard are served too."""
-    return server.Site(Root(status, broker), logPath=None)
+    from gateway.management.limits import limited_site  # body size and read time, before authentication
+    return limited_site(Root(status, broker), logPath=None)

@@ -225,3 +225,17 @@ def test_client_close_is_answered_with_close_ok(amqp_broker):
         raw.send(commands.Connection.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0))
         raw.expect(commands.Connection.CloseOk, channel=0)
         # (RabbitMQ then waits for the client to close the socket.)
+
+
+@pytest.mark.parametrize("secret", ["guest", "a-new-secret", ""])
+def test_update_secret_from_a_password_user_is_accepted(amqp_broker, secret):
+    """Issue 31: RabbitMQ's internal backend accepts connection.update-secret from a password
+    user whatever the secret (the identity does not change; nothing is re-checked), so clients
+    that refresh credentials on a timer stay connected. The connection keeps working after it."""
+    q = unique("upd-secret-")
+    with connect(amqp_broker) as conn:
+        conn.update_secret(secret, "rotation")
+        ch = conn.channel()
+        ch.queue_declare(q, exclusive=True)
+        ch.basic_publish("", q, b"after")
+        assert ch.basic_get(q, auto_ack=True)[2] == b"after"

@@ -519,7 +519,7 @@ def test_forbidden_action_shows_the_api_error(logged_in, dashboard_broker):
     page.fill("queue-name", "not-allowed")
     page.find("queue-create").click()
     banner = page.visible("error-banner")
-    assert "403" in banner.text and "needs one of the tags" in banner.text, banner.text
+    assert "401" in banner.text and "not authorised to access virtual host" in banner.text, banner.text
     page.screenshot("forbidden", banner)
     assert _api(dashboard_broker, "GET", "/queues/%2F/not-allowed").status_code == 404
     page.find("logout").click()

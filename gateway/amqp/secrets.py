@@ -47,8 +47,8 @@ class SecretsMixin:
 
     def _update_secret(self, m: spec.Connection.UpdateSecret) -> None:
         """RabbitMQ's connection.update-secret: a token connection swaps in a new token of the
-        same user (permissions and expiry follow it); a password connection must send its
-        password. A refused secret closes the connection with 530, as in RabbitMQ."""
+        same user (permissions and expiry follow it); a password connection's update is accepted
+        as it is (identity unchanged). A refused token closes the connection with 530, as in RabbitMQ."""
         secret = m.new_secret
         if isinstance(secret, bytes):
             secret = secret.decode("utf-8", "replace")
@@ -64,7 +64,9 @@ class SecretsMixin:
                                                    f"'{self.username}'", 10, 70)
                 return
         else:
-            reason = self.service.users.authenticate(self.username, secret, self.peer_host)
+            # RabbitMQ's internal backend keeps no per-connection state: it accepts any new secret
+            # from a password user and nothing changes (the user was authenticated at login).
+            reason = None
         if reason is not None:
             log.warning("AMQP secret update refused: %s", reason,
                         extra=fields(peer=self.peer, conn=self.conn_id, user=self.username))

@@ -72,8 +72,8 @@ class AmqpObjects:
             ("GET", ("connections", "*"), self.get_connection),
             ("DELETE", ("connections", "*"), self.close_connection),
             ("GET", ("connections", "*", "channels"),
-             lambda user, name: [c for c in views.channels(self.broker)
-                                 if c["connection_details"]["name"] == self._connection(name)[1]["name"]]),
+             lambda user, name: (lambda conn: [c for c in views.channels(self.broker)
+                                               if c["connection_details"]["name"] == conn])(self._connection(name)[1]["name"])),
             ("GET", ("channels", "*"), self.get_channel),
         ]
 

@@ -1,7 +1,6 @@
 """The management HTTP API under ``/api/``: JSON, HTTP basic auth, RabbitMQ-shaped paths.
 
-Reading needs a user tagged ``administrator``, ``monitoring`` or ``management``; changing
-anything needs ``administrator`` (RabbitMQ's tags). Vhost names in paths are percent-encoded
+Who may call what is :mod:`gateway.management.authz`'s table (RabbitMQ's user tags). Vhost names in paths are percent-encoded
 (``%2F`` is ``/``), and ``amq.default`` names the default exchange, as in RabbitMQ. Every error
 is a JSON object ``{"error": ..., "reason": ...}`` with a 4xx status; nothing raised inside
 reaches the client as a traceback. Everything runs on the reactor thread.
@@ -22,7 +21,7 @@ from twisted.web import resource
 
 from core.errors import LogError
 from gateway.logs import fields
-from gateway.management import paging, views
+from gateway.management import authz, openapi, paging, schemas, views
 from gateway.management.amqp_objects import AmqpObjects
 from gateway.management.definitions import Definitions
 from gateway.management.errors import ApiError, bad as _bad, not_found as _not_found, truthy
@@ -33,8 +32,6 @@ from wire.amqp.encoding import encode_properties
 
 log = logging.getLogger(__name__)
 
-READ_TAGS = {"administrator", "monitoring", "management"}
-WRITE_TAGS = {"administrator"}
 AUTH_CACHE_S = 30.0  # a checked password is not hashed again (PBKDF2) on every poll for this long
 
 
@@ -100,6 +97,8 @@ class ManagementApi(resource.Resource):
             ("DELETE", ("policies", "*", "*"), self.delete_policy),
         ]
         self.routes += AmqpObjects(self).routes() + NodeApi(self).routes() + Definitions(self).routes()
+        self.routes.append(("GET", ("openapi.json",), lambda user: openapi.describe(self.routes)))
+        authz.check_table(self.routes)
 
     # --- dispatch ---------------------------------------------------------------------
     def render(self, request):
@@ -108,7 +107,7 @@ class ManagementApi(resource.Resource):
             parts = [urllib.parse.unquote(p) for p in request.path.decode("ascii", "replace").split("/")[2:]]
             if parts and parts[-1] == "":
                 parts.pop()
-            handler, args, allowed = self._match(method, parts)
+            handler, pattern, args, allowed = self._match(method, parts)
             if handler is None:
                 if allowed:
                     request.setHeader(b"allow", ", ".join(sorted(allowed)).encode())
@@ -116,11 +115,21 @@ class ManagementApi(resource.Resource):
                 raise ApiError(404, "Object Not Found", f"no API resource at /api/{'/'.join(parts)}")
             if not self.broker.ready:
                 raise ApiError(503, "starting", "the broker is still opening its logs; try again shortly")
-            user = self._authenticate(request, WRITE_TAGS if method != "GET" else READ_TAGS)
+            access = None if authz.RULES[(method, pattern)][0] == authz.ANON else self._authenticate(request)
+            if access is not None:
+                access.check(method, pattern, args)
+            user = access.user if access is not None else None
             if method in ("PUT", "POST"):
-                args.append(self._body(request))
+                body = self._body(request)
+                schemas.check(method, pattern, body)
+                args.append(body)
             self._request = request
             result = handler(user, *args)
+            if access is not None and method == "GET":
+                if isinstance(result, list):
+                    result = [item for item in result if access.sees(pattern, item)]
+                elif not access.sees(pattern, result):
+                    raise ApiError(401, "not_authorised", "Not authorised to see this object")
             if method == "GET" and isinstance(result, list) and request.args:
                 result = paging.apply(result, request.args)
         except ApiError as exc:
@@ -150,15 +159,15 @@ class ManagementApi(resource.Resource):
             return self._json(request, result.pop("_status"), result)
         return self._json(request, 200, result)
 
-    def _match(self, method: str, parts: list[str]) -> tuple[Callable | None, list[str], set[str]]:
+    def _match(self, method: str, parts: list[str]) -> tuple[Callable | None, tuple, list[str], set[str]]:
         allowed = set()
         for verb, pattern, handler in self.routes:
             if len(pattern) != len(parts) or any(p != "*" and p != q for p, q in zip(pattern, parts)):
                 continue
             if verb == method:
-                return handler, [q for p, q in zip(pattern, parts) if p == "*"], allowed
+                return handler, pattern, [q for p, q in zip(pattern, parts) if p == "*"], allowed
             allowed.add(verb)
-        return None, [], allowed
+        return None, (), [], allowed
 
     @staticmethod
     def _json(request, status: int, doc: Any) -> bytes:
@@ -172,16 +181,14 @@ class ManagementApi(resource.Resource):
         raw = request.content.read() if request.content is not None else b""
         if not raw.strip():
             return {}
-        try:
-            doc = json.loads(raw)
-        except ValueError as exc:
-            raise _bad(f"the request body is not JSON: {exc}") from None
+        doc = schemas.parse(raw)
         if not isinstance(doc, dict):
             raise _bad("the request body must be a JSON object")
         return doc
 
     # --- authentication ---------------------------------------------------------------
-    def _authenticate(self, request, tags: set[str]) -> str:
+    def _authenticate(self, request) -> authz.Access:
+        """The request's user (HTTP basic or an OAuth 2 bearer token), or 401."""
         header = (request.getHeader(b"authorization") or b"").decode("latin-1")
         scheme, _, token = header.partition(" ")
         oauth = getattr(self.broker, "oauth", None)
@@ -192,16 +199,14 @@ class ManagementApi(resource.Resource):
                 request.setHeader(b"www-authenticate", b'Bearer realm="gateway management", error="invalid_token"')
                 raise ApiError(401, "not_authorised", "Login failed")
             self._token_tags = list(grant.tags)
-            if not set(grant.tags) & tags:
-                raise ApiError(403 if tags is WRITE_TAGS else 401, "not_authorised",
-                               f"user '{grant.username}' needs one of the tags {sorted(tags)}")
-            return grant.username
+            return authz.Access(grant.username, grant.tags, lambda vhost: grant.permission(vhost) is not None)
         if scheme.lower() != "basic":
             request.setHeader(b"www-authenticate", b'Basic realm="gateway management"')
             raise ApiError(401, "not_authorised", "HTTP basic authentication required")
         try:
             name, _, password = base64.b64decode(token, validate=True).decode().partition(":")
         except (binascii.Error, UnicodeDecodeError):
+            request.setHeader(b"www-authenticate", b'Basic realm="gateway management"')
             raise ApiError(401, "not_authorised", "malformed basic credentials") from None
         host = request.getClientAddress().host
         digest = hashlib.sha256(f"{name}\0{password}\0{host}".encode()).digest()
@@ -213,10 +218,7 @@ class ManagementApi(resource.Resource):
                 request.setHeader(b"www-authenticate", b'Basic realm="gateway management"')
                 raise ApiError(401, "not_authorised", "Login failed")
             self._auth_cache[digest] = (time.monotonic(), name)
-        if not set(self._tags(name)) & tags:
-            raise ApiError(403 if tags is WRITE_TAGS else 401, "not_authorised",
-                           f"user '{name}' needs one of the tags {sorted(tags)}")
-        return name
+        return authz.Access(name, self._tags(name), lambda vhost: self.broker.users.permission(name, vhost) is not None)
 
     def clear_auth_cache(self) -> None:
         self._auth_cache.clear()

@@ -122,7 +122,10 @@ async function api(method, path, body, token = auth && auth.token) {
     const error = (doc && doc.error) || response.statusText || 'error';
     const reason = (doc && doc.reason) || (doc ? '' : text.trim().slice(0, 200));
     const exc = new ApiError(response.status, error, reason);
-    if (response.status === 401 && token && auth && token === auth.token) sessionExpired(exc);
+    // A 401 with a challenge is a failed login (the session's credentials no longer work); one
+    // without is RabbitMQ's "this user may not do that" and keeps the session.
+    const login = response.headers.get('www-authenticate');
+    if (response.status === 401 && login && token && auth && token === auth.token) sessionExpired(exc);
     throw exc;
   }
   return doc;
