@@ -13,7 +13,6 @@ which yields every family with its type and label names), and the management API
 from __future__ import annotations
 
 import argparse
-import inspect
 import re
 import sys
 from pathlib import Path
@@ -340,43 +339,40 @@ def metrics_page() -> str:
 
 
 # --- HTTP API -------------------------------------------------------------------------------
-_PARAM_NAMES = {"v": "vhost", "x": "name", "q": "name", "c": "component"}  # short handler argument names
 def http_page() -> str:
+    """From the API's OpenAPI description (gateway.management.openapi): its paths, who may call
+    each operation and the fields of its request body."""
     from gateway.management.api import ManagementApi
+    from gateway.management.openapi import describe
 
     api = ManagementApi(_Empty())
-    paths: dict[str, list[str]] = {}
-    for verb, pattern, handler in api.routes:
-        try:
-            params = [p for p in inspect.signature(handler).parameters if p not in ("user", "body", "self")]
-        except (TypeError, ValueError):
-            params = []
-        wild = iter(params)
-        parts = []
-        for part in pattern:
-            if part == "*":
-                name = next(wild, "name")
-                parts.append("{" + _PARAM_NAMES.get(name, name) + "}")
-            else:
-                parts.append(part)
-        path = "/api/" + "/".join(parts)
-        paths.setdefault(path, [])
-        if verb not in paths[path]:
-            paths[path].append(verb)
-    order = {"GET": 0, "PUT": 1, "POST": 2, "DELETE": 3}
-    rows = [f"| `{p}` | {', '.join(sorted(v, key=order.get))} |" for p, v in sorted(paths.items())]
+    order = {"get": 0, "put": 1, "post": 2, "delete": 3}
+    rows = []
+    for path, operations in sorted(describe(api.routes)["paths"].items()):
+        for method in sorted(operations, key=order.get):
+            op = operations[method]
+            who = op["description"].removeprefix("who may call it: ").split(" (")[0]
+            body = op.get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema", {})
+            fields = ", ".join(f"`{name}`" for name in body.get("properties", {}))
+            rows.append(f"| `{path}` | {method.upper()} | {who} | {fields} |")
     other = ["| `/healthz` | GET | 200 once the log is recovered and the listeners are up, 503 before |",
              "| `/metrics`, `/metrics/per-object`, `/metrics/detailed` | GET | see [Metrics](metrics.md) |",
              "| `/dashboard/` (`/` redirects there) | GET | the dashboard |"]
     return (HEADER + "# HTTP API\n\n"
-            "The management API on the HTTP listener, shaped like RabbitMQ's where they overlap. HTTP basic "
-            "authentication (or an OAuth 2 bearer token): reading needs a user tagged `administrator`, "
-            "`monitoring` or `management`, changing anything `administrator`. Vhosts in paths are "
-            "percent-encoded (`%2F`). Errors are JSON `{\"error\": ..., \"reason\": ...}`. List endpoints "
-            "take RabbitMQ's `columns`, `sort`, `sort_reverse`, `name`, `use_regex`, `page` and "
-            "`page_size` parameters. The [Operations](../operations.md) page describes the bodies.\n\n"
-            "| path | methods |\n|---|---|\n" + "\n".join(rows) + "\n\n"
-            "## Outside `/api/`\n\n| path | methods | |\n|---|---|---|\n" + "\n".join(other) + "\n")
+            "The management API on the HTTP listener, shaped like RabbitMQ's where they overlap, as its "
+            "OpenAPI 3 description (`GET /api/openapi.json`) has it. HTTP basic authentication (or an OAuth 2 "
+            "bearer token); who may call an operation is given by RabbitMQ's user tags (see "
+            "[Operations](../operations.md)). Vhosts in paths are percent-encoded (`%2F`). Errors are JSON "
+            "`{\"error\": ..., \"reason\": ...}`. List endpoints take RabbitMQ's `columns`, `sort`, "
+            "`sort_reverse`, `name`, `use_regex`, `page` and `page_size` parameters.\n\n"
+            "Who may call it: `anonymous` anyone; `management` any user tagged `management`, `policymaker`, "
+            "`monitoring` or `administrator`; `monitor` `monitoring` or `administrator`; `administrator` "
+            "administrators only; `vhost-read` a management user with a permission in the vhost (administrators "
+            "without one); `vhost-amqp` a management user with a permission in the vhost, administrators too "
+            "(RabbitMQ performs these as that user); `policies` a `policymaker` with a permission in the vhost, "
+            "or an administrator.\n\n"
+            "| path | method | who may call it | request body fields |\n|---|---|---|---|\n" + "\n".join(rows) +
+            "\n\n## Outside `/api/`\n\n| path | methods | |\n|---|---|---|\n" + "\n".join(other) + "\n")
 
 
 # --- all ------------------------------------------------------------------------------------

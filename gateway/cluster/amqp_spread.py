@@ -15,11 +15,10 @@ runs all of AMQP on one broker). Each broker:
   always for exclusive and non-durable queues) leads it here, ``balanced`` on the broker that
   leads the fewest partitions; the argument ``x-queue-leader-locator`` beats a policy's
   ``queue-leader-locator``, which beats ``--queue-leader-locator``;
+* serves a consumer (and basic.get) of a queue led elsewhere as a member of the queue's share
+  group at the leader (gateway.cluster.amqp_consume), its prefetch being each fetch's budget;
 * turns a queue into a local one when it comes to lead its topic (a failover, a move) and into a
   RemoteQueue when it stops leading it.
-
-* serves a consumer (and basic.get) of a queue led elsewhere as a member of the queue's share
-  group at the leader (gateway.cluster.amqp_consume), its prefetch being each fetch's budget.
 
 Non-durable exchanges, queues and bindings are stored too (flagged, with the broker they belong
 to), so that a publish on any broker reaches, say, an RPC client's exclusive reply queue on

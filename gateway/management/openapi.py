@@ -22,12 +22,16 @@ def _schema(spec) -> dict:
 
 def _path(method: str, pattern: tuple[str, ...]) -> tuple[str, list[dict]]:
     _, vhost_index = authz.RULES[(method, pattern)]
-    parts, params, star = [], [], 0
+    parts, params, star, named = [], [], 0, 0
     for part in pattern:
         if part != "*":
             parts.append(part)
             continue
-        name = "vhost" if star == vhost_index else f"name{star}"
+        if star == vhost_index:
+            name = "vhost"
+        else:
+            named += 1
+            name = "name" if named == 1 else f"name{named}"
         parts.append("{" + name + "}")
         params.append({"name": name, "in": "path", "required": True, "schema": {"type": "string"}})
         star += 1
