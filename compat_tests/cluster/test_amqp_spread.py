@@ -313,3 +313,24 @@ def test_a_quorum_queue_fails_over_with_clients_on_other_brokers_and_loses_no_co
           f"{sum(left.values())} drained, {publisher.reconnects} publisher reconnects, "
           f"{consumer.reconnects} consumer reconnects", flush=True)
     assert not lost, f"{len(lost)} confirmed messages lost, e.g. {lost[:10]}"
+
+
+def test_every_broker_lists_every_queue_with_its_leader_node(spread):
+    b1, b2, b3 = spread.brokers
+    for broker in (b1, b2):
+        connection = _connect(broker)
+        connection.channel().queue_declare(f"led-by-{broker.node_id}", durable=True)
+        connection.close()
+
+    def listed(broker):
+        url = f"http://{broker.ip}:{broker.ports['http']}/api/queues/%2F"
+        try:
+            answer = requests.get(url, auth=("guest", "guest"), timeout=5)
+        except requests.RequestException:
+            return None
+        found = {q["name"]: q["node"] for q in answer.json()} if answer.status_code == 200 else {}
+        return found if {"led-by-1", "led-by-2"} <= set(found) else None
+
+    for broker in (b1, b2, b3):
+        nodes = wait_until(lambda: listed(broker), timeout=30, what=f"broker {broker.node_id} listing both queues")
+        assert nodes["led-by-1"] == "gateway@1" and nodes["led-by-2"] == "gateway@2", (broker.node_id, nodes)

@@ -36,7 +36,9 @@ def queue(broker, q) -> dict:
     return {
         "name": q.name, "vhost": q.vhost, "durable": q.durable, "auto_delete": q.auto_delete,
         "exclusive": q.exclusive_owner is not None, "arguments": jsonable(q.arguments),
-        "type": q.args.queue_type, "node": _node(broker), "state": "running",
+        "type": q.args.queue_type, "state": "running",
+        # RabbitMQ's node of a queue is its leader's (cluster mode 'spread': often another broker)
+        "node": node_name(q.leader) if q.remote else _node(broker),
         "messages": ready + unacked, "messages_ready": ready, "messages_unacknowledged": unacked,
         "consumers": q.consumer_count(), "topic": q.topic,
         "message_stats": publish.as_json() if publish is not None else {},
