@@ -138,6 +138,8 @@ def _queue(vhost: VirtualHost, name: str, q: dict | None) -> None:
             for link in getattr(existing, "links", {}).values():
                 link.close()
             for consumer in list(existing.consumers):  # deleted on another broker: tell its consumers here
+                if consumer not in existing.consumers:
+                    continue  # an earlier one's cancellation took it along
                 existing.consumers.remove(consumer)
                 cancelled = getattr(consumer, "cancelled_by_server", None)
                 if cancelled is not None:

@@ -40,9 +40,16 @@ STREAM_OWNER = object()  # the owner passed for queue operations: stream queues 
 
 
 def stream_arguments(given: dict[str, str]) -> dict[str, Any]:
-    """Create's string arguments as a stream queue's typed ones; 406 for an unknown or bad one."""
+    """Create's string arguments as a stream queue's typed ones; 406 for a bad value.
+
+    Stream clients (rstream, RabbitMQ's Java and .NET clients) send RabbitMQ's names without the
+    ``x-`` prefix (``max-length-bytes``, ``max-age``, ``stream-max-segment-size-bytes``,
+    ``initial-cluster-size``, ``queue-leader-locator``); RabbitMQ maps them to the queue arguments
+    and leaves out names it does not know, and so does this."""
     arguments: dict[str, Any] = {"x-queue-type": "stream"}
     for key, value in given.items():
+        if not key.startswith("x-"):
+            key = "x-" + key
         if key in _INT_ARGUMENTS:
             try:
                 arguments[key] = int(value)
@@ -51,9 +58,6 @@ def stream_arguments(given: dict[str, str]) -> dict[str, Any]:
                     from None
         elif key in _TEXT_ARGUMENTS:
             arguments[key] = value
-        else:
-            raise ChannelError(PRECONDITION_FAILED, f"unknown stream argument {key!r}; known: "
-                                                    f"{', '.join(_INT_ARGUMENTS + _TEXT_ARGUMENTS)}")
     return arguments
 
 

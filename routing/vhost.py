@@ -415,6 +415,8 @@ class VirtualHost(PoliciesMixin):
             if exchange.unbind_destination(_queue_key(queue.name)):
                 self._maybe_auto_delete(exchange)
         for consumer in list(queue.consumers):
+            if consumer not in queue.consumers:
+                continue  # an earlier one's cancellation took it along (a stream connection drops them all)
             queue.consumers.remove(consumer)
             cancelled = getattr(consumer, "cancelled_by_server", None)
             if cancelled is not None:

@@ -124,3 +124,30 @@ def test_pika_reads_what_rstream_wrote_with_properties(target):
     assert (props.message_id, props.correlation_id, props.content_type, props.reply_to) == \
         ("mid-1", "cid-1", "application/json", "replies")
     assert props.headers["tenant"] == "acme" and props.headers["count"] == 3
+
+
+def test_create_takes_rabbitmqs_argument_names_without_the_prefix(target):
+    """What rstream and RabbitMQ's own stream clients send when a user sets retention: the names
+    without ``x-``; unknown names are left out, as RabbitMQ does."""
+    stream = fresh("retention")
+
+    async def scenario():
+        async with Producer(**client_args(target)) as producer:
+            await producer.create_stream(stream, arguments={
+                "max-length-bytes": 20_000_000, "max-age": "3600s", "stream-max-segment-size-bytes": 500_000,
+                "initial-cluster-size": 1, "queue-leader-locator": "least-leaders", "not-a-known-argument": "x"})
+            await producer.send_batch(stream, [AMQPMessage(body=b"kept")])
+        got = await read(target, stream, ConsumerOffsetSpecification(OffsetType.FIRST, None), 1, amqp_decoder)
+        return got
+
+    got = run(scenario())
+    assert [b"".join(m.body) if isinstance(m.body, list) else m.body for _, m in got] == [b"kept"]
+    host, port = target.amqp
+    connection = pika.BlockingConnection(pika.ConnectionParameters(host, port))
+    try:  # the stream is a stream queue with those arguments: declaring it with them is equivalent
+        connection.channel().queue_declare(stream, durable=True, arguments={
+            "x-queue-type": "stream", "x-max-length-bytes": 20_000_000, "x-max-age": "3600s",
+            "x-stream-max-segment-size-bytes": 500_000, "x-initial-cluster-size": 1,
+            "x-queue-leader-locator": "least-leaders"})
+    finally:
+        connection.close()

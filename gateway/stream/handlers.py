@@ -263,6 +263,10 @@ class StreamCommands:
             log.warning("stream store-offset refused: no read permission", extra=fields(
                 user=self.username, vhost=self.vhost.name, stream=r.stream, reference=r.reference))
             return
+        if r.offset >= 2**63 - 1:  # the protocol's u64; stored offsets are Kafka's signed 64-bit ones
+            log.warning("stream store-offset ignored: the offset is past any a stream can hold", extra=fields(
+                user=self.username, vhost=self.vhost.name, stream=r.stream, reference=r.reference, offset=r.offset))
+            return
         self.service.offsets.commit(r.reference, {(queue.topic, queue.partition): OffsetAndMetadata(
             r.offset + 1, metadata=STORED_OFFSET)})  # kept as long as the stream, not expired
         self.service.request_flush()
