@@ -90,12 +90,11 @@ class ShareLink:
         if self.opening:
             return
         if self.closed:
-            # a parked fetch could still acquire for a closed session: close once it is back
-            if self.epoch > 0 and not self.fetching:
+            # at once, past a parked fetch: the leader gives back what the session held, and a
+            # fetch still parked there takes nothing more once its session is closed
+            if self.epoch > 0:
                 self._send_close()
-            elif self.epoch > 0 and self.acks:
-                self._send_acks()
-            elif self.epoch == 0 and not self.fetching:
+            elif not self.fetching:
                 self.peers.close_lane(self.lane)
             return
         if self.epoch > 0 and self.acks:
@@ -235,8 +234,8 @@ class ShareLink:
         self._restart()
 
     def _failed(self, failure, member: str) -> None:
-        if member != self.member:
-            return
+        if member != self.member or self.closed:
+            return  # an old session's, or the link's own lane closed under a parked fetch
         log.warning("share session of queue %s: %s", self.queue.name, failure.getErrorMessage())
         self._restart()
 
@@ -245,8 +244,7 @@ class ShareLink:
         another under a new member id, so that late answers to the old one are told apart."""
         if self.epoch > 0:
             self._send_close()
-        self.member = self._new_member()
-        self.lane = f"share-{uuid.uuid4().hex[:12]}"  # its own connection: its fetch may wait long there
+        self.member = self._new_member()  # on the same lane: the old session's close goes first
         self.epoch, self.opening, self.fetching = 0, False, False
         for offset in self.held:
             self.queue.delivery_counts.pop(offset, None)
