@@ -62,6 +62,22 @@ def copies_of(data_dir: Path, topic: str, partition: int, values: set[bytes]) ->
     return found
 
 
+def split_duplicates(data_dirs: dict[int, Path], replicas: dict[int, list[int]], topic: str,
+                     values: set[bytes]) -> tuple[list, list]:
+    """Duplicated ``values`` as (stored twice within one producer epoch: the broker's fault, sent
+    again by the client under a new producer epoch). Idempotence holds within an epoch, in Kafka
+    too; librdkafka may bump its epoch and send a cut-off batch again (OUT_OF_ORDER_SEQUENCE_NUMBER
+    on a later batch: "skipped sequence numbers, recovering and retrying"), copies no broker can
+    match. Read from the batch headers of each partition's first replica."""
+    same_epoch, re_sent = [], []
+    for p, nodes in replicas.items():
+        for value, copies in copies_of(data_dirs[nodes[0]], topic, p, set(values)).items():
+            if len(copies) > 1:
+                epochs = {(pid, epoch) for _offset, pid, epoch, _seq in copies}
+                (same_epoch if len(epochs) < len(copies) else re_sent).append((value.decode(), copies))
+    return same_epoch, re_sent
+
+
 def compare_replicas(data_dirs: dict[int, Path], topic: str, partition: int, replicas: list[int]) -> list[str]:
     """Problems found among ``replicas`` (broker ids) of one partition; [] if byte-identical."""
     hws = {}
