@@ -150,13 +150,19 @@ def test_killed_broker_fails_every_call_in_flight_and_a_restarted_one_is_reached
         b.stop()
 
 
-def test_share_group_member_reads_an_amqp_queue(peers, broker):
+def confirming_channel(broker):
+    """A pika connection to the broker and a channel of it in confirm mode."""
     host, port = broker.address("amqp")
     conn = pika.BlockingConnection(pika.ConnectionParameters(host, port, credentials=pika.PlainCredentials(
         "guest", "guest"), blocked_connection_timeout=10))
+    ch = conn.channel()
+    ch.confirm_delivery()
+    return conn, ch
+
+
+def test_share_group_member_reads_an_amqp_queue(peers, broker):
+    conn, ch = confirming_channel(broker)
     try:
-        ch = conn.channel()
-        ch.confirm_delivery()
         ch.queue_declare("q", durable=True)
         for i in range(10):
             ch.basic_publish("", "q", b"m%d" % i, pika.BasicProperties(delivery_mode=2))
@@ -295,12 +301,8 @@ def test_a_share_fetch_parked_when_its_session_closes_takes_nothing(peers, broke
     """A fetch waiting at the leader when its session is closed (a remote AMQP consumer that went
     away) must not acquire what arrives afterwards: nobody would ever acknowledge it, and it
     would stay locked for the whole acquisition lock."""
-    host, port = broker.address("amqp")
-    conn = pika.BlockingConnection(pika.ConnectionParameters(host, port, credentials=pika.PlainCredentials(
-        "guest", "guest"), blocked_connection_timeout=10))
+    conn, ch = confirming_channel(broker)
     try:
-        ch = conn.channel()
-        ch.confirm_delivery()
         ch.queue_declare("parked-q", durable=True)
         topic_id = run(peers.topic_ids, 1, ["parked-q"])["parked-q"]
         opened = run(peers.share_fetch, 1, "parked-q", "m-parked", 0, {topic_id: [0]}, max_records=5)

@@ -99,8 +99,10 @@ class ShareLink:
             return
         if self.epoch > 0 and self.acks:
             self._send_acks()
-        if not self.fetching and self._budget() > 0:
-            self._send_fetch(self._budget())
+        if not self.fetching:
+            budget = self._budget()
+            if budget > 0:
+                self._send_fetch(budget)
 
     def _budget(self) -> int:
         consumer = self.consumer

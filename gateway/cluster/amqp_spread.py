@@ -176,7 +176,7 @@ class AmqpSpread(AmqpHome):
             log.warning("replica of the AMQP state topic not requested: %s", result.getErrorMessage())
 
     def _link(self, queue: RemoteQueue, consumer) -> ShareLink:
-        return ShareLink(self.broker.reactor, self.forwarder.peers, self.broker._leader_of, self._topic_id, queue,
+        return ShareLink(self.broker.reactor, self.forwarder.peers, self.forwarder.leader_of, self._topic_id, queue,
                          consumer, self.node_id)
 
     def _topic_id(self, topic: str) -> uuid.UUID | None:
