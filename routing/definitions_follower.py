@@ -135,15 +135,7 @@ def _queue(vhost: VirtualHost, name: str, q: dict | None) -> None:
             vhost.consuming.discard(existing)
             for exchange in vhost.exchanges.values():
                 exchange.unbind_destination(("queue", name))
-            for link in getattr(existing, "links", {}).values():
-                link.close()
-            for consumer in list(existing.consumers):  # deleted on another broker: tell its consumers here
-                if consumer not in existing.consumers:
-                    continue  # an earlier one's cancellation took it along
-                existing.consumers.remove(consumer)
-                cancelled = getattr(consumer, "cancelled_by_server", None)
-                if cancelled is not None:
-                    cancelled(existing)
+            existing.cancel_consumers()  # deleted on another broker: its consumers here are told
         return
     if existing is not None and existing.arguments == q["arguments"] and existing.auto_delete == q["auto_delete"]:
         return

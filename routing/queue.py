@@ -204,6 +204,17 @@ class Queue:
         if self.auto_delete and not self.consumers and self.on_empty_auto_delete is not None:
             self.on_empty_auto_delete(self)  # RabbitMQ: auto-delete once the last consumer is gone
 
+    def cancel_consumers(self) -> None:
+        """The queue is gone: every consumer is dropped and told (basic.cancel, a stream's
+        metadata update)."""
+        for consumer in list(self.consumers):
+            if consumer not in self.consumers:
+                continue  # an earlier one's cancellation took it along (a stream connection drops them all)
+            self.consumers.remove(consumer)
+            cancelled = getattr(consumer, "cancelled_by_server", None)
+            if cancelled is not None:
+                cancelled(self)
+
     def _pick(self) -> Consumer | None:
         consumers = self.consumers
         if not consumers:

@@ -46,6 +46,12 @@ class RemoteQueue(Queue):
             del self._by_offset[offset]
             self.delivery_counts.pop(offset, None)
 
+    def cancel_consumers(self) -> None:
+        for link in self.links.values():
+            link.close()  # the leader takes back what each held
+        self.links.clear()
+        super().cancel_consumers()
+
     def delivered(self, offset: int, count: int, link) -> None:
         """A link handed a message to its consumer (``count``: Kafka's delivery count, 1 the first)."""
         self._by_offset[offset] = link

@@ -414,13 +414,7 @@ class VirtualHost(PoliciesMixin):
         for exchange in list(self.exchanges.values()):
             if exchange.unbind_destination(_queue_key(queue.name)):
                 self._maybe_auto_delete(exchange)
-        for consumer in list(queue.consumers):
-            if consumer not in queue.consumers:
-                continue  # an earlier one's cancellation took it along (a stream connection drops them all)
-            queue.consumers.remove(consumer)
-            cancelled = getattr(consumer, "cancelled_by_server", None)
-            if cancelled is not None:
-                cancelled(queue)
+        queue.cancel_consumers()
         try:
             if not any(queue.name in p for p in self.super_streams.values()):  # the super stream owns that topic
                 self.logs.delete_topic(queue.topic)
