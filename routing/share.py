@@ -30,6 +30,7 @@ from typing import Callable
 
 from core.log import PartitionLog
 from routing.queue import Queue, position_key
+from routing.reader import CommittedReader
 
 log = logging.getLogger(__name__)
 
@@ -60,9 +61,18 @@ class ShareQueue(Queue):
     def _priority_stage(self, prioritised: bool):
         return None  # Kafka records are delivered in offset order (returned ones first)
 
+    # () -> None (read_uncommitted) or (last stable offset, aborted(start, end)): see CommittedReader
+    committed_view: Callable[[], tuple | None] = staticmethod(lambda: None)
+
+    def attach(self, plog: PartitionLog) -> None:
+        super().attach(plog)
+        self.reader = CommittedReader(plog, lambda: self.committed_view())
+
     def sync_end(self) -> None:
         self.cursor.log_start(self.plog.log_start_offset)
-        self.cursor.log_end(self.plog.high_watermark)  # Kafka readers see committed records only
+        view = self.committed_view()
+        # Kafka readers see replicated records only; read_committed ones stop at an open transaction
+        self.cursor.log_end(self.plog.high_watermark if view is None else min(view[0], self.plog.high_watermark))
 
 
 class SharePartition:
@@ -83,10 +93,23 @@ class SharePartition:
         return 2 if redelivered else 1
 
     def acquire(self, owner: ShareOwner, max_records: int, max_bytes: int, deadline: float) -> list[tuple[int, int]]:
-        """Acquire up to ``max_records`` for ``owner``: [(offset, delivery count)] in offset order."""
+        """Acquire up to ``max_records`` for ``owner``: [(offset, delivery count)] in offset order.
+
+        As in Kafka, ``max_records`` is soft: the stored batch the limit falls in is handed over
+        whole (the client receives whole batches anyway; cutting one would leave its tail to
+        another member while the records travel here too)."""
         out, size = [], 0
         queue = self.queue
-        while len(out) < max_records and (not out or size < max_bytes):
+        batch_end = None
+        while not out or size < max_bytes:
+            if len(out) >= max_records:
+                if self.shared:
+                    break  # an AMQP queue's batches are the publishers' loop turns, not a Kafka producer's
+                if batch_end is None:
+                    batch_end = self._batch_end(out[-1][0])
+                following = queue.cursor.peek()
+                if following is None or following > batch_end:
+                    break
             taken = queue.get(owner, no_ack=False)
             if taken is None:
                 break
@@ -96,6 +119,14 @@ class SharePartition:
             size += len(record.value or b"") + len(record.key or b"") + 70
         out.sort()
         return out
+
+    def _batch_end(self, offset: int) -> int:
+        """The last offset of the stored batch holding ``offset``."""
+        data = self.plog.read(offset, 1, max_offset=self.plog.next_offset).records
+        if len(data) < _PEEK.size:
+            return offset
+        base, _length, delta = _PEEK.unpack_from(data, 0)
+        return max(base + delta, offset)
 
     def owned(self, offset: int, owner: ShareOwner) -> bool:
         return self.queue.cursor.owner_of(offset) is owner
@@ -187,6 +218,10 @@ class SharePartitions:
         self.delivery_count_limit = delivery_count_limit
         self.auto_offset_reset: Callable[[str], str | int] = lambda group: "latest"
         self.lock_ms: Callable[[str], int] = lambda group: DEFAULT_LOCK_MS
+        # share.isolation.level of a group: read_committed gets stable(topic, index, plog), which is
+        # (last stable offset, aborted(start, end)) as routing.reader.CommittedReader takes it
+        self.read_committed: Callable[[str], bool] = lambda group: False
+        self.stable: Callable[[str, int, PartitionLog], tuple] | None = None
         self.partitions: dict[tuple[str, str, int], SharePartition] = {}
         self.owners: dict[tuple[str, str], ShareOwner] = {}
         self.saved: dict[str, dict] = {}  # share:... -> {"floor", "deliveries"}, from the last run
@@ -257,6 +292,8 @@ class SharePartitions:
                            arguments={"x-delivery-limit": self.delivery_count_limit - 1}, ack_floor=floor,
                            clock=self.clock, delivery_counts=counts)
         queue.partition = index
+        queue.committed_view = lambda: (self.stable(topic, index, plog)
+                                        if self.stable is not None and self.read_committed(group) else None)
         queue.attach(plog)
         return queue
 

@@ -16,15 +16,30 @@ from wire.records import simple_batch
 
 @pytest.fixture
 def kafka_topic():
-    """Make a one-partition topic holding ``values`` (one batch, appended and flushed): its log."""
-    def make(router, topic: str, values: list[bytes]):
+    """Make a one-partition topic holding ``values`` (a batch each, or one batch of all with
+    ``one_batch``; appended and flushed): its log. A batch each keeps acquisitions exact (a share
+    fetch's limit is soft: the batch it falls in is acquired whole)."""
+    def make(router, topic: str, values: list[bytes], one_batch: bool = False):
         router.logs.create_topic(topic, 1)
         plog = router.logs.logs[(topic, 0)]
-        plog.append(simple_batch(values))
+        for batch in [values] if one_batch else [[v] for v in values]:
+            plog.append(simple_batch(batch))
         router.logs.flush_dirty()
         assert plog.high_watermark == len(values)
         return plog
     return make
+
+
+def test_the_batch_a_limit_falls_in_is_acquired_whole(make_router, kafka_topic):
+    router = make_router()
+    plog = kafka_topic(router, "t", [b"a", b"b", b"c", b"d"], one_batch=True)
+    router.logs.logs[("t", 0)].append(simple_batch([b"e", b"f"]))
+    router.logs.flush_dirty()
+    shares = router.shares
+    shares.auto_offset_reset = lambda group: "earliest"
+    sp = shares.get("g", "t", 0, plog)
+    assert sp.acquire(shares.owner("g", "m1"), 2, 1 << 20, deadline=1e12) == [(o, 1) for o in range(4)]
+    assert sp.acquire(shares.owner("g", "m2"), 1, 1 << 20, deadline=1e12) == [(4, 1), (5, 1)]
 
 
 def test_acquire_accept_release_reject(make_router, kafka_topic):

@@ -102,6 +102,7 @@ class ConsumerGroup:
     static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
     target: dict[str, TopicPartitions] = field(default_factory=dict)  # member id -> target partitions
     topics: dict[str, int] = field(default_factory=dict)  # subscribed topic -> partitions, at group_epoch
+    topic_ids: dict[str, str] = field(default_factory=dict)  # and their ids: a recreated topic is a change
     assignor: str = DEFAULT_ASSIGNOR
 
     @property
@@ -213,6 +214,7 @@ class ConsumerGroups:
         self.heartbeat_interval_for: Callable[[str], int] = lambda group_id: self.heartbeat_interval_ms
         self.groups: dict[str, ConsumerGroup] = {}
         self.is_share_group: Callable[[str], bool] = lambda group_id: False  # share group ids are taken
+        self.topic_ids: Callable[[], Mapping[str, str]] = lambda: {}  # topic name -> its current id
         self.migration = None  # core.groups.migration.Migration: classic members and conversions
 
     # --- ConsumerGroupHeartbeat ------------------------------------------------------------
@@ -398,8 +400,10 @@ class ConsumerGroups:
             subs[m.member_id] = m.subscribed(existing)
             wanted |= subs[m.member_id]
         metadata = {t: existing[t] for t in wanted}
-        if metadata != group.topics:
-            group.topics = metadata
+        ids = self.topic_ids()
+        metadata_ids = {t: ids.get(t, "") for t in metadata}
+        if metadata != group.topics or metadata_ids != group.topic_ids:
+            group.topics, group.topic_ids = metadata, metadata_ids
             bump = True
         if bump:
             group.group_epoch += 1

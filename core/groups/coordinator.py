@@ -84,6 +84,8 @@ class GroupCoordinator(OffsetCommits):
             lambda: {n: t.partitions for n, t in logs.store.topics().items()},
             lambda g: "consumer" if g in self.consumer.groups else "classic" if g in self._groups else None, clock)
         self.consumer.is_share_group = self.share.groups.__contains__
+        # a topic deleted and recreated under its name has a new id: both group types reassign it
+        self.consumer.topic_ids = self.share.topic_ids = lambda: {n: t.topic_id for n, t in logs.store.topics().items()}
         self.consumer.migration = self.migration = Migration(self.consumer, self._groups, clock, self._prepare_rebalance)
         self.share_deleted: Callable[[str], None] = lambda group_id: None  # its share partitions go too
         self.retention = OffsetRetention(self.offsets, self._groups, self.consumer,

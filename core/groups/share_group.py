@@ -55,6 +55,7 @@ class ShareGroup:
     group_epoch: int = 0
     members: dict[str, ShareMember] = field(default_factory=dict)
     topics: dict[str, int] = field(default_factory=dict)  # subscribed topic -> partitions, at group_epoch
+    topic_ids: dict[str, str] = field(default_factory=dict)  # and their ids: a recreated topic is a change
 
     @property
     def state(self) -> str:
@@ -90,6 +91,7 @@ class ShareGroups:
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.groups: dict[str, ShareGroup] = {}
         self.on_member_gone: Callable[[str, str], None] = lambda group_id, member_id: None
+        self.topic_ids: Callable[[], Mapping[str, str]] = lambda: {}  # topic name -> its current id
 
     # --- ShareGroupHeartbeat ------------------------------------------------------------
     def heartbeat(self, group_id: str, member_id: str, member_epoch: int, *, rack_id: str | None = None,
@@ -154,9 +156,11 @@ class ShareGroups:
         existing = self.topics()
         wanted = {t for m in group.members.values() for t in m.subscribed_topic_names}
         now = {t: existing[t] for t in wanted if t in existing}
-        if now == group.topics:
+        ids = self.topic_ids()
+        now_ids = {t: ids.get(t, "") for t in now}
+        if now == group.topics and now_ids == group.topic_ids:
             return False
-        group.topics = now
+        group.topics, group.topic_ids = now, now_ids
         return True
 
     def _assignment(self, group: ShareGroup, member: ShareMember) -> TopicPartitions:

@@ -29,10 +29,18 @@ FINAL_EPOCH = -1
 MAX_EPOCH = 2**31 - 1
 
 
+# A client closing its share consumer sends its leave heartbeat and its session-closing
+# acknowledgements at once; the leave may arrive first. The member's session outlives the leave
+# by this long, so those acknowledgements still settle their records before the rest go back.
+LEAVE_GRACE_S = 3.0
+
+
 @dataclass
 class ShareSession:
     epoch: int = 1  # the epoch the next request must carry
     partitions: set[tuple[str, int]] = field(default_factory=set)
+    ids: dict = field(default_factory=dict)  # topic name -> the id it was added under
+    leaving: bool = False  # the member left its group: acknowledgements only, nothing new acquired
 
 
 def share_partitions(ctx):
@@ -44,6 +52,9 @@ def share_partitions(ctx):
     shares.auto_offset_reset = lambda group: auto_offset_reset_ms(
         group_config(ctx, group, "share.auto.offset.reset"), int(shares.clock() * 1000))
     shares.delivery_count_limit = ctx.share_delivery_count_limit
+    shares.read_committed = lambda group: group_config(ctx, group, "share.isolation.level") == "read_committed"
+    shares.stable = lambda topic, index, plog: (ctx.last_stable_offset(topic, index, plog),
+                                                ctx.producers.partition(topic, index, plog).aborted.overlapping)
     shares.remote = ctx.share_remote
     return shares
 
@@ -199,11 +210,13 @@ def share_fetch(ctx, conn, h, req):
                           extra)
     add = {(name, p.partition_index) for t in req.topics if (name := ctx.topic_name(t.topic_id)) is not None
            for p in t.partitions}
+    added_ids = {name: t.topic_id for t in req.topics if (name := ctx.topic_name(t.topic_id)) is not None}
     forget = {(name, index) for t in req.forgotten_topics_data if (name := ctx.topic_name(t.topic_id)) is not None
               for index in t.partitions}
     session, error, message = _session(ctx, group, member, epoch, add, forget)
     if session is None:
         return _top_error(h, error, message, extra)
+    session.ids.update(added_ids)
     answer = _Answer(ctx)
     for t in req.topics:  # partitions asked for by an unknown id are answered with that error
         if ctx.topic_name(t.topic_id) is None:
@@ -219,8 +232,8 @@ def share_fetch(ctx, conn, h, req):
             answer.entry(name, ctx.topic_id(name), index)
 
     def acquire() -> bool:
-        if ctx.share_sessions.get((group, member)) is not session:
-            return True  # closed (or replaced) while this fetch waited: it must not take records any more
+        if ctx.share_sessions.get((group, member)) is not session or session.leaving:
+            return True  # closed, replaced or left while this fetch waited: it must not take records any more
         return _acquire(ctx, answer, group, member, session, req, lock_ms)
 
     def reply(_=None) -> bytes:
@@ -258,6 +271,9 @@ def _acquire(ctx, answer: _Answer, group: str, member: str, session: ShareSessio
     for name, index in sorted(session.partitions):
         if budget <= 0 or byte_budget <= 0:
             break
+        if _stale(ctx, answer, session, name, index):
+            got = True  # answered at once: the client learns the topic's new id and asks again
+            continue
         sp, error = _share_partition(ctx, group, name, index)
         if error:
             answer.entry(name, ctx.topic_id(name), index)["error_code"] = error
@@ -276,6 +292,20 @@ def _acquire(ctx, answer: _Answer, group: str, member: str, session: ShareSessio
         byte_budget -= len(records)
         ctx.count_out(name, len(records))
     return got
+
+
+def _stale(ctx, answer: _Answer, session: ShareSession, name: str, index: int) -> bool:
+    """A partition added under a topic id its name no longer has (the topic was deleted, perhaps
+    recreated): it leaves the session, answered UNKNOWN_TOPIC_ID under the old id, as Kafka does.
+    Records of the new topic answered under the old id would be dropped by the client."""
+    old = session.ids.get(name)
+    if old is None or old == ctx.topic_id(name):
+        return False
+    session.partitions.discard((name, index))
+    if not any(n == name for n, _i in session.partitions):
+        session.ids.pop(name, None)
+    answer.entry(None, old, index)["error_code"] = ErrorCode.unknown_topic_id
+    return True
 
 
 def _ranges(acquired: list[tuple[int, int]]) -> list[dict]:
@@ -314,6 +344,16 @@ def share_acknowledge(ctx, conn, h, req):
 
 
 def member_gone(ctx, group: str, member: str) -> None:
-    """The group removed a member (it left or timed out): its session goes, its records come back."""
-    ctx.share_sessions.pop((group, member), None)
-    ctx.router().shares.release_member(group, member)
+    """The group removed a member (it left or timed out): its records come back, after a short
+    grace for acknowledgements still on their way if it has a session here (LEAVE_GRACE_S)."""
+    session = ctx.share_sessions.get((group, member))
+    if session is None or ctx.reactor is None:
+        ctx.share_sessions.pop((group, member), None)
+        ctx.router().shares.release_member(group, member)
+        return
+    session.leaving = True
+
+    def settle() -> None:
+        if ctx.share_sessions.get((group, member)) is session:
+            _close(ctx, group, member)
+    ctx.reactor.callLater(LEAVE_GRACE_S, settle)
