@@ -1,4 +1,4 @@
-"""A mutation fuzzer for the Kafka and AMQP ports, seeded with real clients' traffic.
+"""A mutation fuzzer for the Kafka, AMQP and RabbitMQ stream ports, seeded with real clients' traffic.
 
 Each round replays one captured client connection (corpus/*.jsonl, see capture.py) on a fresh
 connection, with one to three of its frames mutated (up to a tenth of a long session's): bit flips, random bytes, interesting
@@ -11,6 +11,7 @@ Many connections run at once (asyncio). :func:`fuzz` returns counts; the caller 
 broker: still running, no traceback in its log, memory back near where it started, logs whole.
 
     .venv/bin/python -m compat_tests.fuzz.fuzzer kafka 127.0.0.1:9092 --frames 1000000
+    .venv/bin/python -m compat_tests.fuzz.fuzzer stream 127.0.0.1:5552 --frames 200000
 """
 from __future__ import annotations
 
@@ -38,9 +39,14 @@ def load(protocol: str) -> list[list[bytes]]:
     return sessions
 
 
+PROTOCOLS = ("kafka", "amqp", "stream")
+
+
 def _fix_size(protocol: str, frame: bytearray) -> None:
     if protocol == "kafka" and len(frame) >= 4:
         struct.pack_into(">i", frame, 0, len(frame) - 4)
+    elif protocol == "stream" and len(frame) >= 4:  # size:u32, then key, version, the command's fields
+        struct.pack_into(">I", frame, 0, len(frame) - 4)
     elif protocol == "amqp" and len(frame) >= 8 and not frame.startswith(b"AMQP"):
         struct.pack_into(">I", frame, 3, len(frame) - 8)
         frame[-1] = 0xCE
@@ -48,7 +54,8 @@ def _fix_size(protocol: str, frame: bytearray) -> None:
 
 def mutate(protocol: str, frame: bytes, donors: list[bytes], rng: random.Random) -> bytes:
     out = bytearray(frame)
-    head = 4 if protocol == "kafka" else 7  # keep the size field for the fix-up below
+    # keep the size field for the fix-up below; a stream frame's key and version are fair game
+    head = 7 if protocol == "amqp" else 4
     for _ in range(rng.choice((1, 1, 1, 2, 3, 5))):
         if len(out) <= head:
             out += bytes(rng.randrange(256) for _ in range(rng.randrange(1, 8)))
@@ -172,7 +179,7 @@ def fuzz(address: tuple[str, int], protocol: str, total: int, connections: int =
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("protocol", choices=("kafka", "amqp"))
+    parser.add_argument("protocol", choices=PROTOCOLS)
     parser.add_argument("address", help="HOST:PORT of a running broker")
     parser.add_argument("--frames", type=int, default=100_000)
     parser.add_argument("--connections", type=int, default=32)
