@@ -5,6 +5,8 @@ connection, with one to three of its frames mutated (up to a tenth of a long ses
 integers (0, -1, 0x7f.., 0x80..) written over a field, bytes inserted, deleted or duplicated,
 truncation, or another frame's body spliced in. Most of the time the frame's own size field is
 fixed up afterwards, so the damage reaches the request parsers rather than only the framing.
+Stream frames also get field-aware edits: a string field swapped whole (null, empty, too long,
+not UTF-8, a huge number) or eight bytes set to a u64/i64 extreme, so values reach the handlers.
 Replies are read and thrown away; the broker may close the connection at any point.
 
 Many connections run at once (asyncio). :func:`fuzz` returns counts; the caller checks the
@@ -52,8 +54,46 @@ def _fix_size(protocol: str, frame: bytearray) -> None:
         frame[-1] = 0xCE
 
 
+# What a stream frame's string fields (i16 length + UTF-8) are swapped for: null, empty, RabbitMQ's
+# reserved prefix, past the 255-byte name limit, not UTF-8, numbers past any config's range
+STRING_SWAPS = [None, b"", b"amq.x", b"n" * 256, b"n" * 4000, b"\xff\xfe", b"9" * 30, b"-1", b"0",
+                b"99999999999999999999Y"]
+WIDE = [b"\xff" * 8, b"\x7f" + b"\xff" * 7, b"\x80" + b"\x00" * 7, b"\x00" * 8]  # u64/i64 extremes
+
+
+def _string_fields(frame: bytes | bytearray) -> list[tuple[int, int]]:
+    """(position, length) of what look like string fields: an i16 length, then that many printable bytes."""
+    out = []
+    for pos in range(8, len(frame) - 2):
+        n = (frame[pos] << 8) | frame[pos + 1]
+        if 0 < n <= len(frame) - pos - 2 and all(32 <= c < 127 for c in frame[pos + 2:pos + 2 + n]):
+            out.append((pos, n))
+    return out
+
+
+def _swap_string(out: bytearray, rng: random.Random) -> bool:
+    """Structure-aware: replace one string field whole, so the frame still parses and the value
+    reaches the command's handler (blind byte edits mostly stop at the codec's length checks)."""
+    fields = _string_fields(out)
+    if not fields:
+        return False
+    pos, n = rng.choice(fields)
+    value = rng.choice(STRING_SWAPS)
+    out[pos:pos + 2 + n] = b"\xff\xff" if value is None else struct.pack(">h", len(value)) + value
+    return True
+
+
 def mutate(protocol: str, frame: bytes, donors: list[bytes], rng: random.Random) -> bytes:
     out = bytearray(frame)
+    if protocol == "stream" and rng.random() < 0.5:
+        if rng.random() < 0.7 and _swap_string(out, rng):
+            _fix_size(protocol, out)
+            return bytes(out)
+        if len(out) > 16:
+            pos = rng.randrange(8, len(out) - 8)
+            out[pos:pos + 8] = rng.choice(WIDE)
+            _fix_size(protocol, out)
+            return bytes(out)
     # keep the size field for the fix-up below; a stream frame's key and version are fair game
     head = 7 if protocol == "amqp" else 4
     for _ in range(rng.choice((1, 1, 1, 2, 3, 5))):
