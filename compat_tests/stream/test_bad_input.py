@@ -291,3 +291,20 @@ def test_sub_entry_batch_declaring_too_much_is_a_publish_error(broker):
         assert errors == [(7, PRECONDITION_FAILED)] and confirms == [8]
     finally:
         sock.close()
+
+
+def test_a_stream_cannot_take_a_super_streams_name(broker):
+    """A super stream's topic is named like the super stream: a stream created under that name was
+    attached to it and shared the log of partition 0 (caught only for two partitions or more).
+    It is PRECONDITION_FAILED now; a partition named like its own super stream still works."""
+    sock = open_socket(broker, authenticated=True)
+    try:
+        answers = exchange(sock, [
+            request(29, 10, _str("ledger1") + _strings(["ledger1-0"]) + _strings(["0"]) + _props([])),
+            request(13, 11, _str("ledger1") + _props([])),
+            request(29, 12, _str("self-named") + _strings(["self-named"]) + _strings(["0"]) + _props([])),
+            schema.QueryOffset(correlation_id=13, reference="nobody", stream="self-named")], 13)
+        # 19: NO_OFFSET, so the partition stream is there
+        assert [answers[cid].response_code for cid in (10, 11, 12, 13)] == [1, PRECONDITION_FAILED, 1, 19]
+    finally:
+        sock.close()
