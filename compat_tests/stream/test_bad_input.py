@@ -7,7 +7,8 @@ import time
 
 import pytest
 from rstream import Producer, schema
-from rstream.encoding import decode_frame, encode_frame
+from rstream.constants import OffsetType
+from rstream.encoding import decode_frame, encode_frame, encode_publish
 from rstream.exceptions import AuthenticationFailure
 
 from compat_tests.stream.helpers import run
@@ -95,7 +96,6 @@ def test_deleting_a_stream_one_connection_subscribes_to_twice(broker):
     """Two subscriptions of one connection to one stream, then Delete: the stream goes and both
     subscriptions end (the first one's cancellation took the second along, and the deletion
     then failed on it with an internal error, leaving the stream in place)."""
-    from rstream.constants import OffsetType
     sock = open_socket(broker, authenticated=True)
     try:
         frames = [schema.Create(correlation_id=10, stream="twice-subscribed", arguments=[])]
@@ -306,5 +306,40 @@ def test_a_stream_cannot_take_a_super_streams_name(broker):
             schema.QueryOffset(correlation_id=13, reference="nobody", stream="self-named")], 13)
         # 19: NO_OFFSET, so the partition stream is there
         assert [answers[cid].response_code for cid in (10, 11, 12, 13)] == [1, PRECONDITION_FAILED, 1, 19]
+    finally:
+        sock.close()
+
+
+def test_a_tiny_frame_max_does_not_flood_the_log(broker):
+    """A client may tune frame-max below any message: each message it cannot take was skipped
+    with its own warning, so one subscription could write a log line per stored message."""
+    publisher = open_socket(broker, authenticated=True)
+    try:
+        answers = exchange(publisher, [
+            schema.Create(correlation_id=5, stream="tiny-frames", arguments=[]),
+            schema.DeclarePublisher(correlation_id=6, publisher_id=1, reference="", stream="tiny-frames"),
+            encode_publish(schema.Publish(publisher_id=1, messages=[
+                schema.Message(publishing_id=i, filter_value=None, data=b"x" * 2000) for i in range(20)])),
+            schema.Metadata(correlation_id=7, streams=[])], 6)
+        assert answers[6].response_code == 1
+        time.sleep(1)  # confirmed and below the high watermark
+    finally:
+        publisher.close()
+    sock = socket.create_connection(broker.address("stream"))
+    try:
+        answers = exchange(sock, [
+            schema.PeerProperties(correlation_id=1, properties=[]), schema.SaslHandshake(correlation_id=2),
+            schema.SaslAuthenticate(correlation_id=3, mechanism="PLAIN", data=b"\0guest\0guest"),
+            schema.Tune(frame_max=1024, heartbeat=0), schema.Open(correlation_id=4, virtual_host="/"),
+            schema.Subscribe(correlation_id=8, subscription_id=1, stream="tiny-frames", credit=100, properties=[],
+                             offset_spec=schema.OffsetSpec.from_params(OffsetType.FIRST, None))], 8)
+        assert answers[8].response_code == 1
+        deadline = time.monotonic() + 10
+        while broker.output().count("stream=tiny-frames") < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(1)
+        warnings = [line for line in broker.output().splitlines()
+                    if "too large for the client's frame-max" in line and "stream=tiny-frames" in line]
+        assert len(warnings) == 1, f"{len(warnings)} warnings for 20 skipped messages"
     finally:
         sock.close()
