@@ -58,7 +58,7 @@ def close_code(frames: list) -> int:
     (struct.pack(">IHHIH", 10, 21, 1, 5, 3) + b"/", 13),  # Open with a string running past its frame
     (struct.pack(">I", 10_000_000), 14),  # above the negotiated frame-max: FRAME_TOO_LARGE
     # a version of Create that does not exist: UNKNOWN_FRAME, as RabbitMQ reads it (it was served as version 1)
-    (struct.pack(">IHHI", 12, 13, 9, 5) + struct.pack(">h", 2) + b"v9" + struct.pack(">i", 0), 13),
+    (struct.pack(">IHHI", 16, 13, 9, 5) + struct.pack(">h", 2) + b"v9" + struct.pack(">i", 0), 13),
 ])
 def test_malformed_frames_close_with_a_code(broker, payload, code):
     sock = open_socket(broker, authenticated=True)
