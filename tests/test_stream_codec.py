@@ -183,9 +183,13 @@ def test_a_new_frame_max_applies_to_the_next_frame_of_the_same_read():
 
 
 def test_error_responses_keep_their_shape():
-    for command, cls in ((sc.QUERY_OFFSET, schema.QueryOffsetResponse),
-                         (sc.QUERY_PUBLISHER_SEQUENCE, schema.QueryPublisherSequenceResponse),
-                         (sc.ROUTE, schema.SuperStreamRouteResponse),
-                         (sc.PARTITIONS, schema.SuperStreamPartitionsResponse)):
-        frame = decode_frame(sc.error_response(command, 9, sc.STREAM_DOES_NOT_EXIST)[4:])
+    """A refusal carries the answer's other fields (zero, or an empty list), as RabbitMQ sends it."""
+    for command, cls, extra in ((sc.QUERY_OFFSET, schema.QueryOffsetResponse, 8),
+                                (sc.QUERY_PUBLISHER_SEQUENCE, schema.QueryPublisherSequenceResponse, 8),
+                                (sc.ROUTE, schema.SuperStreamRouteResponse, 4),
+                                (sc.PARTITIONS, schema.SuperStreamPartitionsResponse, 4),
+                                (sc.CREATE, schema.CreateResponse, 0)):
+        data = sc.error_response(command, 9, sc.STREAM_DOES_NOT_EXIST)
+        assert len(data) == 4 + 2 + 2 + 4 + 2 + extra
+        frame = decode_frame(data[4:])
         assert isinstance(frame, cls) and (frame.correlation_id, frame.response_code) == (9, 2)
