@@ -134,9 +134,9 @@ async def _rstream(port: int, relay) -> None:
         await asyncio.sleep(0.2)
         await consumer.query_offset("fuzz-s", "fuzz-reader")
         await consumer.unsubscribe(sub)
+        only_ca = FilterConfiguration(values_to_filter=["ca"], predicate=lambda m: True, match_unfiltered=True)
         await consumer.subscribe("fuzz-s", on_message, offset_specification=ConsumerOffsetSpecification(
-            OffsetType.OFFSET, 3), subscriber_name="fuzz-filtered", filter_input=FilterConfiguration(values_to_filter=["ca"], predicate=lambda m: True,
-                                                                     match_unfiltered=True))
+            OffsetType.OFFSET, 3), subscriber_name="fuzz-filtered", filter_input=only_ca)
         await asyncio.sleep(0.3)
     async with Consumer(**args) as consumer:  # rstream allows one subscription per stream per consumer
         await consumer.start()

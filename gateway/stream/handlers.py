@@ -156,7 +156,8 @@ class StreamCommands:
 
     def on_query_publisher_sequence(self, r) -> None:
         if reference_too_long(r.reference):
-            self.refuse(sc.QUERY_PUBLISHER_SEQUENCE, r.correlation_id, sc.PRECONDITION_FAILED, "publisher name too long")
+            self.refuse(sc.QUERY_PUBLISHER_SEQUENCE, r.correlation_id, sc.PRECONDITION_FAILED,
+                        "publisher name too long")
             return
         queue = streams.stream(self.vhost, r.stream)
         sequence = self.service.writers.sequence(queue, r.reference or "")
