@@ -281,6 +281,11 @@ class VirtualHost(PoliciesMixin):
             topic, partition = self.backing(name)
         except InvalidTopicError as exc:
             raise ChannelError(PRECONDITION_FAILED, str(exc)) from None
+        if name in self.super_streams and name not in self.super_streams[name]:
+            # a super stream's topic is named like it: a queue of that name would share its log
+            # with the super stream's first partition (the topic-exists check misses a one-partition one)
+            raise ChannelError(PRECONDITION_FAILED, f"'{name}' is a super stream in vhost '{self.name}' and its "
+                                                    f"topic holds the partitions: choose another queue name")
         for xlog in self.exchange_logs.values():
             if xlog.topic == topic:
                 raise ChannelError(PRECONDITION_FAILED, f"topic '{topic}' is the log of exchange '{xlog.name}' in vhost "

@@ -109,3 +109,87 @@ def test_any_body_decodes_or_raises_its_own_error(key, body):
         sc.decode_request(key, 1, memoryview(body))
     except sc.StreamFrameError:
         pass
+
+
+def test_unknown_versions_are_unknown_frames():
+    """A version outside what ExchangeCommandVersions announces was decoded as version 1."""
+    body = struct.pack(">I", 1) + struct.pack(">h", 1) + b"/"
+    for version in (0, 2, 0xFFFF):
+        with pytest.raises(sc.StreamFrameError) as err:
+            sc.decode_request(sc.OPEN, version, memoryview(body))
+        assert err.value.code == sc.UNKNOWN_FRAME
+    assert sc.decode_request(sc.OPEN, 1, memoryview(body)).vhost == "/"
+
+
+def _sub_entry(kind: int, count: int, size: int, data: bytes, pid: int = 7) -> memoryview:
+    return memoryview(struct.pack(">BiQ", 1, 1, pid) + bytes([0x80 | kind << 4]) +
+                      struct.pack(">Hii", count, size, len(data)) + data)
+
+
+def test_sub_entry_batch_above_the_limit_is_refused_undecompressed():
+    """Declaring more than MAX_SUB_ENTRY_BYTES uncompressed: (id, filter, None), not decompressed
+    (it was, whatever the size, and garbage then closed the connection)."""
+    r = sc.decode_request(sc.PUBLISH, 1, _sub_entry(1, 1, sc.MAX_SUB_ENTRY_BYTES + 1, b"not gzip"))
+    assert r.messages == [(7, None, None)]
+
+
+@pytest.mark.parametrize("kind, codec", [(1, "gzip"), (4, "zstd"), (3, "lz4")])
+def test_sub_entry_bomb_is_refused_without_inflating_it(kind, codec):
+    """64 MB of zeros compress to a few kB: a batch declaring 100 bytes must not make the codec
+    produce 64 MB first (it decompressed everything, then compared sizes)."""
+    import tracemalloc
+
+    import cramjam
+    zeros = bytes(64 << 20)
+    if codec == "gzip":
+        compress = zlib.compressobj(9, zlib.DEFLATED, 31)
+        data = compress.compress(zeros) + compress.flush()
+    else:
+        data = bytes(getattr(cramjam, codec).compress(zeros))
+    del zeros
+    tracemalloc.start()
+    try:
+        with pytest.raises(sc.StreamFrameError) as err:
+            sc.decode_request(sc.PUBLISH, 1, _sub_entry(kind, 1, 100, data))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert err.value.code == sc.PRECONDITION_FAILED
+    assert peak < 4 << 20, f"decoding a {len(data)}-byte {codec} bomb allocated {peak >> 20} MB"
+
+
+@pytest.mark.parametrize("kind, codec", [(1, "gzip"), (2, "snappy"), (3, "lz4"), (4, "zstd")])
+def test_sub_entry_batch_of_every_codec_opens(kind, codec):
+    import cramjam
+    inner = b"".join(struct.pack(">I", len(m)) + m for m in (b"one", b"two", b"three"))
+    data = gzip.compress(inner) if codec == "gzip" else bytes(getattr(cramjam, codec).compress(inner))
+    r = sc.decode_request(sc.PUBLISH, 1, _sub_entry(kind, 3, len(inner), data))
+    assert r.messages == [(7, None, b"one"), (7, None, b"two"), (7, None, b"three")]
+    with pytest.raises(sc.StreamFrameError):  # declaring one byte less or more than it holds
+        sc.decode_request(sc.PUBLISH, 1, _sub_entry(kind, 3, len(inner) - 1, data))
+    with pytest.raises(sc.StreamFrameError):
+        sc.decode_request(sc.PUBLISH, 1, _sub_entry(kind, 3, len(inner) + 1, data))
+
+
+def test_a_new_frame_max_applies_to_the_next_frame_of_the_same_read():
+    """Frames were cut a whole read at a time, so raising the limit after one frame (Open) came
+    too late for the frames behind it in the same read."""
+    small, big = encode_frame(schema.Heartbeat()), encode_frame(schema.Metadata(correlation_id=1, streams=["s" * 200]))
+    buffer = sc.FrameBuffer(max_size=100)
+    buffer.push(small + big)
+    assert buffer.pop()[0] == sc.HEARTBEAT
+    buffer.max_size = 1000
+    assert buffer.pop()[0] == sc.METADATA and buffer.pop() is None
+
+
+def test_error_responses_keep_their_shape():
+    """A refusal carries the answer's other fields (zero, or an empty list), as RabbitMQ sends it."""
+    for command, cls, extra in ((sc.QUERY_OFFSET, schema.QueryOffsetResponse, 8),
+                                (sc.QUERY_PUBLISHER_SEQUENCE, schema.QueryPublisherSequenceResponse, 8),
+                                (sc.ROUTE, schema.SuperStreamRouteResponse, 4),
+                                (sc.PARTITIONS, schema.SuperStreamPartitionsResponse, 4),
+                                (sc.CREATE, schema.CreateResponse, 0)):
+        data = sc.error_response(command, 9, sc.STREAM_DOES_NOT_EXIST)
+        assert len(data) == 4 + 2 + 2 + 4 + 2 + extra
+        frame = decode_frame(data[4:])
+        assert isinstance(frame, cls) and (frame.correlation_id, frame.response_code) == (9, 2)

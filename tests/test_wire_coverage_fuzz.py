@@ -1,5 +1,5 @@
-"""Coverage-guided fuzzing of wire/ (atheris): the Kafka request parser, the AMQP server codec and
-the record-batch reader take any bytes and fail only with their own errors.
+"""Coverage-guided fuzzing of wire/ (atheris): the Kafka request parser, the AMQP server codec, the
+stream-protocol codec and the record-batch reader take any bytes and fail only with their own errors.
 
 Each target runs for WIRE_FUZZ_SECONDS (15 in CI; longer by hand) from the captured client
 traffic (compat_tests/fuzz/coverage.py); libFuzzer exits non-zero and writes the input on the
@@ -21,7 +21,7 @@ SEED = int(os.environ.get("WIRE_FUZZ_SEED", str(time.time_ns() % 100_000)))
 
 
 @pytest.mark.timeout(SECONDS + 120)
-@pytest.mark.parametrize("target", ["kafka", "amqp", "records"])
+@pytest.mark.parametrize("target", ["kafka", "amqp", "stream", "records"])
 def test_wire_codecs_survive_coverage_guided_fuzzing(target, tmp_path):
     run = subprocess.run(
         [sys.executable, "-m", "compat_tests.fuzz.coverage", target, "--seed-corpus", str(tmp_path / "corpus"),

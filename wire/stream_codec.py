@@ -41,6 +41,11 @@ PUBLISHER_DOES_NOT_EXIST, NO_OFFSET = 18, 19
 
 OFFSET_FIRST, OFFSET_LAST, OFFSET_NEXT, OFFSET_OFFSET, OFFSET_TIMESTAMP = 1, 2, 3, 4, 5
 
+# A sub-entry batch (several messages compressed as one entry) may say it holds at most this much
+# once uncompressed (RabbitMQ's default max_uncompressed_sub_entry_batch_size): a frame is at most
+# frame-max bytes, but deflate or zstd could turn that into gigabytes.
+MAX_SUB_ENTRY_BYTES = 64 << 20
+
 CHUNK_HEADER = struct.Struct(">BBHIqQQIIII")  # 48 bytes
 MAGIC_VERSION = 0x50  # osiris: magic 5, version 0
 _U8, _U16, _U32, _U64, _I16, _I32, _I64 = (struct.Struct(f">{c}") for c in "BHIQhiq")
@@ -58,29 +63,43 @@ class StreamFrameError(ValueError):
 
 # --- cutting frames out of a stream -----------------------------------------------------------
 class FrameBuffer:
-    """Bytes in, whole frames (``key, version, body``) out; refuses frames above ``max_size``."""
+    """Bytes in, whole frames (``key, version, body``) out; refuses frames above ``max_size``.
+
+    :meth:`pop` cuts one frame at a time, so a ``max_size`` changed by that frame (Open raises it
+    to the tuned size) already applies to the next one of the same read."""
 
     def __init__(self, max_size: int = 0):
-        self.max_size = max_size  # 0: no limit (before tune)
+        self.max_size = max_size  # 0: no limit
         self._buf = bytearray()
+        self._pos = 0  # start of the first frame not cut yet
 
-    def feed(self, data: bytes) -> list[tuple[int, int, memoryview]]:
+    def push(self, data: bytes) -> None:
         self._buf += data
-        frames, buf, pos = [], self._buf, 0
-        while len(buf) - pos >= 4:
+
+    def pop(self) -> tuple[int, int, memoryview] | None:
+        """The next whole frame, or None until more bytes come."""
+        buf, pos = self._buf, self._pos
+        if len(buf) - pos >= 4:
             size = _U32.unpack_from(buf, pos)[0]
             if self.max_size and size > self.max_size:
-                raise StreamFrameError(f"frame of {size} bytes exceeds the negotiated frame-max {self.max_size}",
+                raise StreamFrameError(f"frame of {size} bytes exceeds the frame-max {self.max_size}",
                                        FRAME_TOO_LARGE)
             if size < 4:
                 raise StreamFrameError(f"frame of {size} bytes is shorter than its key and version")
-            if len(buf) - pos - 4 < size:
-                break
-            key, version = struct.unpack_from(">HH", buf, pos + 4)
-            frames.append((key, version, memoryview(bytes(buf[pos + 8:pos + 4 + size]))))
-            pos += 4 + size
-        if pos:
+            if len(buf) - pos - 4 >= size:
+                key, version = struct.unpack_from(">HH", buf, pos + 4)
+                self._pos = pos + 4 + size
+                return key, version, memoryview(bytes(buf[pos + 8:pos + 4 + size]))
+        if pos:  # drop what was cut once, not per frame
             del buf[:pos]
+            self._pos = 0
+        return None
+
+    def feed(self, data: bytes) -> list[tuple[int, int, memoryview]]:
+        self.push(data)
+        frames = []
+        while (frame := self.pop()) is not None:
+            frames.append(frame)
         return frames
 
 
@@ -182,8 +201,31 @@ def _offset_spec(r: _Reader) -> tuple[int, int | None]:
     raise StreamFrameError(f"unknown offset specification type {kind}", PRECONDITION_FAILED)
 
 
-def _published(r: _Reader, version: int) -> list[tuple[int, str | None, bytes]]:
-    """(publishing id, filter value, message) of each message of a Publish, sub-entries opened."""
+def _decompress(codec: str, data: bytes, size: int) -> bytes:
+    """``data`` uncompressed, which must come to exactly ``size`` bytes; never more is produced."""
+    try:
+        if codec == "gzip":
+            inflater = zlib.decompressobj(31)
+            out = inflater.decompress(data, size + 1)  # one byte over says it is too long
+            if len(out) != size or not inflater.eof:
+                raise ValueError(f"{len(out)}{'+' if len(out) > size else ''} bytes")
+            return out
+        buffer = bytearray(size)  # cramjam writes into it and fails rather than grow it
+        written = getattr(cramjam, codec).decompress_into(data, buffer)
+        if written != size:
+            raise ValueError(f"{written} bytes")
+        return bytes(buffer)
+    except Exception as exc:
+        raise StreamFrameError(f"sub-entry batch does not decompress with {codec} to the {size} bytes it "
+                               f"declares: {exc}", PRECONDITION_FAILED) from None
+
+
+def _published(r: _Reader, version: int) -> list[tuple[int, str | None, bytes | None]]:
+    """(publishing id, filter value, message) of each message of a Publish, sub-entries opened.
+
+    A sub-entry batch declaring more than MAX_SUB_ENTRY_BYTES uncompressed comes out as one
+    ``(id, filter value, None)``: refused (PublishError PRECONDITION_FAILED, as RabbitMQ answers),
+    without being decompressed."""
     out = []
     for _ in range(r.count(12)):
         pid = r.u64()
@@ -195,13 +237,13 @@ def _published(r: _Reader, version: int) -> list[tuple[int, str | None, bytes]]:
             codec = _SUB_CODECS.get(kind, "?")
             if codec == "?":
                 raise StreamFrameError(f"unknown sub-entry compression {kind}", PRECONDITION_FAILED)
+            if size > MAX_SUB_ENTRY_BYTES:
+                out.append((pid, filter_value, None))
+                continue
             if codec is not None:
-                try:
-                    data = bytes(getattr(cramjam, codec).decompress(data)) if codec != "gzip" \
-                        else zlib.decompress(data, 31)
-                except Exception as exc:
-                    raise StreamFrameError(f"sub-entry batch does not decompress with {codec}: {exc}",
-                                           PRECONDITION_FAILED) from None
+                if size < 0:
+                    raise StreamFrameError(f"compressed sub-entry batch declares {size} bytes", PRECONDITION_FAILED)
+                data = _decompress(codec, data, size)
             sub = _Reader(memoryview(data))
             for _ in range(count):
                 out.append((pid, filter_value, sub.raw(sub.u32())))
@@ -228,6 +270,9 @@ def decode_request(key: int, version: int, body: memoryview) -> Request:
         elif r.pos < len(body):
             req.fields["code"] = r.u16()
         return req
+    low, high = VERSIONS.get(command, (1, 1))
+    if not low <= version <= high:  # RabbitMQ reads an unknown version as an unknown frame
+        raise StreamFrameError(f"version {version} of command {command} is not supported (versions {low} to {high})")
     f: dict[str, Any] = {}
     cid = None
     if command == PUBLISH:
@@ -306,6 +351,14 @@ def _frame(key: int, version: int, body: bytes) -> bytes:
 def response(command: int, correlation_id: int, code: int = OK, extra: bytes = b"", version: int = 1) -> bytes:
     """The common response shape: correlation id, response code, then ``extra``."""
     return _frame(command | RESPONSE, version, _U32.pack(correlation_id) + _U16.pack(code) + extra)
+
+
+def error_response(command: int, correlation_id: int, code: int) -> bytes:
+    """A refusal in the full shape of the command's response, its extra fields zero or empty:
+    clients decode a QueryOffset answer's offset or a Route answer's list whatever the code."""
+    extra = {QUERY_PUBLISHER_SEQUENCE: _U64.pack(0), QUERY_OFFSET: _U64.pack(0), ROUTE: _I32.pack(0),
+             PARTITIONS: _I32.pack(0), STREAM_STATS: _I32.pack(0)}.get(command, b"")
+    return response(command, correlation_id, code, extra)
 
 
 def encode_peer_properties(correlation_id: int, props: dict[str, str]) -> bytes:

@@ -1,11 +1,14 @@
 """Capture real clients' traffic once, as the fuzzer's seed corpus.
 
-    .venv/bin/python -m compat_tests.fuzz.capture      # rewrites compat_tests/fuzz/corpus/*.jsonl
+    .venv/bin/python -m compat_tests.fuzz.capture [kafka] [amqp] [stream]   # default: all three
+
+rewrites compat_tests/fuzz/corpus/<protocol>.jsonl for each protocol named.
 
 Starts a broker, puts a recording TCP relay in front of its Kafka and AMQP ports, runs everyday
 client work through the relay (kafka-python and confluent-kafka: admin, idempotent and plain
 producers with compression, a consumer group; pika and aio-pika: declarations, bindings,
-publishes with confirms, consume and ack, get, transactions), and writes what each client
+publishes with confirms, consume and ack, get, transactions; rstream and rbfly on the stream
+port, see capture_stream.py), and writes what each client
 connection sent, cut into frames, as one JSON line per connection: ``{"client": ..., "frames":
 [base64, ...]}``. The corpus is committed, so the fuzzer needs none of the clients.
 """
@@ -26,8 +29,9 @@ CORPUS = Path(__file__).resolve().parent / "corpus"
 class RecordingRelay:
     """Accepts on a free port, relays to ``target`` both ways, records client -> server bytes."""
 
-    def __init__(self, target: tuple[str, int]):
+    def __init__(self, target: tuple[str, int], rewrite=None):
         self.target = target
+        self.rewrite = rewrite  # rewrite(relay_port) -> a server -> client byte filter for one connection
         self.sessions: list[bytearray] = []
         self.label = "?"
         self.labels: list[str] = []
@@ -46,15 +50,16 @@ class RecordingRelay:
             self.sessions.append(record)
             self.labels.append(self.label)
             threading.Thread(target=self._pump, args=(client, upstream, record), daemon=True).start()
-            threading.Thread(target=self._pump, args=(upstream, client, None), daemon=True).start()
+            back = self.rewrite(self.port) if self.rewrite else None
+            threading.Thread(target=self._pump, args=(upstream, client, None, back), daemon=True).start()
 
     @staticmethod
-    def _pump(src: socket.socket, dst: socket.socket, record: bytearray | None) -> None:
+    def _pump(src: socket.socket, dst: socket.socket, record: bytearray | None, rewrite=None) -> None:
         try:
             while data := src.recv(65536):
                 if record is not None:
                     record += data
-                dst.sendall(data)
+                dst.sendall(rewrite(data) if rewrite else data)
         except OSError:
             pass
         finally:
@@ -194,7 +199,12 @@ def _amqp_clients(port: int, relay: RecordingRelay) -> None:
 
 
 def main() -> None:
+    import sys
+
+    from compat_tests.fuzz.capture_stream import AdvertisedRewriter, stream_clients, stream_frames
     from tests.brokerproc import start_broker
+    wanted = sys.argv[1:] or ["kafka", "amqp", "stream"]
+    relays = {}
     with tempfile.TemporaryDirectory() as tmp:
         broker = start_broker(Path(tmp) / "data")
         try:
@@ -203,13 +213,21 @@ def main() -> None:
             broker.stop()
             broker = start_broker(Path(tmp) / "data", "--kafka-advertised", f"127.0.0.1:{kafka_relay.port}")
             kafka_relay.target = broker.address("kafka")
-            amqp_relay = RecordingRelay(broker.address("amqp"))
-            _kafka_clients(f"127.0.0.1:{kafka_relay.port}", kafka_relay)
-            _amqp_clients(amqp_relay.port, amqp_relay)
+            if "kafka" in wanted:
+                _kafka_clients(f"127.0.0.1:{kafka_relay.port}", kafka_relay)
+                relays["kafka"] = (kafka_relay, kafka_frames)
+            if "amqp" in wanted:
+                amqp_relay = RecordingRelay(broker.address("amqp"))
+                _amqp_clients(amqp_relay.port, amqp_relay)
+                relays["amqp"] = (amqp_relay, amqp_frames)
+            if "stream" in wanted:
+                stream_relay = RecordingRelay(broker.address("stream"), rewrite=AdvertisedRewriter)
+                stream_clients(stream_relay.port, stream_relay)
+                relays["stream"] = (stream_relay, stream_frames)
         finally:
             broker.stop()
     CORPUS.mkdir(exist_ok=True)
-    for name, relay, split in (("kafka", kafka_relay, kafka_frames), ("amqp", amqp_relay, amqp_frames)):
+    for name, (relay, split) in relays.items():
         lines = []
         for label, data in zip(relay.labels, relay.sessions):
             frames = split(bytes(data))

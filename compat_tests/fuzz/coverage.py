@@ -5,7 +5,7 @@ branches of wire/ and mutates those further, so it gets past length checks and i
 decoders. Each target accepts any bytes and may fail only with the codec's own error; anything
 else is a crash: libFuzzer stops, prints the traceback and writes the input as crash-<sha1>.
 
-    python -m compat_tests.fuzz.coverage kafka|amqp|records [libFuzzer flags] [CORPUS_DIR ...]
+    python -m compat_tests.fuzz.coverage kafka|amqp|stream|records [libFuzzer flags] [CORPUS_DIR ...]
 
 ``--seed-corpus DIR`` (our flag, given first) fills DIR with the captured client traffic
 (corpus/*.jsonl) and batches of every codec before the run. tests/test_wire_coverage_fuzz.py
@@ -25,6 +25,7 @@ with atheris.instrument_imports(include=["wire"]):
     from wire.errors import CorruptBatchError
     from wire.kafka import RequestError, parse_request
     from wire.records import Header, Record, decode_batch, encode_batch, iter_batches
+    from wire.stream_codec import FrameBuffer, StreamFrameError, decode_request
 
 from compat_tests.fuzz.fuzzer import load
 
@@ -56,6 +57,21 @@ def amqp(data: bytes) -> None:
         pass
 
 
+def stream(data: bytes) -> None:
+    # As for AMQP, the first byte picks a frame-max and how the bytes are cut into reads.
+    if not data:
+        return
+    buffer = FrameBuffer((8192, 1 << 20, 0)[data[0] % 3])
+    step = (1, 7, 300, 1 << 20)[data[0] // 3 % 4]
+    rest = data[1:]
+    try:
+        for at in range(0, len(rest), step):
+            for key, version, body in buffer.feed(rest[at:at + step]):
+                decode_request(key, version, body)
+    except StreamFrameError:
+        pass
+
+
 def records(data: bytes) -> None:
     try:
         for pos, _header in iter_batches(data):
@@ -69,7 +85,7 @@ def records(data: bytes) -> None:
             pass
 
 
-TARGETS = {"kafka": kafka, "amqp": amqp, "records": records}
+TARGETS = {"kafka": kafka, "amqp": amqp, "stream": stream, "records": records}
 
 
 def seeds(target: str) -> list[bytes]:
@@ -84,6 +100,8 @@ def seeds(target: str) -> list[bytes]:
                 stream = stream[len(PROTOCOL_HEADER):]
             out += [bytes([choice]) + stream for choice in (1, 3 * 2, 3 * 3)]
         return out
+    if target == "stream":
+        return [bytes([choice]) + b"".join(session) for session in load("stream") for choice in (1, 3 * 2, 3 * 3)]
     batch = [Record(i, 1_700_000_000_000 + i, b"k%d" % i, b"value %d" % i, (Header("h", b"v"),)) for i in range(3)]
     return [encode_batch(batch, compression=codec) for codec in sorted(CODEC_NAMES)]
 

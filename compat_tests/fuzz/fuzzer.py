@@ -1,16 +1,19 @@
-"""A mutation fuzzer for the Kafka and AMQP ports, seeded with real clients' traffic.
+"""A mutation fuzzer for the Kafka, AMQP and RabbitMQ stream ports, seeded with real clients' traffic.
 
 Each round replays one captured client connection (corpus/*.jsonl, see capture.py) on a fresh
 connection, with one to three of its frames mutated (up to a tenth of a long session's): bit flips, random bytes, interesting
 integers (0, -1, 0x7f.., 0x80..) written over a field, bytes inserted, deleted or duplicated,
 truncation, or another frame's body spliced in. Most of the time the frame's own size field is
 fixed up afterwards, so the damage reaches the request parsers rather than only the framing.
+Stream frames also get field-aware edits: a string field swapped whole (null, empty, too long,
+not UTF-8, a huge number) or eight bytes set to a u64/i64 extreme, so values reach the handlers.
 Replies are read and thrown away; the broker may close the connection at any point.
 
 Many connections run at once (asyncio). :func:`fuzz` returns counts; the caller checks the
 broker: still running, no traceback in its log, memory back near where it started, logs whole.
 
     .venv/bin/python -m compat_tests.fuzz.fuzzer kafka 127.0.0.1:9092 --frames 1000000
+    .venv/bin/python -m compat_tests.fuzz.fuzzer stream 127.0.0.1:5552 --frames 200000
 """
 from __future__ import annotations
 
@@ -38,17 +41,61 @@ def load(protocol: str) -> list[list[bytes]]:
     return sessions
 
 
+PROTOCOLS = ("kafka", "amqp", "stream")
+
+
 def _fix_size(protocol: str, frame: bytearray) -> None:
     if protocol == "kafka" and len(frame) >= 4:
         struct.pack_into(">i", frame, 0, len(frame) - 4)
+    elif protocol == "stream" and len(frame) >= 4:  # size:u32, then key, version, the command's fields
+        struct.pack_into(">I", frame, 0, len(frame) - 4)
     elif protocol == "amqp" and len(frame) >= 8 and not frame.startswith(b"AMQP"):
         struct.pack_into(">I", frame, 3, len(frame) - 8)
         frame[-1] = 0xCE
 
 
+# What a stream frame's string fields (i16 length + UTF-8) are swapped for: null, empty, RabbitMQ's
+# reserved prefix, past the 255-byte name limit, not UTF-8, numbers past any config's range
+STRING_SWAPS = [None, b"", b"amq.x", b"n" * 256, b"n" * 4000, b"\xff\xfe", b"9" * 30, b"-1", b"0",
+                b"99999999999999999999Y"]
+WIDE = [b"\xff" * 8, b"\x7f" + b"\xff" * 7, b"\x80" + b"\x00" * 7, b"\x00" * 8]  # u64/i64 extremes
+
+
+def _string_fields(frame: bytes | bytearray) -> list[tuple[int, int]]:
+    """(position, length) of what look like string fields: an i16 length, then that many printable bytes."""
+    out = []
+    for pos in range(8, len(frame) - 2):
+        n = (frame[pos] << 8) | frame[pos + 1]
+        if 0 < n <= len(frame) - pos - 2 and all(32 <= c < 127 for c in frame[pos + 2:pos + 2 + n]):
+            out.append((pos, n))
+    return out
+
+
+def _swap_string(out: bytearray, rng: random.Random) -> bool:
+    """Structure-aware: replace one string field whole, so the frame still parses and the value
+    reaches the command's handler (blind byte edits mostly stop at the codec's length checks)."""
+    fields = _string_fields(out)
+    if not fields:
+        return False
+    pos, n = rng.choice(fields)
+    value = rng.choice(STRING_SWAPS)
+    out[pos:pos + 2 + n] = b"\xff\xff" if value is None else struct.pack(">h", len(value)) + value
+    return True
+
+
 def mutate(protocol: str, frame: bytes, donors: list[bytes], rng: random.Random) -> bytes:
     out = bytearray(frame)
-    head = 4 if protocol == "kafka" else 7  # keep the size field for the fix-up below
+    if protocol == "stream" and rng.random() < 0.5:
+        if rng.random() < 0.7 and _swap_string(out, rng):
+            _fix_size(protocol, out)
+            return bytes(out)
+        if len(out) > 16:
+            pos = rng.randrange(8, len(out) - 8)
+            out[pos:pos + 8] = rng.choice(WIDE)
+            _fix_size(protocol, out)
+            return bytes(out)
+    # keep the size field for the fix-up below; a stream frame's key and version are fair game
+    head = 7 if protocol == "amqp" else 4
     for _ in range(rng.choice((1, 1, 1, 2, 3, 5))):
         if len(out) <= head:
             out += bytes(rng.randrange(256) for _ in range(rng.randrange(1, 8)))
@@ -172,7 +219,7 @@ def fuzz(address: tuple[str, int], protocol: str, total: int, connections: int =
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("protocol", choices=("kafka", "amqp"))
+    parser.add_argument("protocol", choices=PROTOCOLS)
     parser.add_argument("address", help="HOST:PORT of a running broker")
     parser.add_argument("--frames", type=int, default=100_000)
     parser.add_argument("--connections", type=int, default=32)

@@ -1,9 +1,11 @@
 """Mutated real-client traffic against a live broker (issue 19): it must shrug all of it off.
 
 For each protocol, ``FUZZ_FRAMES`` frames (100,000 in CI; 1,000,000 by hand) from the captured
-corpus, mutated (fuzzer.py), over 32 connections at a time. Afterwards:
+corpus, mutated (fuzzer.py), over 32 connections at a time. The stream protocol runs
+``FUZZ_STREAM_FRAMES`` frames (5,000 in CI, a few seconds; by hand e.g. 500,000; unset, it
+follows ``FUZZ_FRAMES`` when that is set). Afterwards:
 
-- the broker is still running and still serves a real client (confluent-kafka / pika);
+- the broker is still running and still serves a real client (confluent-kafka, pika, rstream);
 - its log has no traceback and no "internal error" (every bad frame got a protocol answer or a
   clean close);
 - its resident memory, once the connections are gone, is back within 64 MB of where it was
@@ -16,6 +18,7 @@ FUZZ_SEED sets the seed (printed).
 """
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from pathlib import Path
@@ -23,12 +26,14 @@ from pathlib import Path
 import pika
 import pytest
 from confluent_kafka import Producer
+from rstream import Producer as StreamProducer
 
 from compat_tests.fuzz.fuzzer import fuzz
 from tests.brokerproc import start_broker
 from wire.records import iter_batches
 
 FRAMES = int(os.environ.get("FUZZ_FRAMES", "100000"))
+STREAM_FRAMES = int(os.environ.get("FUZZ_STREAM_FRAMES", os.environ.get("FUZZ_FRAMES", "5000")))
 SEED = int(os.environ.get("FUZZ_SEED", str(time.time_ns() % 100_000)))
 RSS_SLACK_MB = 64
 
@@ -59,16 +64,24 @@ def _serves(broker) -> None:
     ch.queue_declare("after-fuzz")
     ch.basic_publish("", "after-fuzz", b"still here")
     conn.close()
+    host, port = broker.address("stream")
+
+    async def stream_publish() -> None:
+        async with StreamProducer(host, port=port, username="guest", password="guest") as producer:
+            await producer.create_stream("after-fuzz-stream", exists_ok=True)
+            await producer.send_wait("after-fuzz-stream", b"still here")
+    asyncio.run(asyncio.wait_for(stream_publish(), 60))
 
 
-@pytest.mark.timeout(600 + FRAMES // 200)
-@pytest.mark.parametrize("protocol", ["kafka", "amqp"])
+@pytest.mark.timeout(600 + max(FRAMES, STREAM_FRAMES) // 200)
+@pytest.mark.parametrize("protocol", ["kafka", "amqp", "stream"])
 def test_mutated_client_traffic_harms_nothing(protocol, tmp_path, capsys):
     data = tmp_path / "data"
     broker = start_broker(data)
+    frames = STREAM_FRAMES if protocol == "stream" else FRAMES
     try:
         address = broker.address(protocol)
-        fuzz(address, protocol, min(5_000, FRAMES), seed=SEED + 1)  # warm-up: topics, queues, caches
+        fuzz(address, protocol, min(5_000, frames // 2), seed=SEED + 1)  # warm-up: topics, queues, caches
         time.sleep(1)
         baseline = broker.rss_mb()
 
@@ -77,7 +90,7 @@ def test_mutated_client_traffic_harms_nothing(protocol, tmp_path, capsys):
                 print(f"[fuzz {protocol}] {stats.frames} frames, {stats.sessions} connections, {seconds:.0f}s, "
                       f"rss {broker.rss_mb():.0f} MB", flush=True)
 
-        stats = fuzz(address, protocol, FRAMES, seed=SEED, progress=progress)
+        stats = fuzz(address, protocol, frames, seed=SEED, progress=progress)
         assert broker.proc.poll() is None, f"the broker died:\n{broker.output()[-5000:]}"
         time.sleep(2)
         after = broker.rss_mb()
@@ -87,7 +100,7 @@ def test_mutated_client_traffic_harms_nothing(protocol, tmp_path, capsys):
                   f"{stats.sessions} connections in {stats.seconds:.0f}s ({stats.frames / stats.seconds:.0f}/s); "
                   f"closed by the broker early {stats.closed_by_broker}; client-side errors {stats.errors}; "
                   f"rss {baseline:.0f} MB -> {after:.0f} MB", flush=True)
-        assert stats.frames >= FRAMES
+        assert stats.frames >= frames
         assert after <= baseline + RSS_SLACK_MB, f"memory {baseline:.0f} MB -> {after:.0f} MB after fuzzing"
         assert broker.stop() == 0
         out = broker.output()

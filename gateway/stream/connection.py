@@ -17,6 +17,7 @@ import time
 
 from twisted.internet import protocol, task
 
+from core.errors import InvalidConfigError
 from gateway.logs import connection_ids, fields
 from gateway.netutil import no_delay
 from gateway.security.login import check_login
@@ -30,13 +31,18 @@ from wire import stream_codec as sc
 log = logging.getLogger(__name__)
 
 FRAME_MAX = 1_048_576
+# Until Open succeeds a peer that has not shown it may use the broker gets no more than this per
+# frame (RabbitMQ's stream.initial_frame_max): room for a JWT as the PLAIN password, not for
+# making the broker buffer a megabyte per unauthenticated connection.
+PRE_OPEN_FRAME_MAX = 8192
 HEARTBEAT_S = 60
 HANDSHAKE_TIMEOUT_S = 10.0
 WRITE_PAUSE_BYTES = 4 << 20  # stop sending chunks while this much waits in the transport
 
 
 def response_code(exc: Exception) -> int:
-    """An AMQP-model error as the stream protocol's response code."""
+    """An AMQP-model error as the stream protocol's response code (an invalid stream argument, too,
+    is PRECONDITION_FAILED, as RabbitMQ answers a Create it cannot validate)."""
     code = getattr(exc, "reply_code", None) or getattr(exc, "code", None)
     if code == AMQP_NOT_FOUND:
         return sc.STREAM_DOES_NOT_EXIST
@@ -50,7 +56,7 @@ class StreamConnection(protocol.Protocol, StreamCommands):
         self.service = service
         self.listener = listener  # "stream" or "stream_tls": what clients are told to connect to
         self.reactor = service.reactor
-        self.buffer = sc.FrameBuffer(FRAME_MAX)
+        self.buffer = sc.FrameBuffer(PRE_OPEN_FRAME_MAX)
         self.state = "peer-properties"
         self.peer = self.peer_host = ""
         self.conn_id = next(connection_ids)
@@ -116,14 +122,16 @@ class StreamConnection(protocol.Protocol, StreamCommands):
         self.last_input = time.monotonic()
         if self.closing:
             return
-        try:
-            frames = self.buffer.feed(data)
-        except sc.StreamFrameError as exc:
-            self.fail(exc.code, str(exc))
-            return
-        for key, version, body in frames:
-            if self.closing:
+        self.buffer.push(data)
+        while not self.closing:
+            try:
+                frame = self.buffer.pop()  # one at a time: Open changes the frame-max for the next
+            except sc.StreamFrameError as exc:
+                self.fail(exc.code, str(exc))
                 return
+            if frame is None:
+                break
+            key, version, body = frame
             try:
                 request = sc.decode_request(key, version, body)
             except sc.StreamFrameError as exc:
@@ -131,9 +139,9 @@ class StreamConnection(protocol.Protocol, StreamCommands):
                 return
             try:
                 self.handle(request)
-            except (ChannelError, ConnectionError) as exc:
+            except (ChannelError, ConnectionError, InvalidConfigError) as exc:
                 if request.correlation_id is not None and not request.response:
-                    self.write(sc.response(request.command, request.correlation_id, response_code(exc)))
+                    self.write(sc.error_response(request.command, request.correlation_id, response_code(exc)))
                     log.info("stream request refused: %s", exc, extra=fields(conn=self.conn_id, peer=self.peer))
                 else:
                     self.fail(response_code(exc), str(exc))
@@ -180,7 +188,7 @@ class StreamConnection(protocol.Protocol, StreamCommands):
             self._authenticate(request)
         elif command == sc.TUNE and self.state == "tune":
             self.frame_max = min(request.frame_max or FRAME_MAX, FRAME_MAX)
-            self.buffer.max_size = self.frame_max
+            self.buffer.max_size = min(self.frame_max, PRE_OPEN_FRAME_MAX)  # the tuned size once open
             self.heartbeat = min(request.heartbeat, HEARTBEAT_S) if request.heartbeat else 0
             self.state = "tuned"
             if self.heartbeat:
@@ -232,6 +240,7 @@ class StreamConnection(protocol.Protocol, StreamCommands):
             return
         self.vhost = vhost
         self.state = "open"
+        self.buffer.max_size = self.frame_max
         if self._handshake_timer is not None and self._handshake_timer.active():
             self._handshake_timer.cancel()
         host, port = self.service.advertised(self.listener)

@@ -22,6 +22,24 @@ from wire.records import Record
 log = logging.getLogger(__name__)
 
 MAX_PUBLISHERS = MAX_SUBSCRIPTIONS = 256  # ids are one octet
+MAX_REFERENCE_BYTES = 255  # publisher and consumer names, as RabbitMQ limits them
+MAX_NAME_BYTES = 255  # a stream is a queue: its name must be one an AMQP client can give (shortstr)
+
+
+def name_problem(name: str | None) -> str | None:
+    """Why ``name`` cannot name a new stream or super stream (RabbitMQ refuses empty and ``amq.``
+    names; a null string or one past a short string cannot be a queue name); None if it can."""
+    if not name:
+        return "a stream needs a name"
+    if name.startswith("amq."):
+        return f"stream name '{name}' starts with the reserved prefix 'amq.'"
+    if len(name.encode()) > MAX_NAME_BYTES:
+        return f"stream name of {len(name.encode())} bytes is longer than {MAX_NAME_BYTES}"
+    return None
+
+
+def reference_too_long(reference: str | None) -> bool:
+    return reference is not None and len(reference.encode()) > MAX_REFERENCE_BYTES
 
 
 class StreamCommands:
@@ -33,7 +51,16 @@ class StreamCommands:
                                                f"refused for user '{self.username}'")
 
     # --- streams ----------------------------------------------------------------------------
+    def refuse(self, command: int, correlation_id: int, code: int, reason: str) -> None:
+        log.info("stream request refused: %s", reason, extra=fields(conn=self.conn_id, peer=self.peer,
+                                                                     command=command))
+        self.write(sc.error_response(command, correlation_id, code))
+
     def on_create(self, r) -> None:
+        problem = name_problem(r.stream)
+        if problem is not None:
+            self.refuse(sc.CREATE, r.correlation_id, sc.PRECONDITION_FAILED, problem)
+            return
         self.check(r.stream, "configure")
         if r.stream in self.vhost.queues:
             self.write(sc.response(sc.CREATE, r.correlation_id, sc.STREAM_ALREADY_EXISTS))
@@ -51,6 +78,12 @@ class StreamCommands:
         self.service.stream_deleted(self.vhost.name, r.stream)
 
     def on_create_super_stream(self, r) -> None:
+        problem = next(filter(None, map(name_problem, [r.super_stream, *r.partitions])), None)
+        if problem is None and None in r.binding_keys:
+            problem = "a binding key is a null string"
+        if problem is not None:
+            self.refuse(sc.CREATE_SUPER_STREAM, r.correlation_id, sc.PRECONDITION_FAILED, problem)
+            return
         self.check(r.super_stream, "configure")
         if r.super_stream in self.vhost.super_streams:
             self.write(sc.response(sc.CREATE_SUPER_STREAM, r.correlation_id, sc.STREAM_ALREADY_EXISTS))
@@ -102,6 +135,9 @@ class StreamCommands:
 
     # --- publishing ---------------------------------------------------------------------------
     def on_declare_publisher(self, r) -> None:
+        if reference_too_long(r.reference):
+            self.refuse(sc.DECLARE_PUBLISHER, r.correlation_id, sc.PRECONDITION_FAILED, "publisher name too long")
+            return
         if r.publisher_id in self.publishers:
             raise ChannelError(406, f"publisher {r.publisher_id} is already declared on this connection")
         queue = streams.stream(self.vhost, r.stream)
@@ -119,6 +155,10 @@ class StreamCommands:
         self.write(sc.response(sc.DELETE_PUBLISHER, r.correlation_id))
 
     def on_query_publisher_sequence(self, r) -> None:
+        if reference_too_long(r.reference):
+            self.refuse(sc.QUERY_PUBLISHER_SEQUENCE, r.correlation_id, sc.PRECONDITION_FAILED,
+                        "publisher name too long")
+            return
         queue = streams.stream(self.vhost, r.stream)
         sequence = self.service.writers.sequence(queue, r.reference or "")
         self.write(sc.encode_u64_response(sc.QUERY_PUBLISHER_SEQUENCE, r.correlation_id, sc.OK, sequence))
@@ -146,7 +186,7 @@ class StreamCommands:
                 if reference is not None and pid <= last:
                     duplicates.append(pid)  # stored before: confirmed, not stored again
                     continue
-                if len(message) > limit:
+                if message is None or len(message) > limit:  # None: a sub-entry batch above the codec's limit
                     errors.append((pid, sc.PRECONDITION_FAILED))
                     continue
                 key, value, headers, timestamp = stream_message.record_from_stream(message, now_ms)
@@ -258,6 +298,10 @@ class StreamCommands:
         queue = self.vhost.queues.get(r.stream or "")
         if queue is None or not queue.is_stream or not r.reference:
             return  # no response is defined for StoreOffset: RabbitMQ ignores it too
+        if reference_too_long(r.reference):
+            log.warning("stream store-offset ignored: the consumer name is longer than %d bytes", MAX_REFERENCE_BYTES,
+                        extra=fields(user=self.username, vhost=self.vhost.name, stream=r.stream))
+            return
         granted = self.permission(self.vhost.name)
         if granted is None or not granted.allows("read", r.stream):
             log.warning("stream store-offset refused: no read permission", extra=fields(
@@ -272,6 +316,9 @@ class StreamCommands:
         self.service.request_flush()
 
     def on_query_offset(self, r) -> None:
+        if reference_too_long(r.reference):
+            self.refuse(sc.QUERY_OFFSET, r.correlation_id, sc.PRECONDITION_FAILED, "consumer name too long")
+            return
         queue = streams.stream(self.vhost, r.stream)
         found = self.service.offsets.fetch(r.reference or "", [(queue.topic, queue.partition)])
         stored = found.get((queue.topic, queue.partition))

@@ -56,6 +56,7 @@ class Subscription:
         self.active = True
         self.awaiting_update: int | None = None  # correlation id of a ConsumerUpdate not yet answered
         self.delivered_chunks = 0
+        self.skipped = 0  # messages too large for the client's frame-max (warned about once)
 
     def has_credit(self) -> bool:
         return self.active and self.credit > 0 and self.awaiting_update is None
@@ -118,8 +119,12 @@ class Subscription:
                 self._chunk(first, record.timestamp, messages)
                 first, messages, size = record.offset, [], 0
             if len(message) + 4 > limit:  # cannot go in any frame the client accepts: skipped, and said so
-                log.warning("stream message too large for the client's frame-max; skipped", extra=fields(
-                    stream=self.queue.name, offset=record.offset, size=len(message), frame_max=self.connection.frame_max))
+                if not self.skipped:  # once per subscription: a tiny frame-max must not flood the log
+                    log.warning("stream message too large for the client's frame-max; skipped (and any more "
+                                "for this subscription)", extra=fields(
+                                    stream=self.queue.name, offset=record.offset, size=len(message),
+                                    frame_max=self.connection.frame_max))
+                self.skipped += 1
                 first = record.offset + 1
                 continue
             messages.append(message)
