@@ -4,8 +4,7 @@
 now and then, timestamps across a UTC midnight, segments rolling every MiB) and 2,000 AMQP
 messages from pika into a queue whose name is not a legal topic name. Then:
 
-* the archive pipeline (direct log source, and Spark's Kafka source when SPARK_KAFKA_JARS is
-  set) turns them into a Parquet table that matches what was produced row for row; a job
+* the archive pipeline (direct log source, and Spark's Kafka source) turns them into a Parquet table that matches what was produced row for row; a job
   stopped mid-stream and restarted from its checkpoint adds the new records and nothing twice;
 * the gatewaylog data source returns exactly the rows kafka-python reads over the protocol;
 * ``gateway spark archive --once`` and the stats report work from the command line.
@@ -32,7 +31,7 @@ from .helpers import Produced, around_last_midnight, create_topic, produce_kafka
 RECORDS = int(os.environ.get("SPARK_COMPAT_RECORDS", "100000"))
 AMQP_MESSAGES = 2_000
 PARTITIONS = 2
-SOURCES = ["gatewaylog", pytest.param("kafka", marks=pytest.mark.spark_kafka)]
+SOURCES = ["gatewaylog", "kafka"]
 
 
 @pytest.fixture(scope="module")
@@ -144,7 +143,6 @@ def test_gatewaylog_rows_equal_a_kafka_protocol_read(spark, loaded):
             assert a == b
 
 
-@pytest.mark.spark_kafka
 def test_kafka_source_rows_equal_the_gatewaylog_source(spark, loaded):
     from spark.options import kafka_options
 
