@@ -102,7 +102,9 @@ def test_min_and_max_offsets_per_trigger(spark, kafka_broker, tmp_path):
              .trigger(processingTime="300 milliseconds").start())
     try:
         batches = lambda: [n for n in (progress_dict(p)["numInputRows"] for p in query.recentProgress) if n]  # noqa: E731
-        wait_until(lambda: len(query.recentProgress) >= 2, timeout=60, what="the stream's first triggers")
+        # the first trigger over the empty topic starts maxTriggerDelay's clock; records come after it
+        wait_until(lambda: query.status["message"].startswith("Waiting for"), timeout=60,
+                   what="the stream's first trigger")
         produce_plain(bootstrap, topic, [f"a{i}" for i in range(30)])
         time.sleep(3)  # ten triggers: 30 new records stay below minOffsetsPerTrigger
         assert batches() == [], "a batch ran below minOffsetsPerTrigger before maxTriggerDelay"
