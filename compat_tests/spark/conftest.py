@@ -18,8 +18,12 @@ from .connector import connector_jars
 @pytest.fixture(scope="session")
 def spark():
     """The run's SparkSession, with the gatewaylog data source and Spark's Kafka connector."""
-    session = spark_session("gateway-compat-tests", master="local[2]", jars=connector_jars(),
-                            conf={"spark.sql.shuffle.partitions": "2"})
+    conf = {"spark.sql.shuffle.partitions": "2",
+            # the sink's producers are cached per JVM; each module's broker stops when the module
+            # ends, and an idle producer would retry its address every second for ten minutes
+            "spark.kafka.producer.cache.timeout": "5s",
+            "spark.kafka.producer.cache.evictorThreadRunInterval": "2s"}
+    session = spark_session("gateway-compat-tests", master="local[2]", jars=connector_jars(), conf=conf)
     try:
         yield session
     finally:

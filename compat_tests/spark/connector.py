@@ -30,12 +30,17 @@ def pyspark_artifacts() -> set[str]:
     return {artifact_of(jar.name) for jar in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
 
 
+def resolved_jars() -> list[str]:
+    """The connector of PySpark's version and all its runtime dependencies, from Maven Central."""
+    package = kafka_package()
+    return tools.maven_classpath(f"spark-kafka-{package.rsplit(':', 1)[1]}", [package])
+
+
 def connector_jars() -> list[str]:
     """Jars to add to the suite's session: none when ``SPARK_KAFKA_JARS`` already names them."""
     if kafka_jars():
         return []
-    package = kafka_package()
-    resolved = tools.maven_classpath(f"spark-kafka-{package.rsplit(':', 1)[1]}", [package])
+    resolved = resolved_jars()
     shipped = pyspark_artifacts()
     jars = [jar for jar in resolved if artifact_of(Path(jar).name) not in shipped]
     assert any("spark-sql-kafka-0-10" in Path(j).name for j in jars), f"no connector jar among {resolved}"

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 from confluent_kafka import Producer
 
@@ -23,10 +24,25 @@ from compat_tests.conftest import unique_name
 from compat_tests.support import wait_until
 from spark.archive import progress_dict
 from spark.options import kafka_options
+from spark.session import KAFKA_PACKAGE_EXCLUDES
 
+from .connector import artifact_of, pyspark_artifacts, resolved_jars
 from .helpers import create_topic, read_kafka_python
 
 PARTITIONS = 2
+
+
+def test_spark_session_excludes_exactly_the_dependencies_pyspark_ships():
+    """spark_session(kafka=True) leaves PySpark's own copies out of the package resolution: each
+    excluded artifact must be one PySpark has, and each connector dependency it has, excluded."""
+    shipped = pyspark_artifacts()
+    excluded = {coordinate.split(":")[1] for coordinate in KAFKA_PACKAGE_EXCLUDES}
+    assert excluded <= shipped, f"excluded but not in PySpark's jars: {excluded - shipped}"
+    dependencies = {artifact_of(Path(jar).name) for jar in resolved_jars()}
+    # Spark's resolver itself leaves out Spark's modules (spark-tags...) and the Scala library
+    dependencies -= {"scala-library", "spark-tags_2.13"}
+    assert dependencies & shipped <= excluded, f"fetched twice: {(dependencies & shipped) - excluded}"
+    assert "spark-sql-kafka-0-10_2.13" in dependencies - excluded
 
 
 def produce_plain(bootstrap: str, topic: str, values: list[str], *, first_ms: int | None = None, step_ms: int = 1000):
@@ -100,8 +116,11 @@ def test_min_and_max_offsets_per_trigger(spark, kafka_broker, tmp_path):
     query = (spark.readStream.format("kafka").options(**opts).load().selectExpr("CAST(value AS STRING) AS v")
              .writeStream.format("memory").queryName(name).option("checkpointLocation", str(tmp_path / "ck"))
              .trigger(processingTime="300 milliseconds").start())
+    def batches() -> list[int]:
+        """Rows of each micro-batch that read any."""
+        return [n for n in (progress_dict(p)["numInputRows"] for p in query.recentProgress) if n]
+
     try:
-        batches = lambda: [n for n in (progress_dict(p)["numInputRows"] for p in query.recentProgress) if n]  # noqa: E731
         # the first trigger over the empty topic starts maxTriggerDelay's clock; records come after it
         wait_until(lambda: query.status["message"].startswith("Waiting for"), timeout=60,
                    what="the stream's first trigger")
