@@ -20,6 +20,16 @@ from core.metadata import MAX_TOPIC_LENGTH, check_topic_name
 
 PREFIX = "__amqp."
 DEFAULT_VHOST = "/"
+
+
+def is_internal_topic(name: str) -> bool:
+    """Whether Metadata flags ``name`` internal: the broker's own ``__`` topics, not queue topics.
+
+    An escaped queue topic starts with ``__`` too, but it holds user messages that Kafka clients
+    must be able to read: clients skip internal topics (Spark's Kafka source drops them from
+    ``subscribe`` and ``assign``, consumers from pattern subscriptions).
+    """
+    return name.startswith("__") and not name.startswith(PREFIX)
 _PLAIN = re.compile(rb"[A-Za-z0-9-]")
 
 

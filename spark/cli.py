@@ -71,7 +71,8 @@ def run(args: argparse.Namespace) -> int:
         return 1
     from spark.session import spark_session
 
-    spark = spark_session(f"gateway-{args.spark_command}", master=args.master)
+    # --bootstrap reads through format("kafka"), whose connector Spark fetches (or SPARK_KAFKA_JARS names)
+    spark = spark_session(f"gateway-{args.spark_command}", master=args.master, kafka=bool(args.bootstrap))
     try:
         if args.spark_command == "archive":
             return _archive(spark, source, args)

@@ -15,9 +15,9 @@ one-partition topic, named by core.names.queue_topic)::
     out = kafka_options("127.0.0.1:9092", queues=["invoices"], sink=True)
     df.selectExpr("key", "value").write.format("kafka").options(**out).save()
 
-with the connector on the classpath, e.g.
-``spark-submit --packages org.apache.spark:spark-sql-kafka-0-10_2.13:4.3.0 job.py``
-(use your pyspark's version; ``pyspark.__version__``). The same map plus ``path`` works for
+with the connector on the classpath: ``spark.session.spark_session(kafka=True)``, or
+``spark-submit --packages`` with the coordinate ``spark.session.kafka_package()`` gives
+(the connector of exactly your PySpark's version). The same map plus ``path`` works for
 the direct ``gatewaylog`` data source (spark/datasource.py), which ignores ``kafka.*``.
 """
 from __future__ import annotations

@@ -8,8 +8,10 @@ executed in a fresh Python process against one broker started by the test on fre
 ``"127.0.0.1", 5672``, stream ``port=5552``); the test rewrites exactly those spellings to the
 started broker's ports before it runs a block, and nothing else. A block that names a default
 port in any other spelling is a failure here, so a new example cannot silently talk to another
-broker. The Spark example needs Spark's Kafka connector, a Maven artifact named by
-``SPARK_KAFKA_JARS`` (as in compat_tests/spark/); without it that one block is skipped, saying so.
+broker. The Spark examples run as a user runs them: ``spark_session(kafka=True)`` has Spark fetch
+its Kafka connector from Maven Central (``spark.jars.packages``) on first use, or take the jars
+``SPARK_KAFKA_JARS`` names; and every Maven coordinate of the connector the pages and spark/ name
+must be of the installed PySpark's version, or Spark could not load it.
 """
 from __future__ import annotations
 
@@ -70,12 +72,29 @@ def test_pages_have_examples():
 
 @pytest.mark.parametrize("name,code", examples(), ids=[name for name, _ in examples()])
 def test_example_runs_as_written(doc_broker, name, code, tmp_path):
-    if 'format("kafka")' in code and not os.environ.get("SPARK_KAFKA_JARS"):
-        pytest.skip("Spark's Kafka connector is a Maven artifact: set SPARK_KAFKA_JARS to its jars to run this example")
     ports = {name: doc_broker.address(name)[1] for name in ("kafka", "amqp", "stream")}
     script = tmp_path / "example.py"
     script.write_text(localise(code, ports))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # a Spark example starts a JVM and, the first time on a machine, downloads the connector
+    timeout = 360 if "spark_session(" in code else 180
     done = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=180)
+                          timeout=timeout)
     assert done.returncode == 0, f"{name} failed:\n{code}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}"
+
+
+CONNECTOR = re.compile(r"org\.apache\.spark:spark-sql-kafka-0-10_2\.13:([0-9][\w.]*)")
+
+
+def test_connector_coordinates_match_pyspark():
+    import pyspark
+
+    from spark.session import kafka_package
+
+    named = {}
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), *sorted((ROOT / "spark").glob("*.py"))]:
+        for version in CONNECTOR.findall(path.read_text()):
+            named.setdefault(version, []).append(str(path.relative_to(ROOT)))
+    assert "README.md" in named.get(pyspark.__version__, []), named  # the README shows the line to run
+    assert set(named) == {pyspark.__version__}, f"PySpark is {pyspark.__version__}; the connector named: {named}"
+    assert kafka_package() == f"org.apache.spark:spark-sql-kafka-0-10_2.13:{pyspark.__version__}"

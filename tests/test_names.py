@@ -30,3 +30,12 @@ def test_round_trip_and_legal(vhost, queue):
     topic = queue_topic(vhost, queue)
     check_topic_name(topic)
     assert topic_queue(topic) == (vhost, queue)
+
+
+def test_queue_topics_are_not_internal_but_the_brokers_own_topics_are():
+    from core.names import is_internal_topic
+
+    assert not is_internal_topic(queue_topic("/", "a queue"))  # Kafka clients (Spark's source) skip internal ones
+    assert not is_internal_topic(queue_topic("prod", "orders"))
+    assert not is_internal_topic("orders")
+    assert all(is_internal_topic(t) for t in ("__consumer_offsets", "__transaction_state", "__amqp_state"))

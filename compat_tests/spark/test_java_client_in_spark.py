@@ -1,5 +1,6 @@
-"""The Java kafka-clients (3.9.1, the client inside Spark's Kafka source), driven from Spark's own
-JVM through py4j in the calls the source makes, against a real broker process:
+"""The Java kafka-clients (the version Spark's Kafka connector brings, the client inside its
+source), driven from Spark's own JVM through py4j in the calls the source makes, against a
+real broker process:
 
 * KafkaOffsetReaderAdmin: ``Admin.describeTopics`` then ``listOffsets`` (earliest, latest;
   read_uncommitted) for every partition;

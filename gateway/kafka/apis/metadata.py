@@ -10,6 +10,7 @@ from kio.schema.errors import ErrorCode
 
 from core.errors import InvalidTopicError
 from core.metadata import check_topic_name
+from core.names import is_internal_topic
 from gateway.kafka.apis.registry import handles
 from wire.kafka import respond
 
@@ -47,7 +48,7 @@ def partition_entry(ctx, name: str, index: int, topic) -> dict:
 def topic_entry(ctx, name: str, topic) -> dict:
     partitions = [partition_entry(ctx, name, i, topic) for i in range(topic.partitions)]
     return {"error_code": ErrorCode.none, "name": name, "topic_id": ctx.topic_id(name),
-            "is_internal": name.startswith("__"), "partitions": partitions,
+            "is_internal": is_internal_topic(name), "partitions": partitions,
             "topic_authorized_operations": UNKNOWN_OPERATIONS}
 
 

@@ -16,6 +16,7 @@ from kio.schema.errors import ErrorCode
 
 from core.errors import InvalidTopicError
 from core.metadata import check_topic_name
+from core.names import is_internal_topic
 from gateway.kafka.apis.metadata import UNKNOWN_OPERATIONS, partition_entry
 from gateway.kafka.apis.registry import handles
 from wire.kafka import respond
@@ -63,7 +64,7 @@ def describe_topic_partitions(ctx, conn, h, req):
         upper = min(topic.partitions, start + remaining)
         partitions = [{**partition_entry(ctx, name, i, topic), "eligible_leader_replicas": [], "last_known_elr": []}
                       for i in range(max(start, 0), upper)]
-        out.append(_topic(name, ErrorCode.none, ctx.topic_id(name), partitions, name.startswith("__")))
+        out.append(_topic(name, ErrorCode.none, ctx.topic_id(name), partitions, is_internal_topic(name)))
         if upper < topic.partitions:
             next_cursor = {"topic_name": name, "partition_index": upper}
             break
