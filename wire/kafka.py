@@ -43,7 +43,7 @@ PRODUCE = 0
 ADVERTISED: dict[int, tuple[int, int]] = {
     0: (0, 9),    # Produce
     1: (4, 17),   # Fetch (v13+: topics by id; 17 makes kafka-python infer a 3.9 broker)
-    2: (1, 7),    # ListOffsets
+    2: (1, 10),   # ListOffsets (v8-10: tiered storage's timestamps and timeout; 10 reads as Kafka 4.0)
     3: (0, 12),   # Metadata
     8: (2, 9),    # OffsetCommit (v9: member id + epoch of KIP-848 members)
     9: (1, 9),    # OffsetFetch (v9: member id + epoch per group)
@@ -85,6 +85,7 @@ ADVERTISED: dict[int, tuple[int, int]] = {
     49: (0, 1),   # AlterClientQuotas
     50: (0, 0),   # DescribeUserScramCredentials
     51: (0, 0),   # AlterUserScramCredentials
+    55: (0, 2),   # DescribeQuorum (single node only: see KRAFT_ONLY)
     60: (0, 1),   # DescribeCluster
     61: (0, 0),   # DescribeProducers
     65: (0, 0),   # DescribeTransactions
@@ -93,6 +94,7 @@ ADVERTISED: dict[int, tuple[int, int]] = {
     69: (0, 1),   # ConsumerGroupDescribe
     71: (0, 0),   # GetTelemetrySubscriptions
     72: (0, 0),   # PushTelemetry
+    74: (0, 1),   # ListConfigResources (v0: ListClientMetricsResources)
     75: (0, 0),   # DescribeTopicPartitions
     76: (1, 1),   # ShareGroupHeartbeat (KIP-932; v1 is Kafka 4.1's, the first generally available)
     77: (1, 1),   # ShareGroupDescribe
@@ -103,6 +105,9 @@ ADVERTISED: dict[int, tuple[int, int]] = {
     92: (0, 0),   # DeleteShareGroupOffsets
 }
 REJECTED = {PRODUCE: range(0, 3)}
+# APIs of a KRaft metadata quorum: a cluster node (metadata in ZooKeeper) does not list them,
+# as Kafka's ZooKeeper-mode brokers did not (see gateway.kafka.apis.quorum).
+KRAFT_ONLY = frozenset({55})
 
 _HEAD = struct.Struct(">hhih")  # api_key, api_version, correlation_id, client_id length
 

@@ -548,6 +548,8 @@ RULES: dict[int, typing.Callable] = {
     43: _elect_leaders,
     47: _offset_delete,
     48: _cluster("describe_configs", {"entries": None}),
+    55: _cluster("describe", {"topics": [], "nodes": []}),  # DescribeQuorum: DESCRIBE on the cluster, as Kafka
+    74: _cluster("describe_configs", {"config_resources": []}),  # ListConfigResources: as Kafka 4.1
     49: _alter_client_quotas,
     71: lambda check, h, req: None,  # GetTelemetrySubscriptions: no ACL in Kafka either
     72: lambda check, h, req: None,  # PushTelemetry
