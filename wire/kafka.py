@@ -41,8 +41,8 @@ PRODUCE = 0
 # api key -> (min, max). Produce 0-2 are advertised but answered with UNSUPPORTED_VERSION:
 # librdkafka before 2.11.1 turns compression off when a broker does not list them.
 ADVERTISED: dict[int, tuple[int, int]] = {
-    0: (0, 9),    # Produce
-    1: (4, 17),   # Fetch (v13+: topics by id; 17 makes kafka-python infer a 3.9 broker)
+    0: (0, 13),   # Produce (v13: topics by id, reads as Kafka 4.1 to kafka-python; see apis/produce.py)
+    1: (4, 17),   # Fetch (v13+: topics by id)
     2: (1, 10),   # ListOffsets (v8-10: tiered storage's timestamps and timeout; 10 reads as Kafka 4.0)
     3: (0, 12),   # Metadata
     8: (2, 9),    # OffsetCommit (v9: member id + epoch of KIP-848 members)
