@@ -1,0 +1,237 @@
+"""What Kafka 4.1's admin clients read back from the describing APIs, driven by kafka-python's
+KafkaAdminClient and confluent-kafka's AdminClient over real sockets:
+
+* DescribeConfigs: every entry's ``config_type`` and synonyms, for topics, the broker and
+  groups, with the types a Kafka 4.1 broker gives those names; the cluster-level
+  ``min.insync.replicas`` of KIP-966 (eligible leader replicas) behind every topic's value;
+* ListConfigResources (Kafka 4.1), DescribeQuorum (KRaft's metadata partition);
+* ListOffsets v8-v10 and Produce v13 (topics by id), which make kafka-python infer Kafka 4.1.
+
+The expectations are what an Apache Kafka 4.1.1 single node (KRaft, broker and controller in
+one process) answered to the same calls. Node ids are read from the cluster, not assumed, so
+the module also runs against such a node (KAFKA_COMPAT_BOOTSTRAP).
+"""
+from __future__ import annotations
+
+import datetime
+import uuid
+
+import pytest
+from confluent_kafka.admin import AdminClient, ConfigResource as CkResource, ConfigSource, ResourceType
+from kafka import KafkaAdminClient, TopicPartition
+from kafka import errors as Errors
+from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
+from kafka.protocol.consumer.offsets import OffsetSpec
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.metadata.v12.response import MetadataResponse
+from kio.schema.errors import ErrorCode
+from kio.schema.produce.v13.request import PartitionProduceData, ProduceRequest, TopicProduceData
+from kio.schema.produce.v13.response import ProduceResponse
+from kio.static.primitive import i16, i32
+
+from compat_tests.conftest import unique_name
+from compat_tests.kafka.helpers import wait_until
+from compat_tests.kafka.kio_call import kio_call
+
+
+@pytest.fixture
+def admin(bootstrap):
+    client = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30000)
+    yield client
+    client.close()
+
+
+def _create(admin, name, partitions=1, configs=None):
+    admin.create_topics([NewTopic(name, partitions, 1, topic_configs=configs or {})])
+    wait_until(lambda: name in admin.list_topics(), 15, f"topic {name}")
+
+
+def _node_id(admin) -> int:
+    return admin.describe_cluster()["brokers"][0]["broker_id"]
+
+
+def _address(bootstrap: str) -> tuple[str, int]:
+    host, port = bootstrap.rsplit(":", 1)
+    return host, int(port)
+
+
+def _described(admin, resource_type, name, synonyms=False) -> dict:
+    found = admin.describe_configs([ConfigResource(resource_type, name)], include_synonyms=synonyms,
+                                   config_filter="all")
+    return found[resource_type.name.lower()][name]
+
+
+# --- ApiVersions ------------------------------------------------------------------------------
+
+def test_kafka_python_infers_kafka_4_1(admin):
+    # kafka-python's table: ListOffsets v10 is Kafka 4.0, Produce v13 is 4.1 (ListOffsets v11 would be 4.2)
+    assert admin._client.check_version() == (4, 1)
+    versions = admin._manager.broker_version_data.api_versions
+    assert versions[0][1] == 13 and versions[2][1] == 10
+    assert versions[55] == (0, 2) and versions[74] == (0, 1)
+
+
+# --- DescribeConfigs: config_type ---------------------------------------------------------------
+
+TOPIC_TYPES = {"retention.bytes": "LONG", "retention.ms": "LONG", "cleanup.policy": "LIST",
+               "unclean.leader.election.enable": "BOOLEAN", "preallocate": "BOOLEAN",
+               "min.cleanable.dirty.ratio": "DOUBLE", "compression.type": "STRING", "segment.bytes": "INT",
+               "max.message.bytes": "INT", "min.insync.replicas": "INT", "flush.messages": "LONG",
+               "leader.replication.throttled.replicas": "LIST", "message.timestamp.type": "STRING"}
+# advertised.listeners and listeners are STRINGs in Kafka 4.1 (SocketServerConfigs), not LISTs
+BROKER_TYPES = {"advertised.listeners": "STRING", "listeners": "STRING", "auto.create.topics.enable": "BOOLEAN",
+                "offsets.topic.replication.factor": "SHORT", "log.retention.ms": "LONG", "num.partitions": "INT",
+                "broker.id": "INT", "offsets.retention.check.interval.ms": "LONG", "message.max.bytes": "INT",
+                "group.consumer.session.timeout.ms": "INT", "min.insync.replicas": "INT"}
+GROUP_TYPES = {"consumer.session.timeout.ms": "INT", "consumer.heartbeat.interval.ms": "INT",
+               "share.auto.offset.reset": "STRING", "share.isolation.level": "STRING",
+               "share.record.lock.duration.ms": "INT"}
+
+
+def test_every_described_config_has_kafkas_type(admin, topic_name):
+    _create(admin, topic_name)
+    group = unique_name("cfg-types")
+    topic = _described(admin, ConfigResourceType.TOPIC, topic_name)
+    broker = _described(admin, ConfigResourceType.BROKER, str(_node_id(admin)))
+    groups = _described(admin, ConfigResourceType.GROUP, group)
+    for found, expected in ((topic, TOPIC_TYPES), (broker, BROKER_TYPES), (groups, GROUP_TYPES)):
+        assert {name: found[name]["config_type"] for name in expected} == expected
+        assert not [name for name, c in found.items() if c["config_type"] == "UNKNOWN"]
+
+
+# --- KIP-966: the cluster-level min.insync.replicas ---------------------------------------------
+
+def test_topic_min_insync_replicas_comes_from_the_cluster_default(bootstrap, admin, topic_name):
+    _create(admin, topic_name)
+    entry = _described(admin, ConfigResourceType.TOPIC, topic_name, synonyms=True)["min.insync.replicas"]
+    assert entry["config_source"] == "DYNAMIC_DEFAULT_BROKER_CONFIG" and entry["value"] == "1"
+    assert [(s["name"], s["value"], s["source"]) for s in entry["synonyms"]] == [
+        ("min.insync.replicas", "1", "DYNAMIC_DEFAULT_BROKER_CONFIG"), ("min.insync.replicas", "1", "DEFAULT_CONFIG")]
+
+    ck = AdminClient({"bootstrap.servers": bootstrap})
+    res = CkResource(ResourceType.TOPIC, topic_name)
+    isr = ck.describe_configs([res])[res].result(30)["min.insync.replicas"]
+    assert isr.source == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value
+    assert not isr.is_default and not isr.is_read_only
+    # without synonyms asked for, none come back (Kafka sends them only on request)
+    plain = _described(admin, ConfigResourceType.TOPIC, topic_name)["min.insync.replicas"]
+    assert plain["synonyms"] == [] and plain["config_source"] == "DYNAMIC_DEFAULT_BROKER_CONFIG"
+
+
+def test_topic_override_heads_the_min_insync_replicas_synonyms(admin, topic_name):
+    _create(admin, topic_name, configs={"min.insync.replicas": "2", "retention.bytes": "5000"})
+    found = _described(admin, ConfigResourceType.TOPIC, topic_name, synonyms=True)
+    isr = found["min.insync.replicas"]
+    assert isr["config_source"] == "DYNAMIC_TOPIC_CONFIG" and isr["value"] == "2"
+    assert [(s["name"], s["value"], s["source"]) for s in isr["synonyms"]] == [
+        ("min.insync.replicas", "2", "DYNAMIC_TOPIC_CONFIG"), ("min.insync.replicas", "1", "DYNAMIC_DEFAULT_BROKER_CONFIG"),
+        ("min.insync.replicas", "1", "DEFAULT_CONFIG")]
+    # other topic configs name their broker-level setting, as Kafka does
+    assert [(s["name"], s["source"]) for s in found["retention.bytes"]["synonyms"]] == [
+        ("retention.bytes", "DYNAMIC_TOPIC_CONFIG"), ("log.retention.bytes", "DEFAULT_CONFIG")]
+    assert [s["name"] for s in found["cleanup.policy"]["synonyms"]] == ["log.cleanup.policy"]
+    assert found["retention.ms"]["synonyms"] == []  # log.retention.ms has no default value in Kafka
+
+
+def test_broker_lists_the_cluster_min_insync_replicas(admin):
+    broker = _described(admin, ConfigResourceType.BROKER, str(_node_id(admin)), synonyms=True)
+    isr = broker["min.insync.replicas"]
+    assert isr["config_source"] == "DYNAMIC_DEFAULT_BROKER_CONFIG" and isr["value"] == "1"
+    assert [s["source"] for s in isr["synonyms"]] == ["DYNAMIC_DEFAULT_BROKER_CONFIG", "DEFAULT_CONFIG"]
+
+
+def test_group_config_synonyms_are_the_value_in_effect(admin):
+    group = unique_name("cfg-syn")
+    admin.alter_configs([ConfigResource(ConfigResourceType.GROUP, group,
+                                        configs={"consumer.session.timeout.ms": "50000"})])
+    found = _described(admin, ConfigResourceType.GROUP, group, synonyms=True)
+    assert [(s["value"], s["source"]) for s in found["consumer.session.timeout.ms"]["synonyms"]] == [
+        ("50000", "DYNAMIC_GROUP_CONFIG")]
+    assert [(s["value"], s["source"]) for s in found["share.isolation.level"]["synonyms"]] == [
+        ("read_uncommitted", "DEFAULT_CONFIG")]
+
+
+# --- ListConfigResources -----------------------------------------------------------------------
+
+def test_list_config_resources(admin, topic_name):
+    _create(admin, topic_name)
+    group, bare = unique_name("lcr-group"), unique_name("lcr-bare")
+    admin.alter_configs([ConfigResource(ConfigResourceType.GROUP, group,
+                                        configs={"share.auto.offset.reset": "earliest"})])
+    node = str(_node_id(admin))
+    listed = admin.list_config_resources(["TOPIC", "BROKER", "GROUP", "CLIENT_METRICS"])
+    assert topic_name in listed["topic"] and listed["broker"] == [node]
+    assert group in listed["group"] and bare not in listed["group"]  # only groups with a config override
+    assert "client_metrics" not in listed  # no client metrics subscriptions
+    assert list(admin.list_config_resources(["GROUP"])) == ["group"]
+    assert topic_name in admin.list_config_resources()["topic"]  # no types: every type served
+    with pytest.raises(Errors.UnsupportedVersionError):  # Kafka's answer to a type it does not list
+        admin.list_config_resources(["UNKNOWN"])
+
+
+# --- DescribeQuorum ----------------------------------------------------------------------------
+
+def test_describe_metadata_quorum_names_this_node(bootstrap, admin):
+    node = _node_id(admin)
+    quorum = admin.describe_metadata_quorum()
+    [topic] = quorum["topics"]
+    [part] = topic["partitions"]
+    assert topic["topic_name"] == "__cluster_metadata" and part["partition_index"] == 0 and part["error"] is None
+    assert part["leader_id"] == node and part["leader_epoch"] >= 0
+    assert [v["replica_id"] for v in part["current_voters"]] == [node] and part["observers"] == []
+    assert part["current_voters"][0]["last_caught_up_timestamp"] > 0
+    assert [n["node_id"] for n in quorum["nodes"]] == [node]
+    assert quorum["nodes"][0]["listeners"]  # where the voter is reached
+
+
+def test_describe_quorum_of_another_partition_is_unknown(admin):
+    res = admin._manager.run(admin._async_describe_quorum, "__cluster_metadata", 1)
+    [part] = res["topics"][0]["partitions"]
+    assert "UnknownTopicOrPartition" in part["error"] and part["current_voters"] == []
+    assert res["nodes"] == []
+
+
+# --- ListOffsets v8-10, Produce v13 ------------------------------------------------------------
+
+def test_tiered_storage_offset_specs(bootstrap, admin, topic_name):
+    _create(admin, topic_name)
+    from kafka import KafkaProducer
+    producer = KafkaProducer(bootstrap_servers=bootstrap)
+    for i in range(4):
+        producer.send(topic_name, b"v%d" % i, partition=0)
+    producer.flush(30)
+    producer.close()
+    tp = TopicPartition(topic_name, 0)
+    found = admin.list_partition_offsets({tp: OffsetSpec.EARLIEST_LOCAL})[tp]
+    assert found.offset == 0  # all of the log is local here
+    found = admin.list_partition_offsets({tp: OffsetSpec.LATEST_TIERED})[tp]
+    assert found.offset == -1  # nothing is tiered (Kafka: -1 without remote storage)
+    assert admin.list_partition_offsets({tp: OffsetSpec.LATEST})[tp].offset == 4
+
+
+def _batch(value: bytes) -> bytes:
+    from kafka.record.memory_records import MemoryRecordsBuilder
+    builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 20)
+    builder.append(timestamp=None, key=None, value=value, headers=[])
+    builder.close()
+    return bytes(builder.buffer())
+
+
+def test_produce_v13_by_topic_id(bootstrap, admin, topic_name):
+    _create(admin, topic_name)
+    address = _address(bootstrap)
+    meta = kio_call(address, 3, MetadataRequest(topics=(MetadataRequestTopic(topic_id=None, name=topic_name),),
+                                                allow_auto_topic_creation=False,
+                                                include_topic_authorized_operations=False),
+                    MetadataResponse, api_version=12)
+    topic_id = meta.topics[0].topic_id
+    stranger = uuid.uuid4()
+    request = ProduceRequest(transactional_id=None, acks=i16(-1), timeout=datetime.timedelta(milliseconds=5000), topic_data=(
+        TopicProduceData(topic_id=topic_id, partition_data=(PartitionProduceData(index=i32(0), records=_batch(b"a")),)),
+        TopicProduceData(topic_id=stranger, partition_data=(PartitionProduceData(index=i32(0), records=_batch(b"b")),))))
+    answer = kio_call(address, 0, request, ProduceResponse, api_version=13)
+    by_id = {t.topic_id: t.partition_responses[0] for t in answer.responses}
+    assert by_id[topic_id].error_code == ErrorCode.none and by_id[topic_id].base_offset == 0
+    assert by_id[stranger].error_code == ErrorCode.unknown_topic_id and by_id[stranger].base_offset == -1
+    tp = TopicPartition(topic_name, 0)
+    assert admin.list_partition_offsets({tp: OffsetSpec.LATEST})[tp].offset == 1
