@@ -21,6 +21,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource as CkResource, Con
 from kafka import KafkaAdminClient, TopicPartition
 from kafka import errors as Errors
 from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
+from kafka.structs import OffsetAndMetadata
 from kafka.protocol.consumer.offsets import OffsetSpec
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.metadata.v12.response import MetadataResponse
@@ -235,3 +236,38 @@ def test_produce_v13_by_topic_id(bootstrap, admin, topic_name):
     assert by_id[stranger].error_code == ErrorCode.unknown_topic_id and by_id[stranger].base_offset == -1
     tp = TopicPartition(topic_name, 0)
     assert admin.list_partition_offsets({tp: OffsetSpec.LATEST})[tp].offset == 1
+
+
+# --- authorized operations, DescribeCluster v2 ---------------------------------------------------
+
+# With no authorizer every supported operation is allowed: Kafka 4.1 answers these sets.
+CLUSTER_OPS = {"CREATE", "ALTER", "DESCRIBE", "CLUSTER_ACTION", "DESCRIBE_CONFIGS", "ALTER_CONFIGS", "IDEMPOTENT_WRITE"}
+TOPIC_OPS = {"READ", "WRITE", "CREATE", "DELETE", "ALTER", "DESCRIBE", "DESCRIBE_CONFIGS", "ALTER_CONFIGS"}
+GROUP_OPS = {"READ", "DELETE", "DESCRIBE", "DESCRIBE_CONFIGS", "ALTER_CONFIGS"}
+
+
+def _names(operations) -> set[str]:
+    return {op.name for op in operations}
+
+
+def test_authorized_operations_when_asked(bootstrap, admin, topic_name):
+    _create(admin, topic_name)
+    cluster = admin.describe_cluster()  # kafka-python asks for them, through DescribeCluster v2
+    assert set(cluster["authorized_operations"]) == CLUSTER_OPS
+    assert [b["is_fenced"] for b in cluster["brokers"]] == [False]
+
+    ck = AdminClient({"bootstrap.servers": bootstrap})
+    assert _names(ck.describe_cluster(include_authorized_operations=True).result(30).authorized_operations) == \
+        CLUSTER_OPS
+    assert ck.describe_cluster().result(30).authorized_operations is None  # not asked: not given
+    from confluent_kafka import TopicCollection
+    [described] = ck.describe_topics(TopicCollection([topic_name]),
+                                      include_authorized_operations=True).values()
+    assert _names(described.result(30).authorized_operations) == TOPIC_OPS
+    group = unique_name("ops-group")
+    admin.alter_group_offsets(group, {TopicPartition(topic_name, 0): OffsetAndMetadata(0, "", -1)})
+    [found] = ck.describe_consumer_groups([group], include_authorized_operations=True).values()
+    assert _names(found.result(30).authorized_operations) == GROUP_OPS
+    [plain] = ck.describe_consumer_groups([group]).values()
+    assert plain.result(30).authorized_operations is None  # not asked for: -2^31 on the wire
+    assert set(admin.describe_groups([group])[group]["authorized_operations"]) == GROUP_OPS  # kafka-python asks

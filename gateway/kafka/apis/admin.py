@@ -17,6 +17,7 @@ from core.metadata import check_topic_name
 from gateway.kafka.apis.configs import GROUP, TOPIC, topic_entries
 from gateway.kafka.apis.metadata import UNKNOWN_OPERATIONS, broker_list, controller_id
 from gateway.kafka.apis.registry import handles
+from gateway.kafka.authz import CLUSTER_NAME, authorized_operations
 from gateway.kafka.context import group_configs
 from gateway.logs import fields
 from wire.kafka import respond
@@ -214,8 +215,12 @@ def incremental_alter_configs(ctx, conn, h, req):
 
 @handles(60)
 def describe_cluster(ctx, conn, h, req):
-    brokers = [{"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": b["rack"]}
+    # v2 (KIP-1073) marks fenced brokers: every broker listed here is live (registered in
+    # ZooKeeper, or this single node), so none is fenced, whether or not fenced ones were asked for
+    brokers = [{"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": b["rack"], "is_fenced": False}
                for b in broker_list(ctx)]
+    ops = (authorized_operations(conn, "cluster", CLUSTER_NAME) if req.include_cluster_authorized_operations
+           else UNKNOWN_OPERATIONS)
     return respond(h, {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None, "endpoint_type": 1,
                        "cluster_id": ctx.cluster_id, "controller_id": controller_id(ctx), "brokers": brokers,
-                       "cluster_authorized_operations": UNKNOWN_OPERATIONS})
+                       "cluster_authorized_operations": ops})

@@ -11,6 +11,7 @@ from twisted.internet import defer
 
 from gateway.cluster import coordination
 from gateway.kafka.apis.registry import handles
+from gateway.kafka.authz import authorized_operations
 from gateway.kafka.apis.metadata import UNKNOWN_OPERATIONS
 from wire.kafka import respond
 
@@ -121,7 +122,8 @@ def describe_groups(ctx, conn, h, req):
                     "member_metadata": md, "member_assignment": asg} for m, gi, cid, host, md, asg in g.members]
         out.append({"error_code": g.error, "group_id": group_id, "group_state": g.state,
                     "protocol_type": g.protocol_type or "", "protocol_data": g.protocol or "", "members": members,
-                    "authorized_operations": UNKNOWN_OPERATIONS})
+                    "authorized_operations": authorized_operations(conn, "group", group_id)
+                    if getattr(req, "include_authorized_operations", False) else UNKNOWN_OPERATIONS})
     return respond(h, {"throttle_time": 0, "groups": out})
 
 
