@@ -5,7 +5,8 @@ for every API, version and direction, with a native reader. This module adds wha
 needs around it:
 
 * :data:`ADVERTISED`: the API version ranges this broker announces (one coherent set,
-  shaped like a Kafka 3.x/4.0 broker, see the README);
+  shaped like a Kafka 4.1 broker where it serves the same, so kafka-python infers 4.1;
+  never a version that is not served as Kafka defines it);
 * :func:`parse_request`: request header v1/v2 (v2, with tagged fields, for flexible
   versions) and the body;
 * :func:`build`: a response entity of any version from plain dicts, so handlers write one
@@ -78,7 +79,7 @@ ADVERTISED: dict[int, tuple[int, int]] = {
     42: (0, 2),   # DeleteGroups
     43: (0, 2),   # ElectLeaders
     44: (0, 1),   # IncrementalAlterConfigs
-    45: (0, 0),   # AlterPartitionReassignments
+    45: (0, 1),   # AlterPartitionReassignments (v1: allow_replication_factor_change)
     46: (0, 0),   # ListPartitionReassignments
     47: (0, 0),   # OffsetDelete
     48: (0, 1),   # DescribeClientQuotas
@@ -89,7 +90,7 @@ ADVERTISED: dict[int, tuple[int, int]] = {
     60: (0, 2),   # DescribeCluster (v2: fenced brokers)
     61: (0, 0),   # DescribeProducers
     65: (0, 0),   # DescribeTransactions
-    66: (0, 1),   # ListTransactions
+    66: (0, 2),   # ListTransactions (v2: transactional id pattern)
     68: (0, 1),   # ConsumerGroupHeartbeat (KIP-848; v1: client-made member ids, regex)
     69: (0, 1),   # ConsumerGroupDescribe
     71: (0, 0),   # GetTelemetrySubscriptions

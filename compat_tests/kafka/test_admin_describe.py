@@ -271,3 +271,28 @@ def test_authorized_operations_when_asked(bootstrap, admin, topic_name):
     [plain] = ck.describe_consumer_groups([group]).values()
     assert plain.result(30).authorized_operations is None  # not asked for: -2^31 on the wire
     assert set(admin.describe_groups([group])[group]["authorized_operations"]) == GROUP_OPS  # kafka-python asks
+
+
+# --- ListTransactions v2 -----------------------------------------------------------------------
+
+def test_list_transactions_by_id_pattern(bootstrap, admin, topic_name):
+    from confluent_kafka import Producer
+    _create(admin, topic_name)
+    txn_id = unique_name("lt-pattern")
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic_name, b"open")
+    producer.flush(30)
+    try:
+        def ids(pattern):
+            listed = admin.list_transactions(transactional_id_pattern=pattern)
+            return {t.transactional_id for listing in listed.values() for t in listing}
+        assert txn_id in ids(txn_id.split("-")[0] + "-.*")
+        assert txn_id not in ids(txn_id[:4])  # the whole id must match, as Java's Matcher.matches()
+        assert txn_id in ids("")  # empty: no filter
+        with pytest.raises(Errors.KafkaError) as bad:  # kafka-python has no class for this code
+            ids("[")
+        assert bad.value.errno == 128  # INVALID_REGULAR_EXPRESSION, Kafka's answer
+    finally:
+        producer.abort_transaction(30)
