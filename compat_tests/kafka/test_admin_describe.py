@@ -141,6 +141,33 @@ def test_broker_lists_the_cluster_min_insync_replicas(admin):
     assert [s["source"] for s in isr["synonyms"]] == ["DYNAMIC_DEFAULT_BROKER_CONFIG", "DEFAULT_CONFIG"]
 
 
+def test_broker_resource_names(bootstrap, admin):
+    """kafka-python refuses a broker name that is not a node id, so this is DescribeConfigs v4 as
+    Kafka defines it, over a socket."""
+    from kio.schema.describe_configs.v4.request import DescribeConfigsRequest, DescribeConfigsResource
+    from kio.schema.describe_configs.v4.response import DescribeConfigsResponse
+    from kio.static.primitive import i8
+    node = _node_id(admin)
+    asked = DescribeConfigsRequest(resources=tuple(
+        DescribeConfigsResource(resource_type=i8(4), resource_name=name, configuration_keys=None)
+        for name in ("", str(node + 7), "x")), include_synonyms=True, include_documentation=False)
+    cluster, other, garbage = kio_call(_address(bootstrap), 32, asked, DescribeConfigsResponse, api_version=4).results
+    # the empty name: the cluster-level dynamic configs, KIP-966's min.insync.replicas the one here
+    assert [(c.name, c.config_source, c.config_type, [(s.name, s.source) for s in c.synonyms])
+            for c in cluster.configs] == [("min.insync.replicas", 3, 3, [("min.insync.replicas", 3)])]
+    # another broker's id: INVALID_REQUEST from this one, as Kafka (clients ask the broker itself)
+    assert other.error_code == garbage.error_code == ErrorCode.invalid_request
+    assert other.error_message == f"Unexpected broker id, expected {node} or empty string, but received {node + 7}"
+    assert garbage.error_message == "Broker id must be an integer, but it is: x"
+
+
+def test_client_metrics_resource_has_kafkas_defaults(admin):
+    found = _described(admin, ConfigResourceType.CLIENT_METRICS, unique_name("cm"))
+    assert {n: (c["value"], c["config_type"], c["config_source"]) for n, c in found.items()} == {
+        "interval.ms": ("300000", "INT", "DEFAULT_CONFIG"), "match": ("", "LIST", "DEFAULT_CONFIG"),
+        "metrics": ("", "LIST", "DEFAULT_CONFIG")}
+
+
 def test_group_config_synonyms_are_the_value_in_effect(admin):
     group = unique_name("cfg-syn")
     admin.alter_configs([ConfigResource(ConfigResourceType.GROUP, group,

@@ -1,9 +1,10 @@
 """DescribeConfigs and ListConfigResources: the config resources this broker has and their entries.
 
-Resources: topics (2), brokers (4, read only: start-up settings) and groups (32,
-core.group_configs; a group need not exist to have configs, as in Kafka). Client metrics (16)
-are a type with no resources here (no subscriptions, see ``telemetry``); broker loggers (8)
-are not served.
+Resources: topics (2), brokers (4, read only: start-up settings; the empty name is the
+cluster-level defaults, as in Kafka) and groups (32, core.group_configs; a group need not exist
+to have configs, as in Kafka). Client metrics (16): this broker keeps no subscriptions (see
+``telemetry``), so ListConfigResources lists none and any name describes Kafka's defaults, which
+are what ``telemetry`` hands out. Broker loggers (8) are not served.
 
 Every entry carries Kafka's ``config_type`` for its name (DescribeConfigs v3+) and, when asked
 for, its synonyms: what a Kafka 4.1 broker answers for the same names, observed on one.
@@ -18,6 +19,7 @@ from core.config import default_configs
 from core.group_configs import INT, GroupConfigFileError, type_of
 from gateway.kafka.apis.metadata import broker_list
 from gateway.kafka.apis.registry import handles
+from gateway.kafka.apis.telemetry import PUSH_INTERVAL_MS
 from gateway.kafka.context import group_configs
 from wire.kafka import respond
 
@@ -155,6 +157,39 @@ def _broker_entries(ctx, synonyms: bool) -> list[dict]:
     return sorted(out, key=lambda c: c["name"])
 
 
+def _cluster_entries(synonyms: bool) -> list[dict]:
+    """The broker resource with the empty name: the cluster-level dynamic configs. KIP-966's
+    min.insync.replicas is the one Kafka 4.1 has (its synonyms: that level only)."""
+    isr = _min_isr_synonyms(None)[:1]
+    return [{"name": MIN_ISR, "value": isr[0]["value"], "read_only": True,
+             "config_source": DYNAMIC_DEFAULT_BROKER_CONFIG, "is_sensitive": False, "is_default": False,
+             "config_type": INT_TYPE, "synonyms": isr if synonyms else [], "documentation": None}]
+
+
+def _broker_error(ctx, name: str) -> str | None:
+    """Kafka's INVALID_REQUEST message for a broker resource that is not this broker (clients send
+    a broker's config requests to that broker) or the cluster (the empty name)."""
+    if name == "":
+        return None
+    try:
+        node = int(name)
+    except ValueError:
+        return f"Broker id must be an integer, but it is: {name}"
+    if node != ctx.node_id:
+        return f"Unexpected broker id, expected {ctx.node_id} or empty string, but received {name}"
+    return None
+
+
+# A client metrics resource with no subscription: Kafka's defaults (ClientMetricsConfigs).
+_CLIENT_METRICS_DEFAULTS = (("interval.ms", str(PUSH_INTERVAL_MS), INT_TYPE), ("match", "", LIST), ("metrics", "", LIST))
+
+
+def _client_metrics_entries() -> list[dict]:
+    return [{"name": name, "value": value, "read_only": False, "config_source": DEFAULT_CONFIG,
+             "is_sensitive": False, "is_default": True, "config_type": kind, "synonyms": [], "documentation": None}
+            for name, value, kind in _CLIENT_METRICS_DEFAULTS]
+
+
 def _group_entries(ctx, group_id: str, synonyms: bool) -> list[dict]:
     out = []
     for name, value, is_default in group_configs(ctx).describe(group_id):
@@ -183,7 +218,13 @@ def describe_configs(ctx, conn, h, req):
             else:
                 entry["configs"] = topic_entries(dict(topic.configs), synonyms)
         elif r.resource_type == BROKER:
-            entry["configs"] = _broker_entries(ctx, synonyms)
+            error = _broker_error(ctx, r.resource_name)
+            if error is not None:
+                entry["error_code"], entry["error_message"] = ErrorCode.invalid_request, error
+            else:
+                entry["configs"] = _broker_entries(ctx, synonyms) if r.resource_name else _cluster_entries(synonyms)
+        elif r.resource_type == CLIENT_METRICS:
+            entry["configs"] = _client_metrics_entries()
         elif r.resource_type == GROUP:
             if not r.resource_name:
                 entry["error_code"], entry["error_message"] = ErrorCode.invalid_request, "Group name must not be empty"
@@ -196,7 +237,7 @@ def describe_configs(ctx, conn, h, req):
         else:
             entry["error_code"] = ErrorCode.invalid_request
             entry["error_message"] = (f"resource type {r.resource_type} has no configs here "
-                                      "(topics: 2, brokers: 4, groups: 32)")
+                                      "(topics: 2, brokers: 4, client metrics: 16, groups: 32)")
         if r.configuration_keys:  # null or empty: every config
             wanted = set(r.configuration_keys)
             entry["configs"] = [c for c in entry["configs"] if c["name"] in wanted]
