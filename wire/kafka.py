@@ -87,6 +87,7 @@ ADVERTISED: dict[int, tuple[int, int]] = {
     50: (0, 0),   # DescribeUserScramCredentials
     51: (0, 0),   # AlterUserScramCredentials
     55: (0, 2),   # DescribeQuorum (single node only: see KRAFT_ONLY)
+    57: (0, 2),   # UpdateFeatures (no feature flags: every update is refused, as Kafka refuses unknown ones)
     60: (0, 2),   # DescribeCluster (v2: fenced brokers)
     61: (0, 0),   # DescribeProducers
     65: (0, 0),   # DescribeTransactions

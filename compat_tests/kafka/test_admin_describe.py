@@ -323,3 +323,11 @@ def test_list_transactions_by_id_pattern(bootstrap, admin, topic_name):
         assert bad.value.errno == 128  # INVALID_REGULAR_EXPRESSION, Kafka's answer
     finally:
         producer.abort_transaction(30)
+
+
+# --- UpdateFeatures ----------------------------------------------------------------------------
+
+def test_update_features_refuses_what_the_broker_does_not_finalize(admin):
+    assert admin.update_features({}) == {}  # nothing asked: no error, as Kafka
+    with pytest.raises(Errors.InvalidUpdateVersionError):
+        admin.update_features({"gateway.test.version": 1}, validate_only=True)

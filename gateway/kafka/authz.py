@@ -583,6 +583,7 @@ RULES: dict[int, typing.Callable] = {
     47: _offset_delete,
     48: _cluster("describe_configs", {"entries": None}),
     55: _cluster("describe", {"topics": [], "nodes": []}),  # DescribeQuorum: DESCRIBE on the cluster, as Kafka
+    57: _cluster("alter", {"results": []}),  # UpdateFeatures: ALTER on the cluster, as Kafka
     74: _cluster("describe_configs", {"config_resources": []}),  # ListConfigResources: as Kafka 4.1
     49: _alter_client_quotas,
     71: lambda check, h, req: None,  # GetTelemetrySubscriptions: no ACL in Kafka either

@@ -1,4 +1,5 @@
-"""DescribeQuorum (KIP-595, KIP-853): the state of the metadata quorum, partition __cluster_metadata-0.
+"""The metadata quorum's APIs: DescribeQuorum (KIP-595, KIP-853), the state of partition
+__cluster_metadata-0, and UpdateFeatures (KIP-584), with no feature flags to change.
 
 Single node: this node is the quorum, the only voter and its leader, as a single KRaft node
 combining broker and controller describes itself. There is no Raft log behind our metadata (a
@@ -53,3 +54,17 @@ def describe_quorum(ctx, conn, h, req):
     nodes = [{"node_id": b["node_id"], "listeners": [{"name": LISTENER, "host": b["host"], "port": b["port"]}]}
              for b in broker_list(ctx)] if served else []
     return respond(h, {"error_code": ErrorCode.none, "error_message": None, "topics": topics, "nodes": nodes})
+
+
+@handles(57)
+def update_features(ctx, conn, h, req):
+    """UpdateFeatures (KIP-584): this broker finalizes no feature flags (its ApiVersions lists
+    none), so there is nothing a client can upgrade or downgrade. Kafka answers an update of a
+    feature it does not know with INVALID_UPDATE_VERSION for the whole request (all or nothing),
+    and an empty request with no error; so does this."""
+    if not req.feature_updates:
+        return respond(h, {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None, "results": []})
+    first = req.feature_updates[0]
+    return respond(h, {"throttle_time": 0, "error_code": ErrorCode.invalid_update_version, "results": [],
+                       "error_message": f"no feature was updated: version {first.max_version_level} of feature "
+                                        f"{first.feature!r} cannot be set, this broker has no feature flags"})
