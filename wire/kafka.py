@@ -43,7 +43,7 @@ PRODUCE = 0
 # librdkafka before 2.11.1 turns compression off when a broker does not list them.
 ADVERTISED: dict[int, tuple[int, int]] = {
     0: (0, 13),   # Produce (v13: topics by id, reads as Kafka 4.1 to kafka-python; see apis/produce.py)
-    1: (4, 17),   # Fetch (v13+: topics by id)
+    1: (4, 18),   # Fetch (v13+: topics by id; v18 adds a replica's high watermark hint, a tag consumers leave out)
     2: (1, 10),   # ListOffsets (v8-10: tiered storage's timestamps and timeout; 10 reads as Kafka 4.0)
     3: (0, 12),   # Metadata
     8: (2, 9),    # OffsetCommit (v9: member id + epoch of KIP-848 members)
@@ -56,7 +56,7 @@ ADVERTISED: dict[int, tuple[int, int]] = {
     15: (0, 5),   # DescribeGroups
     16: (0, 5),   # ListGroups (v5: group types)
     17: (0, 1),   # SaslHandshake
-    18: (0, 3),   # ApiVersions
+    18: (0, 4),   # ApiVersions (v4 only lets a listed feature's minimum be 0; this broker lists none)
     19: (2, 7),   # CreateTopics
     20: (1, 6),   # DeleteTopics
     21: (0, 2),   # DeleteRecords

@@ -69,7 +69,7 @@ def _create(admin, name, partitions):
 def test_kafka_python_infers_kafka_4_1_and_consumes_by_topic_id(bootstrap, admin, topic_name):
     assert admin._client.check_version() >= (4, 1)  # Fetch v17 (3.9) asks for topics by id; 4.1: Produce v13
     versions = admin._manager.broker_version_data.api_versions
-    for key, high in {1: 17, 34: 2, 35: 4, 43: 2, 47: 0, 48: 1, 49: 1, 71: 0, 72: 0, 75: 0}.items():
+    for key, high in {1: 18, 34: 2, 35: 4, 43: 2, 47: 0, 48: 1, 49: 1, 71: 0, 72: 0, 75: 0}.items():
         assert versions[key][1] == high, (key, versions[key])
     _create(admin, topic_name, 2)
     _produce(bootstrap, topic_name, [f"v{i}".encode() for i in range(20)])

@@ -68,7 +68,7 @@ def test_kafka_python_infers_kafka_4_1(admin):
     # kafka-python's table: ListOffsets v10 is Kafka 4.0, Produce v13 is 4.1 (ListOffsets v11 would be 4.2)
     assert admin._client.check_version() == (4, 1)
     versions = admin._manager.broker_version_data.api_versions
-    assert versions[0][1] == 13 and versions[2][1] == 10
+    assert versions[0][1] == 13 and versions[2][1] == 10 and versions[1][1] == 18 and versions[18][1] == 4
     assert versions[55] == (0, 2) and versions[74] == (0, 1)
 
 
