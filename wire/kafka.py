@@ -45,13 +45,13 @@ ADVERTISED: dict[int, tuple[int, int]] = {
     0: (0, 13),   # Produce (v13: topics by id, reads as Kafka 4.1 to kafka-python; see apis/produce.py)
     1: (4, 18),   # Fetch (v13+: topics by id; v18 adds a replica's high watermark hint, a tag consumers leave out)
     2: (1, 10),   # ListOffsets (v8-10: tiered storage's timestamps and timeout; 10 reads as Kafka 4.0)
-    3: (0, 12),   # Metadata
+    3: (0, 13),   # Metadata (v13: a top-level error code, for KIP-1102's REBOOTSTRAP_REQUIRED; never needed here)
     8: (2, 9),    # OffsetCommit (v9: member id + epoch of KIP-848 members)
     9: (1, 9),    # OffsetFetch (v9: member id + epoch per group)
     10: (0, 4),   # FindCoordinator
-    11: (0, 7),   # JoinGroup
+    11: (0, 9),   # JoinGroup (v8: a reason, logged; v9: skip_assignment for a static leader's rejoin, KIP-814)
     12: (0, 4),   # Heartbeat
-    13: (0, 4),   # LeaveGroup
+    13: (0, 5),   # LeaveGroup (v5: a reason per member, logged)
     14: (0, 5),   # SyncGroup
     15: (0, 5),   # DescribeGroups
     16: (0, 5),   # ListGroups (v5: group types)

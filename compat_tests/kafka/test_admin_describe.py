@@ -69,6 +69,7 @@ def test_kafka_python_infers_kafka_4_1(admin):
     assert admin._client.check_version() == (4, 1)
     versions = admin._manager.broker_version_data.api_versions
     assert versions[0][1] == 13 and versions[2][1] == 10 and versions[1][1] == 18 and versions[18][1] == 4
+    assert versions[3][1] == 13 and versions[11][1] == 9 and versions[13][1] == 5  # as Kafka 4.1 lists them
     assert versions[55] == (0, 2) and versions[74] == (0, 1)
 
 

@@ -6,6 +6,8 @@ completes), so they return Deferreds fired by the coordinator's callbacks.
 """
 from __future__ import annotations
 
+import logging
+
 from kio.schema.errors import ErrorCode
 from twisted.internet import defer
 
@@ -13,7 +15,10 @@ from gateway.cluster import coordination
 from gateway.kafka.apis.registry import handles
 from gateway.kafka.authz import authorized_operations
 from gateway.kafka.apis.metadata import UNKNOWN_OPERATIONS
+from gateway.logs import fields
 from wire.kafka import respond
+
+log = logging.getLogger(__name__)
 
 GROUP_KEY, TRANSACTION_KEY = 0, 1
 
@@ -48,6 +53,8 @@ def find_coordinator(ctx, conn, h, req):
 @handles(11)
 def join_group(ctx, conn, h, req):
     d = defer.Deferred()
+    if getattr(req, "reason", None):  # v8+ (KIP-800): why the client (re)joins, for the operator
+        log.info("JoinGroup", extra=fields(group=req.group_id, member=req.member_id, reason=req.reason))
     session_ms = int(req.session_timeout.total_seconds() * 1000)
     rebalance = getattr(req, "rebalance_timeout", None)
     rebalance_ms = int(rebalance.total_seconds() * 1000) if rebalance is not None and h.api_version >= 1 else session_ms
@@ -96,6 +103,9 @@ def leave_group(ctx, conn, h, req):
         members = [(req.member_id, None)]
     else:
         members = [(m.member_id, m.group_instance_id) for m in req.members]
+        for m in req.members:
+            if getattr(m, "reason", None):  # v5+ (KIP-800)
+                log.info("LeaveGroup", extra=fields(group=req.group_id, member=m.member_id, reason=m.reason))
     error, results = ctx.groups.leave(req.group_id, members)
     if h.api_version < 3 and error == ErrorCode.none and results:
         error = results[0][2]

@@ -89,6 +89,7 @@ def metadata(ctx, conn, h, req):
                 t["topic_authorized_operations"] = authorized_operations(conn, "topic", t["name"])
     cluster_ops = (authorized_operations(conn, "cluster", CLUSTER_NAME)
                    if getattr(req, "include_cluster_authorized_operations", False) else UNKNOWN_OPERATIONS)
-    return respond(h, {"throttle_time": 0, "brokers": broker_list(ctx), "cluster_id": ctx.cluster_id,
+    return respond(h, {"throttle_time": 0, "error_code": ErrorCode.none, "brokers": broker_list(ctx),
+                       "cluster_id": ctx.cluster_id,
                        "controller_id": controller_id(ctx), "topics": topics,
                        "cluster_authorized_operations": cluster_ops})
