@@ -53,7 +53,7 @@ ADVERTISED: dict[int, tuple[int, int]] = {
     12: (0, 4),   # Heartbeat
     13: (0, 5),   # LeaveGroup (v5: a reason per member, logged)
     14: (0, 5),   # SyncGroup
-    15: (0, 5),   # DescribeGroups
+    15: (0, 6),   # DescribeGroups (v6: GROUP_ID_NOT_FOUND with a reason, KIP-1043)
     16: (0, 5),   # ListGroups (v5: group types)
     17: (0, 1),   # SaslHandshake
     18: (0, 4),   # ApiVersions (v4 only lets a listed feature's minimum be 0; this broker lists none)

@@ -332,3 +332,22 @@ def test_update_features_refuses_what_the_broker_does_not_finalize(admin):
     assert admin.update_features({}) == {}  # nothing asked: no error, as Kafka
     with pytest.raises(Errors.InvalidUpdateVersionError):
         admin.update_features({"gateway.test.version": 1}, validate_only=True)
+
+
+# --- DescribeGroups v6 -------------------------------------------------------------------------
+
+def test_describe_groups_v6_names_groups_it_does_not_describe(bootstrap, admin, topic_name):
+    from confluent_kafka import Consumer
+    _create(admin, topic_name)
+    modern = unique_name("dg6-848")
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": modern, "group.protocol": "consumer"})
+    consumer.subscribe([topic_name])
+    try:
+        wait_until(lambda: consumer.poll(0.2) is None and consumer.assignment(), 30, "a KIP-848 assignment")
+        missing = unique_name("dg6-none")
+        found = admin.describe_groups([missing, modern])  # kafka-python sends v6
+        assert found[missing]["group_state"] == "Dead" and "not found" in found[missing]["error"]
+        assert found[modern]["group_state"] == "Dead" and "is not a classic group" in found[modern]["error"]
+        assert "GroupIdNotFound" in found[modern]["error"]
+    finally:
+        consumer.close()

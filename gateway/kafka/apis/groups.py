@@ -123,6 +123,18 @@ def list_groups(ctx, conn, h, req):
     return respond(h, {"throttle_time": 0, "error_code": ErrorCode.none, "groups": groups})
 
 
+def _v6_not_found(ctx, group_id: str, state: str) -> str | None:
+    """DescribeGroups v6 (KIP-1043) answers GROUP_ID_NOT_FOUND, with Kafka's reason, where older
+    versions describe a Dead group: for a group that does not exist, and for a group of another
+    type (consumer or share), which Kafka 4.1 does not describe through this API at v6."""
+    kind = ctx.groups.group_type(group_id)
+    if kind in ("consumer", "share"):
+        return f"Group {group_id} is not a classic group."
+    if state == "Dead":
+        return f"Group {group_id} not found."
+    return None
+
+
 @handles(15)
 def describe_groups(ctx, conn, h, req):
     out = []
@@ -130,7 +142,13 @@ def describe_groups(ctx, conn, h, req):
         g = ctx.groups.describe_group(group_id)
         members = [{"member_id": m, "group_instance_id": gi, "client_id": cid, "client_host": host,
                     "member_metadata": md, "member_assignment": asg} for m, gi, cid, host, md, asg in g.members]
-        out.append({"error_code": g.error, "group_id": group_id, "group_state": g.state,
+        missing = _v6_not_found(ctx, group_id, g.state) if h.api_version >= 6 and g.error == ErrorCode.none else None
+        if missing is not None:
+            out.append({"error_code": ErrorCode.group_id_not_found, "error_message": missing, "group_id": group_id,
+                        "group_state": "Dead", "protocol_type": "", "protocol_data": "", "members": [],
+                        "authorized_operations": UNKNOWN_OPERATIONS})
+            continue
+        out.append({"error_code": g.error, "error_message": None, "group_id": group_id, "group_state": g.state,
                     "protocol_type": g.protocol_type or "", "protocol_data": g.protocol or "", "members": members,
                     "authorized_operations": authorized_operations(conn, "group", group_id)
                     if getattr(req, "include_authorized_operations", False) else UNKNOWN_OPERATIONS})
