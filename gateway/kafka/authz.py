@@ -53,32 +53,6 @@ class Verdict:
     refuse: str | None = None               # close the connection, with this log reason
 
 
-# Kafka's AclOperation codes, and the operations each resource type supports: what an
-# ``authorized_operations`` bit field is made of (Kafka 4.1: topic 3576, group 3400, cluster 8096
-# when everything is allowed).
-_OP_BITS = {"read": 3, "write": 4, "create": 5, "delete": 6, "alter": 7, "describe": 8, "cluster_action": 9,
-            "describe_configs": 10, "alter_configs": 11, "idempotent_write": 12}
-_SUPPORTED_OPS = {
-    "topic": ("read", "write", "create", "delete", "alter", "describe", "describe_configs", "alter_configs"),
-    "group": ("read", "delete", "describe", "describe_configs", "alter_configs"),
-    "cluster": ("create", "alter", "describe", "cluster_action", "describe_configs", "alter_configs",
-                "idempotent_write"),
-}
-
-
-def authorized_operations(conn, resource_type: str, name: str) -> int:
-    """The bit field of the operations the connection's principal may do on a resource, for the
-    describing APIs that are asked for it (``include_*_authorized_operations``). With no
-    authorizer everything is allowed, as on a Kafka broker without one."""
-    authorizer = getattr(conn.ctx, "authorizer", None)
-    check = None if authorizer is None else _Check(authorizer, conn)
-    bits = 0
-    for operation in _SUPPORTED_OPS[resource_type]:
-        if check is None or check(operation, resource_type, name, log_denial=False):
-            bits |= 1 << _OP_BITS[operation]
-    return bits
-
-
 class _Check:
     def __init__(self, authorizer, conn):
         self.authorizer = authorizer
@@ -106,6 +80,11 @@ class _Check:
         """Kafka lets a producer be idempotent if it may write to some topic."""
         return any(b.resource_type == "topic" and b.permission == "allow" and b.operation in ("write", "all")
                    and b.principal in (self.principal, "User:*") for b in self.authorizer.bindings)
+
+
+def checker(authorizer, conn) -> "_Check":
+    """``check(operation, resource_type, name, log_denial=True) -> bool`` for a connection's principal."""
+    return _Check(authorizer, conn)
 
 
 def authorize(authorizer, conn, request) -> Verdict:

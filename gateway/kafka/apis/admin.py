@@ -17,7 +17,8 @@ from core.metadata import check_topic_name
 from gateway.kafka.apis.configs import GROUP, TOPIC, topic_entries
 from gateway.kafka.apis.metadata import UNKNOWN_OPERATIONS, broker_list, controller_id
 from gateway.kafka.apis.registry import handles
-from gateway.kafka.authz import CLUSTER_NAME, authorized_operations
+from gateway.kafka.authz import CLUSTER_NAME
+from gateway.kafka.operations import authorized_operations
 from gateway.kafka.context import group_configs
 from gateway.logs import fields
 from wire.kafka import respond

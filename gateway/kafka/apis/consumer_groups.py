@@ -10,7 +10,7 @@ from kio.schema.errors import ErrorCode
 from core.groups.consumer_group import HeartbeatRequest
 from gateway.kafka.apis.metadata import UNKNOWN_OPERATIONS
 from gateway.kafka.apis.registry import handles
-from gateway.kafka.authz import authorized_operations
+from gateway.kafka.operations import authorized_operations
 from wire.kafka import respond
 
 

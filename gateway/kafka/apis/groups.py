@@ -13,7 +13,7 @@ from twisted.internet import defer
 
 from gateway.cluster import coordination
 from gateway.kafka.apis.registry import handles
-from gateway.kafka.authz import authorized_operations
+from gateway.kafka.operations import authorized_operations
 from gateway.kafka.apis.metadata import UNKNOWN_OPERATIONS
 from gateway.logs import fields
 from wire.kafka import respond

@@ -11,7 +11,8 @@ from kio.schema.errors import ErrorCode
 from core.errors import InvalidTopicError
 from core.metadata import check_topic_name
 from gateway.kafka.apis.registry import handles
-from gateway.kafka.authz import CLUSTER_NAME, authorized_operations
+from gateway.kafka.authz import CLUSTER_NAME
+from gateway.kafka.operations import authorized_operations
 from wire.kafka import respond
 
 UNKNOWN_OPERATIONS = -(2**31)  # "authorized operations not requested"

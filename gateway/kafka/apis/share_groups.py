@@ -22,7 +22,7 @@ from gateway.kafka.apis.consumer_groups import by_id, heartbeat_response
 from gateway.kafka.apis.metadata import UNKNOWN_OPERATIONS
 from core.group_configs import auto_offset_reset_ms
 from gateway.kafka.apis.registry import handles
-from gateway.kafka.authz import authorized_operations
+from gateway.kafka.operations import authorized_operations
 from gateway.kafka.context import group_config
 from wire.kafka import respond
 

@@ -18,7 +18,7 @@ from core.errors import InvalidTopicError
 from core.metadata import check_topic_name
 from gateway.kafka.apis.metadata import UNKNOWN_OPERATIONS, partition_entry
 from gateway.kafka.apis.registry import handles
-from gateway.kafka.authz import authorized_operations
+from gateway.kafka.operations import authorized_operations
 from wire.kafka import respond
 
 MAX_PARTITIONS = 2000  # Kafka's max.request.partition.size.limit
