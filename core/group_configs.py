@@ -178,6 +178,10 @@ class GroupConfigs:
         """Kafka's default of a group config (without broker settings)."""
         return KEYS[name][1]
 
+    def configured_groups(self) -> list[str]:
+        """The groups with at least one override: those that are a config resource (ListConfigResources)."""
+        return sorted(self._groups)
+
     def overrides(self, group_id: str) -> dict[str, str]:
         return dict(self._groups.get(group_id, {}))
 

@@ -109,7 +109,7 @@ def cli_page() -> str:
 def kafka_apis_page() -> str:
     import gateway.kafka.apis  # noqa: F401 (fills the handler registry)
     from gateway.kafka.apis.registry import HANDLERS
-    from wire.kafka import ADVERTISED, API_VERSIONS, REJECTED, api_name
+    from wire.kafka import ADVERTISED, API_VERSIONS, KRAFT_ONLY, REJECTED, api_name
 
     rows = []
     for key, (low, high) in sorted(ADVERTISED.items()):
@@ -119,6 +119,8 @@ def kafka_apis_page() -> str:
         if refused:
             versions = f"{refused.stop}-{high}"
             note = f"versions {refused.start}-{refused.stop - 1} are listed in ApiVersions but refused"
+        if key in KRAFT_ONLY:
+            note = "single node only: a cluster node (metadata in ZooKeeper) leaves it out of ApiVersions"
         if key not in HANDLERS and key != API_VERSIONS:
             note = "listed, no handler"
         rows.append(f"| {api_name(key)} | {key} | {versions} | {note} |")

@@ -13,7 +13,8 @@ from kio.serial import entity_reader
 
 from core.group_configs import (APPEND, DELETE, KEYS, SET, SUBTRACT, GroupConfigFileError, GroupConfigs,
                                 InvalidGroupConfig, auto_offset_reset_ms, duration_ns)
-from gateway.kafka.apis.admin import alter_configs, describe_configs, incremental_alter_configs
+from gateway.kafka.apis.admin import alter_configs, incremental_alter_configs
+from gateway.kafka.apis.configs import describe_configs
 from gateway.kafka.authz import apply_post, authorize
 from wire.kafka import Request, RequestHeader, request_class, response_class
 

@@ -1,4 +1,5 @@
-"""wire.produce_response writes what kio writes (wire.kafka.respond), for every version it serves."""
+"""wire.produce_response writes what kio writes (wire.kafka.respond), for every version it serves
+(v13: topics by id, the name dropped)."""
 from __future__ import annotations
 
 from hypothesis import given, settings, strategies as st
@@ -15,8 +16,8 @@ partitions = st.lists(st.fixed_dictionaries({
     "base_offset": st.integers(-1, 2**63 - 1), "log_append_time": st.none(),
     "log_start_offset": st.integers(-1, 2**63 - 1), "record_errors": st.just([]),
     "error_message": st.none() | st.text(max_size=40)}), max_size=4)
-topics = st.lists(st.fixed_dictionaries({"name": st.text(min_size=1, max_size=30), "partition_responses": partitions}),
-                  max_size=4)
+topics = st.lists(st.fixed_dictionaries({"name": st.text(min_size=1, max_size=30), "topic_id": st.uuids(),
+                                         "partition_responses": partitions}), max_size=4)
 
 
 @settings(max_examples=300)
@@ -34,4 +35,4 @@ def test_what_it_leaves_to_the_general_path():
             "error_message": None}
     header = RequestHeader(PRODUCE, 9, 1, "c", True)
     assert encode_produce_response(header, [{"name": "t", "partition_responses": [part]}], 0) is None
-    assert encode_produce_response(RequestHeader(PRODUCE, 10, 1, "c", True), [], 0) is None
+    assert encode_produce_response(RequestHeader(PRODUCE, 14, 1, "c", True), [], 0) is None

@@ -51,7 +51,7 @@ def test_unknown_version_parses_header_only():
     req = parse_request(struct.pack(">hhih", 18, 99, 5, -1) + b"garbage")
     assert req.body is None and req.header.api_version == 99 and req.header.client_id is None
     assert not supported(0, 2) and supported(0, 3)  # Produce 0-2: advertised, refused
-    assert ADVERTISED[0] == (0, 9)
+    assert ADVERTISED[0] == (0, 13)
 
 
 def test_build_drops_fields_a_version_lacks_and_requires_the_rest():

@@ -5,7 +5,8 @@ for every API, version and direction, with a native reader. This module adds wha
 needs around it:
 
 * :data:`ADVERTISED`: the API version ranges this broker announces (one coherent set,
-  shaped like a Kafka 3.x/4.0 broker, see the README);
+  shaped like a Kafka 4.1 broker where it serves the same, so kafka-python infers 4.1;
+  never a version that is not served as Kafka defines it);
 * :func:`parse_request`: request header v1/v2 (v2, with tagged fields, for flexible
   versions) and the body;
 * :func:`build`: a response entity of any version from plain dicts, so handlers write one
@@ -41,21 +42,21 @@ PRODUCE = 0
 # api key -> (min, max). Produce 0-2 are advertised but answered with UNSUPPORTED_VERSION:
 # librdkafka before 2.11.1 turns compression off when a broker does not list them.
 ADVERTISED: dict[int, tuple[int, int]] = {
-    0: (0, 9),    # Produce
-    1: (4, 17),   # Fetch (v13+: topics by id; 17 makes kafka-python infer a 3.9 broker)
-    2: (1, 7),    # ListOffsets
-    3: (0, 12),   # Metadata
+    0: (0, 13),   # Produce (v13: topics by id, reads as Kafka 4.1 to kafka-python; see apis/produce.py)
+    1: (4, 18),   # Fetch (v13+: topics by id; v18 adds a replica's high watermark hint, a tag consumers leave out)
+    2: (1, 10),   # ListOffsets (v8-10: tiered storage's timestamps and timeout; 10 reads as Kafka 4.0)
+    3: (0, 13),   # Metadata (v13: a top-level error code, for KIP-1102's REBOOTSTRAP_REQUIRED; never needed here)
     8: (2, 9),    # OffsetCommit (v9: member id + epoch of KIP-848 members)
     9: (1, 9),    # OffsetFetch (v9: member id + epoch per group)
     10: (0, 4),   # FindCoordinator
-    11: (0, 7),   # JoinGroup
+    11: (0, 9),   # JoinGroup (v8: a reason, logged; v9: skip_assignment for a static leader's rejoin, KIP-814)
     12: (0, 4),   # Heartbeat
-    13: (0, 4),   # LeaveGroup
+    13: (0, 5),   # LeaveGroup (v5: a reason per member, logged)
     14: (0, 5),   # SyncGroup
-    15: (0, 5),   # DescribeGroups
+    15: (0, 6),   # DescribeGroups (v6: GROUP_ID_NOT_FOUND with a reason, KIP-1043)
     16: (0, 5),   # ListGroups (v5: group types)
     17: (0, 1),   # SaslHandshake
-    18: (0, 3),   # ApiVersions
+    18: (0, 4),   # ApiVersions (v4 only lets a listed feature's minimum be 0; this broker lists none)
     19: (2, 7),   # CreateTopics
     20: (1, 6),   # DeleteTopics
     21: (0, 2),   # DeleteRecords
@@ -78,21 +79,24 @@ ADVERTISED: dict[int, tuple[int, int]] = {
     42: (0, 2),   # DeleteGroups
     43: (0, 2),   # ElectLeaders
     44: (0, 1),   # IncrementalAlterConfigs
-    45: (0, 0),   # AlterPartitionReassignments
+    45: (0, 1),   # AlterPartitionReassignments (v1: allow_replication_factor_change)
     46: (0, 0),   # ListPartitionReassignments
     47: (0, 0),   # OffsetDelete
     48: (0, 1),   # DescribeClientQuotas
     49: (0, 1),   # AlterClientQuotas
     50: (0, 0),   # DescribeUserScramCredentials
     51: (0, 0),   # AlterUserScramCredentials
-    60: (0, 1),   # DescribeCluster
+    55: (0, 2),   # DescribeQuorum (single node only: see KRAFT_ONLY)
+    57: (0, 2),   # UpdateFeatures (no feature flags: every update is refused, as Kafka refuses unknown ones)
+    60: (0, 2),   # DescribeCluster (v2: fenced brokers)
     61: (0, 0),   # DescribeProducers
     65: (0, 0),   # DescribeTransactions
-    66: (0, 1),   # ListTransactions
+    66: (0, 2),   # ListTransactions (v2: transactional id pattern)
     68: (0, 1),   # ConsumerGroupHeartbeat (KIP-848; v1: client-made member ids, regex)
     69: (0, 1),   # ConsumerGroupDescribe
     71: (0, 0),   # GetTelemetrySubscriptions
     72: (0, 0),   # PushTelemetry
+    74: (0, 1),   # ListConfigResources (v0: ListClientMetricsResources)
     75: (0, 0),   # DescribeTopicPartitions
     76: (1, 1),   # ShareGroupHeartbeat (KIP-932; v1 is Kafka 4.1's, the first generally available)
     77: (1, 1),   # ShareGroupDescribe
@@ -103,6 +107,9 @@ ADVERTISED: dict[int, tuple[int, int]] = {
     92: (0, 0),   # DeleteShareGroupOffsets
 }
 REJECTED = {PRODUCE: range(0, 3)}
+# APIs of a KRaft metadata quorum: a cluster node (metadata in ZooKeeper) does not list them,
+# as Kafka's ZooKeeper-mode brokers did not (see gateway.kafka.apis.quorum).
+KRAFT_ONLY = frozenset({55})
 
 _HEAD = struct.Struct(">hhih")  # api_key, api_version, correlation_id, client_id length
 

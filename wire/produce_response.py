@@ -1,4 +1,4 @@
-"""Produce v3-v9 responses written directly, without building kio entities.
+"""Produce v3-v13 responses written directly, without building kio entities.
 
 Every acknowledged write a Kafka producer makes ends in one of these, and a producer that sends
 one record per request (``linger.ms=0``) gets one per record: building the response dataclasses
@@ -14,7 +14,9 @@ import struct
 from wire.kafka import RequestHeader
 from wire.varint import encode_uvarint
 
-VERSIONS = range(3, 10)
+VERSIONS = range(3, 14)
+# v10+ only add tagged fields (KIP-951's leader hints, which this writer never has: written as
+# "no tagged fields"); v13 gives each topic as its 16-byte id instead of its name.
 
 _SIZE_ID = struct.Struct(">ii")  # frame size, correlation id
 _INT16, _INT32 = struct.Struct(">h"), struct.Struct(">i")
@@ -34,7 +36,7 @@ def encode_produce_response(header: RequestHeader, responses: list[dict], thrott
     add = out.append
     add(encode_uvarint(len(responses) + 1) if flexible else _INT32.pack(len(responses)))
     for topic in responses:
-        add(_string(topic["name"], flexible))
+        add(topic["topic_id"].bytes if version >= 13 else _string(topic["name"], flexible))
         parts = topic["partition_responses"]
         add(encode_uvarint(len(parts) + 1) if flexible else _INT32.pack(len(parts)))
         for part in parts:

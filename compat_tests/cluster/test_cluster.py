@@ -11,6 +11,7 @@ Run: ``.venv/bin/python -m pytest compat_tests/cluster/test_cluster.py -q`` (nee
 """
 from __future__ import annotations
 
+import datetime
 import time
 import uuid
 from collections import Counter
@@ -186,3 +187,55 @@ def test_producer_and_consumer_ride_out_a_leader_kill(cluster):
     victim.start()
     cluster.wait_registered()
     cluster.wait_isr_full(topic)
+
+
+def test_no_kraft_quorum_to_describe_on_zookeeper(cluster):
+    """Cluster mode keeps its metadata in ZooKeeper: like a ZooKeeper-mode Kafka broker, no broker
+    lists DescribeQuorum, and one sent anyway is answered UNSUPPORTED_VERSION, not a made-up quorum."""
+    from kafka import KafkaAdminClient
+    from kafka import errors as Errors
+    from kio.schema.describe_quorum.v2.request import DescribeQuorumRequest, PartitionData, TopicData
+    from kio.schema.describe_quorum.v2.response import DescribeQuorumResponse
+    from kio.schema.errors import ErrorCode
+
+    from compat_tests.kafka.kio_call import kio_call
+    bootstrap = cluster.bootstrap()
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=15000)
+    try:
+        assert 55 not in admin._manager.broker_version_data.api_versions
+        assert 74 in admin._manager.broker_version_data.api_versions  # ListConfigResources still is
+        try:
+            admin.describe_metadata_quorum()
+            raise AssertionError("describe_metadata_quorum answered on a ZooKeeper cluster")
+        except Errors.IncompatibleBrokerVersion:
+            pass
+    finally:
+        admin.close()
+    host, port = cluster.brokers[0].bootstrap.split(",")[0].rsplit(":", 1)
+    answer = kio_call((host, int(port)), 55, DescribeQuorumRequest(topics=(TopicData(
+        topic_name="__cluster_metadata", partitions=(PartitionData(partition_index=0),)),)),
+        DescribeQuorumResponse, api_version=2)
+    assert answer.error_code == ErrorCode.unsupported_version and answer.topics == ()
+
+
+def test_reassignment_may_forbid_a_replication_factor_change(cluster):
+    """AlterPartitionReassignments v1 (KIP-860): with allow_replication_factor_change false, a
+    target with another number of replicas is refused, as Kafka refuses it."""
+    from kio.schema.alter_partition_reassignments.v1.request import (AlterPartitionReassignmentsRequest,
+                                                                     ReassignablePartition, ReassignableTopic)
+    from kio.schema.alter_partition_reassignments.v1.response import AlterPartitionReassignmentsResponse
+    from kio.schema.errors import ErrorCode
+    from kio.static.primitive import i32
+
+    from compat_tests.kafka.kio_call import kio_call
+    topic = topic_name()
+    settle(cluster, topic, 1)
+    host, port = cluster.brokers[0].bootstrap.rsplit(":", 1)
+    answer = kio_call((host, int(port)), 45, AlterPartitionReassignmentsRequest(
+        timeout=datetime.timedelta(seconds=10), allow_replication_factor_change=False,
+        topics=(ReassignableTopic(name=topic, partitions=(
+            ReassignablePartition(partition_index=i32(0), replicas=(i32(1), i32(2))),)),)),
+        AlterPartitionReassignmentsResponse, api_version=1)
+    [result] = answer.responses[0].partitions
+    assert result.error_code == ErrorCode.invalid_replication_factor, result
+    assert result.error_message == "The replication factor is changed from 3 to 2"

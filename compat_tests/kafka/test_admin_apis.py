@@ -66,17 +66,17 @@ def _create(admin, name, partitions):
 
 # --- ApiVersions ------------------------------------------------------------------------------
 
-def test_kafka_python_infers_kafka_3_9_and_consumes_by_topic_id(bootstrap, admin, topic_name):
-    assert admin._client.check_version() >= (3, 9)  # needs Fetch v17, which asks for topics by id
+def test_kafka_python_infers_kafka_4_1_and_consumes_by_topic_id(bootstrap, admin, topic_name):
+    assert admin._client.check_version() >= (4, 1)  # Fetch v17 (3.9) asks for topics by id; 4.1: Produce v13
     versions = admin._manager.broker_version_data.api_versions
-    for key, high in {1: 17, 34: 2, 35: 4, 43: 2, 47: 0, 48: 1, 49: 1, 71: 0, 72: 0, 75: 0}.items():
+    for key, high in {1: 18, 34: 2, 35: 4, 43: 2, 47: 0, 48: 1, 49: 1, 71: 0, 72: 0, 75: 0}.items():
         assert versions[key][1] == high, (key, versions[key])
     _create(admin, topic_name, 2)
     _produce(bootstrap, topic_name, [f"v{i}".encode() for i in range(20)])
     consumer = KafkaConsumer(topic_name, bootstrap_servers=bootstrap, api_version=None, auto_offset_reset="earliest",
                              group_id=unique_name("kp-v17"), enable_auto_commit=False)
     try:
-        assert consumer.config["api_version"] >= (3, 9)
+        assert consumer.config["api_version"] >= (4, 1)
         got = []
         deadline = time.monotonic() + 30
         while len(got) < 20 and time.monotonic() < deadline:

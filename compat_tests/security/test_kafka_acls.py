@@ -259,3 +259,46 @@ def test_allow_everyone_if_no_acl_found(tmp_path):
         assert produce(broker, "alice", guarded).code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
     finally:
         process.stop(signal.SIGTERM)
+
+
+def test_authorized_operations_follow_the_acls(acl_broker):
+    """What a principal may do, as the describing APIs report it when asked: READ implies
+    DESCRIBE, as in Kafka's authorizer; nothing else is granted."""
+    from confluent_kafka import TopicCollection
+    topic = _name("ops-")
+    _make_topic(acl_broker, topic)
+    allow(acl_broker, "User:alice", ResourceType.TOPIC, topic, AclOperation.READ)
+    client = AdminClient(config(acl_broker, "alice"))
+    [described] = client.describe_topics(TopicCollection([topic]), include_authorized_operations=True).values()
+    assert {op.name for op in described.result(TIMEOUT).authorized_operations} == {"READ", "DESCRIBE"}
+    root = admin(acl_broker)  # kept: a client collected before its futures resolve fails them
+    [full] = root.describe_topics(TopicCollection([topic]), include_authorized_operations=True).values()
+    assert len(full.result(TIMEOUT).authorized_operations) == 8  # the super user: every topic operation
+
+
+def test_produce_by_topic_id_is_authorized_by_name(acl_broker):
+    """Produce v13 names the topic by id: the ACL check finds its name (anonymous may not write)."""
+    import datetime
+
+    from confluent_kafka import TopicCollection
+    from kio.schema.errors import ErrorCode
+    from kio.schema.produce.v13.request import PartitionProduceData, ProduceRequest, TopicProduceData
+    from kio.schema.produce.v13.response import ProduceResponse
+    from kio.static.primitive import i16, i32
+
+    from compat_tests.kafka.kio_call import kio_call
+    topic = _name("byid-")
+    _make_topic(acl_broker, topic)
+    root = admin(acl_broker)
+    [described] = root.describe_topics(TopicCollection([topic])).values()
+    cid = described.result(TIMEOUT).topic_id  # librdkafka's Uuid: two signed 64-bit halves
+    high, low = cid.get_most_significant_bits() % 2**64, cid.get_least_significant_bits() % 2**64
+    topic_id = uuid.UUID(int=(high << 64) | low)
+    host, port = acl_broker.addresses["kafka"].rsplit(":", 1)
+    answer = kio_call((host, int(port)), 0, ProduceRequest(
+        transactional_id=None, acks=i16(-1), timeout=datetime.timedelta(seconds=5),
+        topic_data=(TopicProduceData(topic_id=topic_id, partition_data=(
+            PartitionProduceData(index=i32(0), records=b""),)),)), ProduceResponse, api_version=13)
+    [result] = answer.responses
+    assert result.topic_id == topic_id
+    assert result.partition_responses[0].error_code == ErrorCode.topic_authorization_failed

@@ -82,6 +82,11 @@ class _Check:
                    and b.principal in (self.principal, "User:*") for b in self.authorizer.bindings)
 
 
+def checker(authorizer, conn) -> "_Check":
+    """``check(operation, resource_type, name, log_denial=True) -> bool`` for a connection's principal."""
+    return _Check(authorizer, conn)
+
+
 def authorize(authorizer, conn, request) -> Verdict:
     h, body = request.header, request.body
     rule = RULES.get(h.api_key)
@@ -163,19 +168,27 @@ def _filtered(body, name: str, keep) -> typing.Any:
 def _produce(check, h, req):
     codes = {}
     txn_denied = req.transactional_id is not None and not check("write", "transactional_id", req.transactional_id)
+    ctx = check.conn.ctx
+
+    def key(t):  # v13+ names topics by id; an unknown id is the handler's UNKNOWN_TOPIC_ID
+        return t.topic_id if hasattr(t, "topic_id") else t.name
+
     for t in req.topic_data:
+        name = ctx.topic_name(t.topic_id) if hasattr(t, "topic_id") else t.name
         if txn_denied:
-            codes[t.name] = TXN_DENIED
-        elif not check("write", "topic", t.name):
-            codes[t.name] = TOPIC_DENIED
-        elif check.missing(t.name) and not check.may_create(t.name):
-            codes[t.name] = ErrorCode.unknown_topic_or_partition  # no auto-creation without CREATE
+            codes[key(t)] = TXN_DENIED
+        elif name is None:
+            continue
+        elif not check("write", "topic", name):
+            codes[key(t)] = TOPIC_DENIED
+        elif check.missing(name) and not check.may_create(name):
+            codes[key(t)] = ErrorCode.unknown_topic_or_partition  # no auto-creation without CREATE
     if not codes:
         return None
-    denied = [t for t in req.topic_data if t.name in codes]
-    allowed = [t for t in req.topic_data if t.name not in codes]
-    entries = [{"name": t.name, "partition_responses": [
-        {"index": p.index, "error_code": codes[t.name], "base_offset": -1, "log_append_time": None,
+    denied = [t for t in req.topic_data if key(t) in codes]
+    allowed = [t for t in req.topic_data if key(t) not in codes]
+    entries = [{"name": getattr(t, "name", None), "topic_id": getattr(t, "topic_id", None), "partition_responses": [
+        {"index": p.index, "error_code": codes[key(t)], "base_offset": -1, "log_append_time": None,
          "log_start_offset": -1, "record_errors": [], "error_message": None} for p in t.partition_data]}
         for t in denied]
     if not allowed:
@@ -548,6 +561,9 @@ RULES: dict[int, typing.Callable] = {
     43: _elect_leaders,
     47: _offset_delete,
     48: _cluster("describe_configs", {"entries": None}),
+    55: _cluster("describe", {"topics": [], "nodes": []}),  # DescribeQuorum: DESCRIBE on the cluster, as Kafka
+    57: _cluster("alter", {"results": []}),  # UpdateFeatures: ALTER on the cluster, as Kafka
+    74: _cluster("describe_configs", {"config_resources": []}),  # ListConfigResources: as Kafka 4.1
     49: _alter_client_quotas,
     71: lambda check, h, req: None,  # GetTelemetrySubscriptions: no ACL in Kafka either
     72: lambda check, h, req: None,  # PushTelemetry

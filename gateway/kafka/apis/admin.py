@@ -1,7 +1,8 @@
-"""Topic administration: CreateTopics, DeleteTopics, CreatePartitions, configs, DescribeCluster.
+"""Topic administration: CreateTopics, DeleteTopics, CreatePartitions, AlterConfigs,
+IncrementalAlterConfigs, DescribeCluster. Describing configs is in :mod:`configs`.
 
-Configs: topics (2), brokers (4, read only) and groups (32, core.group_configs; a group need not
-exist to have configs, as in Kafka)."""
+Configs are changed for topics (2) and groups (32, core.group_configs; a group need not exist
+to have configs, as in Kafka); broker configs (4) are start-up settings, read only."""
 from __future__ import annotations
 
 import logging
@@ -11,19 +12,19 @@ from kio.schema.errors import ErrorCode
 from core.config import LIST_CONFIGS, default_configs, validate_configs
 from core.errors import (InvalidConfigError, InvalidPartitionsError, InvalidReplicationFactorError, InvalidTopicError,
                          LogError, TopicExistsError, UnknownTopicError)
-from core.group_configs import INT, GroupConfigFileError, InvalidGroupConfig, type_of
+from core.group_configs import GroupConfigFileError, InvalidGroupConfig
 from core.metadata import check_topic_name
-from gateway.kafka.apis.registry import handles
+from gateway.kafka.apis.configs import GROUP, TOPIC, topic_entries
 from gateway.kafka.apis.metadata import UNKNOWN_OPERATIONS, broker_list, controller_id
+from gateway.kafka.apis.registry import handles
+from gateway.kafka.authz import CLUSTER_NAME
+from gateway.kafka.operations import authorized_operations
 from gateway.kafka.context import group_configs
 from gateway.logs import fields
 from wire.kafka import respond
 
 log = logging.getLogger(__name__)
 
-TOPIC, BROKER, GROUP = 2, 4, 32  # DescribeConfigs resource types
-DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG, DYNAMIC_GROUP_CONFIG = 1, 4, 5, 8  # config sources
-STRING_TYPE, INT_TYPE = 2, 3  # DescribeConfigs v3+ config_type
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3  # IncrementalAlterConfigs operations
 
 _ERRORS: list[tuple[type, ErrorCode]] = [
@@ -41,16 +42,6 @@ def error_code(exc: LogError) -> ErrorCode:
         if isinstance(exc, cls):
             return code
     return ErrorCode.unknown_server_error
-
-
-def _config_entries(configs: dict[str, str]) -> list[dict]:
-    out = []
-    for key, default in sorted(default_configs().items()):
-        explicit = key in configs
-        out.append({"name": key, "value": configs.get(key, default), "read_only": False,
-                    "config_source": DYNAMIC_TOPIC_CONFIG if explicit else DEFAULT_CONFIG, "is_sensitive": False,
-                    "is_default": not explicit, "synonyms": [], "config_type": 0, "documentation": None})
-    return out
 
 
 @handles(19)
@@ -85,7 +76,7 @@ def create_topics(ctx, conn, h, req):
                 created = ctx.logs.store.get_topic(t.name)
                 rf = len(created.replicas[0]) if created is not None and created.replicas else 1
                 entry.update(num_partitions=partitions, replication_factor=rf,
-                             configs=_config_entries(validate_configs(configs)))
+                             configs=topic_entries(validate_configs(configs)))
         except LogError as exc:
             entry["error_code"], entry["error_message"] = error_code(exc), str(exc)
         out.append(entry)
@@ -128,77 +119,6 @@ def create_partitions(ctx, conn, h, req):
             entry["error_code"], entry["error_message"] = error_code(exc), str(exc)
         out.append(entry)
     return respond(h, {"throttle_time": 0, "results": out})
-
-
-def _broker_configs(ctx) -> dict[str, str]:
-    """The broker keys clients and tools read (Kafka's names), from this broker's settings."""
-    me = next((b for b in broker_list(ctx) if b["node_id"] == ctx.node_id), None)
-    advertised = f"PLAINTEXT://{me['host']}:{me['port']}" if me is not None else ""
-    groups = ctx.groups
-    replication = str(ctx.cluster.store.default_replication_factor) if ctx.cluster is not None else "1"
-    return {"auto.create.topics.enable": str(ctx.auto_create_topics).lower(), "num.partitions": str(ctx.num_partitions),
-            "socket.request.max.bytes": str(ctx.max_request_bytes), "broker.id": str(ctx.node_id),
-            "node.id": str(ctx.node_id), "default.replication.factor": replication,
-            "offsets.topic.replication.factor": replication, "advertised.listeners": advertised,
-            "listeners": advertised, "group.min.session.timeout.ms": str(groups.min_session_timeout_ms),
-            "group.max.session.timeout.ms": str(groups.max_session_timeout_ms),
-            "group.initial.rebalance.delay.ms": str(groups.initial_rebalance_delay_ms),
-            "offsets.retention.minutes": str(groups.retention.retention_ms // 60_000),
-            "offsets.retention.check.interval.ms": str(groups.retention.check_interval_ms),
-            "group.consumer.session.timeout.ms": str(groups.consumer.session_timeout_ms),
-            "group.consumer.heartbeat.interval.ms": str(groups.consumer.heartbeat_interval_ms),
-            "group.share.delivery.count.limit": str(ctx.share_delivery_count_limit),
-            **{f"group.{name}": str(value) for name, value in ctx.group_defaults.items()},
-            "message.max.bytes": default_configs()["max.message.bytes"],
-            "log.retention.ms": default_configs()["retention.ms"]}
-
-
-def _group_entries(ctx, group_id: str, synonyms: bool) -> list[dict]:
-    out = []
-    for name, value, is_default in group_configs(ctx).describe(group_id):
-        out.append({"name": name, "value": value, "read_only": False,
-                    "config_source": DEFAULT_CONFIG if is_default else DYNAMIC_GROUP_CONFIG, "is_sensitive": False,
-                    "is_default": is_default, "config_type": INT_TYPE if type_of(name) == INT else STRING_TYPE,
-                    "synonyms": [] if is_default or not synonyms else
-                    [{"name": name, "value": value, "source": DYNAMIC_GROUP_CONFIG}], "documentation": None})
-    return out
-
-
-@handles(32)
-def describe_configs(ctx, conn, h, req):
-    results = []
-    for r in req.resources:
-        entry = {"error_code": ErrorCode.none, "error_message": None, "resource_type": r.resource_type,
-                 "resource_name": r.resource_name, "configs": []}
-        if r.resource_type == TOPIC:
-            topic = ctx.logs.store.get_topic(r.resource_name)
-            if topic is None:
-                entry["error_code"] = ErrorCode.unknown_topic_or_partition
-                entry["error_message"] = f"topic {r.resource_name!r} does not exist"
-            else:
-                entry["configs"] = _config_entries(dict(topic.configs))
-        elif r.resource_type == BROKER:
-            entry["configs"] = [{"name": k, "value": v, "read_only": True, "config_source": STATIC_BROKER_CONFIG,
-                                 "is_sensitive": False, "is_default": False, "synonyms": [], "config_type": 0,
-                                 "documentation": None} for k, v in sorted(_broker_configs(ctx).items())]
-        elif r.resource_type == GROUP:
-            if not r.resource_name:
-                entry["error_code"], entry["error_message"] = ErrorCode.invalid_request, "Group name must not be empty"
-            else:
-                try:
-                    entry["configs"] = _group_entries(ctx, r.resource_name, getattr(req, "include_synonyms", False))
-                except GroupConfigFileError as exc:
-                    log.error("%s", exc)
-                    entry["error_code"], entry["error_message"] = ErrorCode.unknown_server_error, str(exc)
-        else:
-            entry["error_code"] = ErrorCode.invalid_request
-            entry["error_message"] = (f"resource type {r.resource_type} has no configs here "
-                                      "(topics: 2, brokers: 4, groups: 32)")
-        if r.configuration_keys:  # null or empty: every config
-            wanted = set(r.configuration_keys)
-            entry["configs"] = [c for c in entry["configs"] if c["name"] in wanted]
-        results.append(entry)
-    return respond(h, {"throttle_time": 0, "results": results})
 
 
 def _alter_group(ctx, r, validate_only: bool, change) -> dict:
@@ -296,8 +216,12 @@ def incremental_alter_configs(ctx, conn, h, req):
 
 @handles(60)
 def describe_cluster(ctx, conn, h, req):
-    brokers = [{"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": b["rack"]}
+    # v2 (KIP-1073) marks fenced brokers: every broker listed here is live (registered in
+    # ZooKeeper, or this single node), so none is fenced, whether or not fenced ones were asked for
+    brokers = [{"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": b["rack"], "is_fenced": False}
                for b in broker_list(ctx)]
+    ops = (authorized_operations(conn, "cluster", CLUSTER_NAME) if req.include_cluster_authorized_operations
+           else UNKNOWN_OPERATIONS)
     return respond(h, {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None, "endpoint_type": 1,
                        "cluster_id": ctx.cluster_id, "controller_id": controller_id(ctx), "brokers": brokers,
-                       "cluster_authorized_operations": UNKNOWN_OPERATIONS})
+                       "cluster_authorized_operations": ops})

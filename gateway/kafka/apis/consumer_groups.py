@@ -10,6 +10,7 @@ from kio.schema.errors import ErrorCode
 from core.groups.consumer_group import HeartbeatRequest
 from gateway.kafka.apis.metadata import UNKNOWN_OPERATIONS
 from gateway.kafka.apis.registry import handles
+from gateway.kafka.operations import authorized_operations
 from wire.kafka import respond
 
 
@@ -79,5 +80,6 @@ def consumer_group_describe(ctx, conn, h, req):
         out.append({"error_code": ErrorCode.none, "error_message": None, "group_id": group_id,
                     "group_state": group.state, "group_epoch": group.group_epoch,
                     "assignment_epoch": group.assignment_epoch, "assignor_name": group.assignor, "members": members,
-                    "authorized_operations": UNKNOWN_OPERATIONS})
+                    "authorized_operations": authorized_operations(conn, "group", group_id)
+                    if req.include_authorized_operations else UNKNOWN_OPERATIONS})
     return respond(h, {"throttle_time": 0, "groups": out})

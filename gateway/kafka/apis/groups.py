@@ -6,13 +6,19 @@ completes), so they return Deferreds fired by the coordinator's callbacks.
 """
 from __future__ import annotations
 
+import logging
+
 from kio.schema.errors import ErrorCode
 from twisted.internet import defer
 
 from gateway.cluster import coordination
 from gateway.kafka.apis.registry import handles
+from gateway.kafka.operations import authorized_operations
 from gateway.kafka.apis.metadata import UNKNOWN_OPERATIONS
+from gateway.logs import fields
 from wire.kafka import respond
+
+log = logging.getLogger(__name__)
 
 GROUP_KEY, TRANSACTION_KEY = 0, 1
 
@@ -47,6 +53,8 @@ def find_coordinator(ctx, conn, h, req):
 @handles(11)
 def join_group(ctx, conn, h, req):
     d = defer.Deferred()
+    if getattr(req, "reason", None):  # v8+ (KIP-800): why the client (re)joins, for the operator
+        log.info("JoinGroup", extra=fields(group=req.group_id, member=req.member_id, reason=req.reason))
     session_ms = int(req.session_timeout.total_seconds() * 1000)
     rebalance = getattr(req, "rebalance_timeout", None)
     rebalance_ms = int(rebalance.total_seconds() * 1000) if rebalance is not None and h.api_version >= 1 else session_ms
@@ -95,6 +103,9 @@ def leave_group(ctx, conn, h, req):
         members = [(req.member_id, None)]
     else:
         members = [(m.member_id, m.group_instance_id) for m in req.members]
+        for m in req.members:
+            if getattr(m, "reason", None):  # v5+ (KIP-800)
+                log.info("LeaveGroup", extra=fields(group=req.group_id, member=m.member_id, reason=m.reason))
     error, results = ctx.groups.leave(req.group_id, members)
     if h.api_version < 3 and error == ErrorCode.none and results:
         error = results[0][2]
@@ -112,6 +123,18 @@ def list_groups(ctx, conn, h, req):
     return respond(h, {"throttle_time": 0, "error_code": ErrorCode.none, "groups": groups})
 
 
+def _v6_not_found(ctx, group_id: str, state: str) -> str | None:
+    """DescribeGroups v6 (KIP-1043) answers GROUP_ID_NOT_FOUND, with Kafka's reason, where older
+    versions describe a Dead group: for a group that does not exist, and for a group of another
+    type (consumer or share), which Kafka 4.1 does not describe through this API at v6."""
+    kind = ctx.groups.group_type(group_id)
+    if kind in ("consumer", "share"):
+        return f"Group {group_id} is not a classic group."
+    if state == "Dead":
+        return f"Group {group_id} not found."
+    return None
+
+
 @handles(15)
 def describe_groups(ctx, conn, h, req):
     out = []
@@ -119,9 +142,16 @@ def describe_groups(ctx, conn, h, req):
         g = ctx.groups.describe_group(group_id)
         members = [{"member_id": m, "group_instance_id": gi, "client_id": cid, "client_host": host,
                     "member_metadata": md, "member_assignment": asg} for m, gi, cid, host, md, asg in g.members]
-        out.append({"error_code": g.error, "group_id": group_id, "group_state": g.state,
+        missing = _v6_not_found(ctx, group_id, g.state) if h.api_version >= 6 and g.error == ErrorCode.none else None
+        if missing is not None:
+            out.append({"error_code": ErrorCode.group_id_not_found, "error_message": missing, "group_id": group_id,
+                        "group_state": "Dead", "protocol_type": "", "protocol_data": "", "members": [],
+                        "authorized_operations": UNKNOWN_OPERATIONS})
+            continue
+        out.append({"error_code": g.error, "error_message": None, "group_id": group_id, "group_state": g.state,
                     "protocol_type": g.protocol_type or "", "protocol_data": g.protocol or "", "members": members,
-                    "authorized_operations": UNKNOWN_OPERATIONS})
+                    "authorized_operations": authorized_operations(conn, "group", group_id)
+                    if getattr(req, "include_authorized_operations", False) else UNKNOWN_OPERATIONS})
     return respond(h, {"throttle_time": 0, "groups": out})
 
 

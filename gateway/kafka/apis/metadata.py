@@ -12,6 +12,8 @@ from core.errors import InvalidTopicError
 from core.metadata import check_topic_name
 from core.names import is_internal_topic
 from gateway.kafka.apis.registry import handles
+from gateway.kafka.authz import CLUSTER_NAME
+from gateway.kafka.operations import authorized_operations
 from wire.kafka import respond
 
 UNKNOWN_OPERATIONS = -(2**31)  # "authorized operations not requested"
@@ -83,6 +85,13 @@ def metadata(ctx, conn, h, req):
             topic = ctx.topic_or_create(name, allow_create)
             topics.append(topic_entry(ctx, name, topic) if topic else
                           _error_entry(name, ErrorCode.unknown_topic_or_partition))
-    return respond(h, {"throttle_time": 0, "brokers": broker_list(ctx), "cluster_id": ctx.cluster_id,
+    if getattr(req, "include_topic_authorized_operations", False):  # v8+, as Kafka: errors included
+        for t in topics:
+            if t["name"] is not None:
+                t["topic_authorized_operations"] = authorized_operations(conn, "topic", t["name"])
+    cluster_ops = (authorized_operations(conn, "cluster", CLUSTER_NAME)
+                   if getattr(req, "include_cluster_authorized_operations", False) else UNKNOWN_OPERATIONS)
+    return respond(h, {"throttle_time": 0, "error_code": ErrorCode.none, "brokers": broker_list(ctx),
+                       "cluster_id": ctx.cluster_id,
                        "controller_id": controller_id(ctx), "topics": topics,
-                       "cluster_authorized_operations": UNKNOWN_OPERATIONS})
+                       "cluster_authorized_operations": cluster_ops})

@@ -9,14 +9,21 @@ from gateway.kafka.apis.fetch import READ_COMMITTED
 from wire.kafka import respond
 
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
+# v8 (KIP-405) and v9 (KIP-1005) name offsets of tiered storage, which this broker has none of:
+# its whole log is local, so the earliest local offset is the log start and nothing is tiered
+# (Kafka answers offset -1, epoch -1 then). v10 (KIP-1075) only adds a timeout for reading
+# remote storage, which never applies here.
+EARLIEST_LOCAL, LATEST_TIERED = -4, -5
 
 
 def _list_one(plog, timestamp: int, latest: int) -> tuple[int, int]:
     """(timestamp, offset) for one ListOffsets query; ``latest`` is the HW, or the LSO for read_committed."""
     if timestamp == LATEST:
         return -1, latest
-    if timestamp == EARLIEST:
+    if timestamp in (EARLIEST, EARLIEST_LOCAL):
         return -1, plog.log_start_offset
+    if timestamp == LATEST_TIERED:
+        return -1, -1
     found = plog.max_timestamp_offset() if timestamp == MAX_TIMESTAMP else plog.offset_for_timestamp(timestamp)
     if found is None:
         return -1, -1

@@ -13,6 +13,12 @@ and stamps its leader epoch on it; acks=1 waits for the leader's own log, acks=a
 high watermark (every in-sync replica has it), and is refused with NOT_ENOUGH_REPLICAS while
 the ISR is smaller than the topic's ``min.insync.replicas`` (NOT_ENOUGH_REPLICAS_AFTER_APPEND
 if it shrank below it while the batch was replicated).
+
+Versions: v10 and v11 only add optional hints to a NOT_LEADER_OR_FOLLOWER answer (KIP-951: the
+new leader and its endpoint, tagged fields this broker leaves out, so the client refreshes its
+metadata as before) and the TRANSACTION_ABORTABLE code it may use; v12 marks support of
+transactions v2 (KIP-890), which a client uses only when the broker finalizes the
+transaction.version feature, and this one finalizes none; v13 names topics by id (KIP-516).
 """
 from __future__ import annotations
 
@@ -85,6 +91,14 @@ def _append_to(ctx, topic: str, index: int, plog, epoch: int, data: bytes) -> tu
         return ErrorCode.kafka_storage_error, -1, -1, str(exc)
 
 
+def topic_of(ctx, td) -> tuple[str | None, object]:
+    """(name, topic id) of a Produce topic entry: v13+ (KIP-516) carries the id only, its name
+    is looked up (None when no topic has that id); before v13 the id is None."""
+    if hasattr(td, "topic_id"):
+        return ctx.topic_name(td.topic_id), td.topic_id
+    return td.name, None
+
+
 @handles(0)
 def produce(ctx, conn, h, req):
     acks = req.acks
@@ -93,24 +107,28 @@ def produce(ctx, conn, h, req):
     # where (in a cluster) a change of leader ends the wait: the append may be truncated away then
     durable: list[tuple] = []
     for td in req.topic_data:
-        topic = ctx.topic_or_create(td.name)
+        name, topic_id = topic_of(ctx, td)
+        # v13 names topics by id: an unknown id cannot be created, it is UNKNOWN_TOPIC_ID (as Kafka)
+        topic = ctx.topic_or_create(name) if topic_id is None else (
+            ctx.logs.store.get_topic(name) if name is not None else None)
+        missing = ErrorCode.unknown_topic_or_partition if topic_id is None else ErrorCode.unknown_topic_id
         parts = []
         for pd in td.partition_data:
             epoch = -1
             if acks not in (0, 1, -1):
                 error, base, last, message = ErrorCode.invalid_required_acks, -1, -1, None
             elif topic is None:
-                error, base, last, message = ErrorCode.unknown_topic_or_partition, -1, -1, None
+                error, base, last, message = missing, -1, -1, None
             else:
-                error, base, last, message, epoch = _append(ctx, td.name, pd.index, bytes(pd.records or b""), acks)
-            plog = ctx.partition(td.name, pd.index)
-            pending = (plog, last, td.name, pd.index, epoch) if error == ErrorCode.none else None
+                error, base, last, message, epoch = _append(ctx, name, pd.index, bytes(pd.records or b""), acks)
+            plog = ctx.partition(name, pd.index) if topic is not None else None
+            pending = (plog, last, name, pd.index, epoch) if error == ErrorCode.none else None
             if pending:
                 durable.append(pending)
             parts.append({"index": pd.index, "error_code": error, "base_offset": base, "log_append_time": None,
                           "log_start_offset": plog.log_start_offset if plog else -1, "record_errors": [],
                           "error_message": message, "_durable": pending})
-        results.append((td.name, parts))
+        results.append((name, topic_id, parts))
     if durable:
         ctx.request_flush()
         ctx.waiters.notify()
@@ -132,7 +150,7 @@ def produce(ctx, conn, h, req):
 
     def answer(in_time: bool) -> bytes:
         responses = []
-        for name, parts in results:
+        for name, topic_id, parts in results:
             for part in parts:
                 pending = part.pop("_durable")
                 if pending and deposed(pending):  # no longer the leader: the batch may not survive, retry
@@ -141,7 +159,7 @@ def produce(ctx, conn, h, req):
                     part["error_code"] = ErrorCode.request_timed_out
                 elif pending and acks == -1 and _short_of_replicas(ctx, name, part["index"], pending[0]):
                     part["error_code"] = ErrorCode.not_enough_replicas_after_append
-            responses.append({"name": name, "partition_responses": parts})
+            responses.append({"name": name, "topic_id": topic_id, "partition_responses": parts})
         return (encode_produce_response(h, responses, throttle)  # kio's writer only where it must
                 or respond(h, {"responses": responses, "throttle_time": throttle}))
 

@@ -6,6 +6,9 @@ new ones catch up and join the ISR, leadership moves into the target set if it m
 replicas not in the target are dropped (they delete their copy). A request with no replicas
 cancels: the partition goes back to the replicas it had when the reassignment began.
 A single node can only "move" a partition onto itself.
+
+v1 (KIP-860) lets the request forbid a change of replication factor: a target with another
+number of replicas than the partition has then fails with INVALID_REPLICATION_FACTOR, as in Kafka.
 """
 from __future__ import annotations
 
@@ -35,11 +38,20 @@ def _check(ctx, topic: str, index: int, replicas) -> tuple[ErrorCode, str | None
 def alter_partition_reassignments(ctx, conn, h, req):
     responses, wanted = [], []
     view = ctx.cluster.view if ctx.cluster is not None else None
+    allow_rf_change = getattr(req, "allow_replication_factor_change", True)
     for t in req.topics:
         parts = []
         for p in t.partitions:
             replicas = list(p.replicas) if p.replicas is not None else None
             error, message = _check(ctx, t.name, p.partition_index, replicas)
+            if not error and replicas is not None and not allow_rf_change:
+                pending = view.reassignments.get((t.name, p.partition_index)) if view is not None else None
+                # during a reassignment Kafka compares with where it is heading (its target)
+                now = (pending.target if pending else view.replicas(t.name, p.partition_index)) if view \
+                    else (ctx.node_id,)
+                if len(now) != len(replicas):
+                    error = ErrorCode.invalid_replication_factor
+                    message = f"The replication factor is changed from {len(now)} to {len(replicas)}"
             if not error and view is not None:
                 pending = view.reassignments.get((t.name, p.partition_index))
                 if replicas is None:

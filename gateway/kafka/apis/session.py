@@ -22,7 +22,7 @@ from gateway.kafka.apis.registry import handles
 from gateway.logs import fields
 from gateway.security.oauth import TokenError, parse_oauthbearer
 from gateway.security.scram import MECHANISMS, ScramError, ScramServer
-from wire.kafka import ADVERTISED, RequestHeader, build, encode_response, respond, response_class
+from wire.kafka import ADVERTISED, KRAFT_ONLY, RequestHeader, build, encode_response, respond, response_class
 
 log = logging.getLogger(__name__)
 
@@ -36,11 +36,13 @@ def mechanisms(ctx) -> list[str]:
 
 
 _API_LIST = [{"api_key": k, "min_version": lo, "max_version": hi} for k, (lo, hi) in sorted(ADVERTISED.items())]
+_CLUSTER_API_LIST = [api for api in _API_LIST if api["api_key"] not in KRAFT_ONLY]
 
 
 @handles(18)
 def api_versions(ctx, conn, h, req):
-    return respond(h, {"error_code": ErrorCode.none, "api_keys": _API_LIST, "throttle_time": 0})
+    listed = _API_LIST if ctx.cluster is None else _CLUSTER_API_LIST
+    return respond(h, {"error_code": ErrorCode.none, "api_keys": listed, "throttle_time": 0})
 
 
 def api_versions_unsupported(h: RequestHeader) -> bytes:

@@ -22,6 +22,7 @@ from gateway.kafka.apis.consumer_groups import by_id, heartbeat_response
 from gateway.kafka.apis.metadata import UNKNOWN_OPERATIONS
 from core.group_configs import auto_offset_reset_ms
 from gateway.kafka.apis.registry import handles
+from gateway.kafka.operations import authorized_operations
 from gateway.kafka.context import group_config
 from wire.kafka import respond
 
@@ -88,7 +89,8 @@ def share_group_describe(ctx, conn, h, req):
         out.append({"error_code": ErrorCode.none, "error_message": None, "group_id": group_id,
                     "group_state": group.state, "group_epoch": group.group_epoch,
                     "assignment_epoch": group.assignment_epoch, "assignor_name": "simple", "members": members,
-                    "authorized_operations": UNKNOWN_OPERATIONS})
+                    "authorized_operations": authorized_operations(conn, "group", group_id)
+                    if req.include_authorized_operations else UNKNOWN_OPERATIONS})
     return respond(h, {"throttle_time": 0, "groups": out})
 
 

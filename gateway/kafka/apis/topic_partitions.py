@@ -19,6 +19,7 @@ from core.metadata import check_topic_name
 from core.names import is_internal_topic
 from gateway.kafka.apis.metadata import UNKNOWN_OPERATIONS, partition_entry
 from gateway.kafka.apis.registry import handles
+from gateway.kafka.operations import authorized_operations
 from wire.kafka import respond
 
 MAX_PARTITIONS = 2000  # Kafka's max.request.partition.size.limit
@@ -69,4 +70,6 @@ def describe_topic_partitions(ctx, conn, h, req):
             next_cursor = {"topic_name": name, "partition_index": upper}
             break
         remaining -= len(partitions)
+    for t in out:  # always given here (the request has no flag), unknown topics included, as Kafka
+        t["topic_authorized_operations"] = authorized_operations(conn, "topic", t["name"])
     return respond(h, {"throttle_time": 0, "topics": out, "next_cursor": next_cursor})

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import re
 
 from kio.schema.errors import ErrorCode
 from twisted.internet import defer
@@ -191,6 +192,14 @@ def list_transactions(ctx, conn, h, req):
     states = list(req.state_filters)
     unknown = [s for s in states if not ctx.transactions.known_state(s)]
     txns = ctx.transactions.list(states, req.producer_id_filters, getattr(req, "duration_filter", -1))
+    pattern = getattr(req, "transactional_id_pattern", None)  # v2 (KIP-1152): a regex the whole id matches
+    if pattern:
+        try:
+            wanted = re.compile(pattern)
+        except re.error:
+            return respond(h, {"throttle_time": 0, "error_code": ErrorCode.invalid_regular_expression,
+                               "unknown_state_filters": [], "transaction_states": []})
+        txns = [t for t in txns if wanted.fullmatch(t.transactional_id)]
     return respond(h, {"throttle_time": 0, "error_code": ErrorCode.none, "unknown_state_filters": unknown,
                        "transaction_states": [{"transactional_id": t.transactional_id, "producer_id": t.producer_id,
                                                "transaction_state": t.state} for t in txns]})
