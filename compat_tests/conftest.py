@@ -27,13 +27,15 @@ class KafkaBroker:
     created again after a restart.
     """
 
-    def __init__(self, data_dir: Path | None, external: str | None = None):
+    def __init__(self, data_dir: Path | None, external: str | None = None, args: tuple[str, ...] = ()):
         self.data_dir = data_dir
         self.external = external
+        self.target = "external" if external else "gateway"
+        self.args = tuple(args)  # extra ``gateway serve`` options, kept across restarts
         self.process: BrokerProcess | None = None
         self.restarts = 0
         if external is None:
-            self.process = start_broker(data_dir)
+            self.process = start_broker(data_dir, *self.args)
 
     @property
     def bootstrap(self) -> str:
@@ -58,7 +60,7 @@ class KafkaBroker:
             pytest.skip(f"cannot restart the external broker {self.external} ({EXTERNAL_ENV} is set)")
         code = self.process.stop(signal.SIGTERM)
         assert code == 0, f"broker exited with {code} on SIGTERM:\n{self.process.output()[-5000:]}"
-        self.process = start_broker(self.data_dir)
+        self.process = start_broker(self.data_dir, *self.args)
         self.restarts += 1
         return self.bootstrap
 
