@@ -78,16 +78,17 @@ def pytest_terminal_summary(terminalreporter):
 class KafkaNodeBroker:
     """The shared Apache Kafka node as the tests see a broker (see ``KafkaBroker``).
 
-    Its address stays the same across :meth:`restart`; it has no data directory or process of
-    ours to read (``data_dir`` and ``process`` are None).
+    Its address stays the same across :meth:`restart`. ``data_dir`` is Kafka's ``log.dirs``
+    (the same ``<topic>-<partition>/*.log`` layout as ours); there is no process of ours
+    (``process`` is None: no /metrics, no HTTP API).
     """
     target = "kafka"
-    data_dir = None
     process = None
     external = None
 
     def __init__(self, node: KafkaNode):
         self.node = node
+        self.data_dir = node.data_dir
         self.restarts = 0
 
     @property

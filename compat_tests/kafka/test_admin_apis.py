@@ -415,6 +415,7 @@ def test_confluent_kafka_telemetry_handshake_is_clean(bootstrap, topic_name):
 
 # --- authorization ---------------------------------------------------------------------------
 
+@pytest.mark.gateway_only("starts a broker of its own with our --authorizer acl and our users command")
 def test_the_new_apis_need_kafkas_acls(tmp_path):
     """With --authorizer acl, a user without ACLs gets Kafka's answers: CLUSTER_AUTHORIZATION_FAILED
     for the cluster-level APIs, GROUP_/TOPIC_AUTHORIZATION_FAILED for OffsetDelete and
@@ -477,19 +478,20 @@ def _request_counts(kafka_broker) -> dict[str, float]:
 
 @pytest.fixture(scope="module")
 def java_admin(kafka_broker):
-    if kafka_broker.process is None:
-        pytest.skip("the request counts come from our broker's /metrics")
+    # which APIs the client used is read from our /metrics; Apache Kafka has no such endpoint, so
+    # on the kafka target ``served`` is None and only the client's own observations are checked
+    metrics = kafka_broker.process is not None
     argv, main = tools.compile_java("AdminApis.java")
     prefix = unique_name("java-admin")
-    before = _request_counts(kafka_broker)
+    before = _request_counts(kafka_broker) if metrics else {}
     proc = subprocess.run(argv + [main, kafka_broker.bootstrap, prefix], capture_output=True, text=True, timeout=240)
-    after = _request_counts(kafka_broker)
+    after = _request_counts(kafka_broker) if metrics else {}
     steps = {}
     for line in proc.stdout.splitlines():
         event = json.loads(line)
         steps[event["step"]] = event
     assert "done" in steps, f"exit {proc.returncode}: {steps.get('error')}\n{proc.stderr[-4000:]}"
-    served = {api: after.get(api, 0) - before.get(api, 0) for api in after}
+    served = {api: after.get(api, 0) - before.get(api, 0) for api in after} if metrics else None
     return dict(prefix=prefix, steps=steps, served=served, data_dir=kafka_broker.data_dir)
 
 
@@ -497,7 +499,8 @@ def test_java_admin_describe_topics_pages_through_describe_topic_partitions(java
     prefix, step = java_admin["prefix"], java_admin["steps"]["describe"]
     assert step["topics"][f"{prefix}-a"]["partitions"] == [[0, 0, 1], [1, 0, 1], [2, 0, 1]]
     assert step["topics"][f"{prefix}-b"]["partitions"] == [[0, 0, 1], [1, 0, 1]]
-    assert java_admin["served"]["DescribeTopicPartitions"] == 3  # 5 partitions, 2 per page
+    if java_admin["served"] is not None:
+        assert java_admin["served"]["DescribeTopicPartitions"] == 3  # 5 partitions, 2 per page
 
 
 def test_java_admin_log_dirs_elections_quotas_offsets(java_admin):
@@ -514,10 +517,12 @@ def test_java_admin_log_dirs_elections_quotas_offsets(java_admin):
     assert steps["quotas"]["invalid"] == "InvalidRequestException" and steps["quotas"]["left"] == 0
     assert steps["offset_delete"] == {"step": "offset_delete", "error": None, "left": [f"{prefix}-b-0"],
                                       "unknown_group": "GroupIdNotFoundException"}
-    assert java_admin["served"]["OffsetDelete"] == 2
+    if java_admin["served"] is not None:
+        assert java_admin["served"]["OffsetDelete"] == 2
 
 
 def test_java_producer_reports_the_quota_throttle(java_admin):
     step = java_admin["steps"]["throttle"]
     assert step["max_ms"] > 500 and step["elapsed_ms"] >= step["max_ms"] * 0.9, step
-    assert java_admin["served"].get("GetTelemetrySubscriptions", 0) >= 1  # the Java client asks too
+    if java_admin["served"] is not None:
+        assert java_admin["served"].get("GetTelemetrySubscriptions", 0) >= 1  # the Java client asks too

@@ -10,6 +10,11 @@ from compat_tests.conftest import unique_name
 from tests.brokerproc import start_broker
 
 
+# Each test starts brokers with our CLI options; in Apache Kafka these are static broker
+# settings of the shared node (a JVM per setting would cost ~15 s of start-up each).
+pytestmark = pytest.mark.gateway_only("starts brokers of their own with our serve options")
+
+
 @pytest.fixture
 def broker_with(tmp_path):
     started = []

@@ -8,24 +8,17 @@ import threading
 import time
 from collections import Counter
 
-import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from compat_tests.conftest import unique_name
 from compat_tests.kafka.helpers import wait_until
-from tests.brokerproc import start_broker
 
 COMMON = {"socket.timeout.ms": 15000, "reconnect.backoff.max.ms": 1000}
 
 
-@pytest.fixture(scope="module")
-def bootstrap(tmp_path_factory):
-    broker = start_broker(tmp_path_factory.mktemp("kip848") / "data", "--group-consumer-heartbeat-interval-ms", "1000")
-    try:
-        yield broker.addresses["kafka"]
-    finally:
-        broker.stop()
+# the Kafka node runs with group.consumer.heartbeat.interval.ms=1000 too (compat_tests/kafka_node.py)
+GATEWAY_ARGS = ("--group-consumer-heartbeat-interval-ms", "1000")
 
 
 def admin(bootstrap) -> AdminClient:

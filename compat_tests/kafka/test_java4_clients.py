@@ -18,29 +18,22 @@ import pytest
 
 from compat_tests import tools
 from compat_tests.conftest import unique_name
-from tests.brokerproc import start_broker
 
 UNSUPPORTED = "unsupported API or version"  # what the broker logs when it drops such a request
 JAVA_TIMEOUT = 150  # a whole run takes about 10 s
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory):
-    process = start_broker(tmp_path_factory.mktemp("java4") / "data",
-                           "--group-consumer-heartbeat-interval-ms", "1000",
-                           "--group-share-heartbeat-interval-ms", "1000")
-    try:
-        yield process
-    finally:
-        process.stop()
+# the Kafka node runs with both heartbeat intervals at 1000 ms too (compat_tests/kafka_node.py)
+GATEWAY_ARGS = ("--group-consumer-heartbeat-interval-ms", "1000", "--group-share-heartbeat-interval-ms", "1000")
 
 
 @pytest.fixture(scope="module")
-def run(broker):
+def run(kafka_broker):
+    broker = kafka_broker
     argv, main = tools.compile_java("Kafka4Clients.java", tools.kafka_clients4_classpath())
     prefix = unique_name("java4")
     try:
-        proc = subprocess.run(argv + [main, broker.addresses["kafka"], prefix], capture_output=True,
+        proc = subprocess.run(argv + [main, broker.bootstrap, prefix], capture_output=True,
                               timeout=JAVA_TIMEOUT)
         stdout, stderr, returncode = proc.stdout, proc.stderr, proc.returncode
     except subprocess.TimeoutExpired as e:  # a stalled run: keep what it printed for the tests to report
@@ -69,6 +62,7 @@ def test_java4_program_completed(run):
         f"stderr:\n{run['stderr']}\nbroker log (end):\n{run['broker'].output()[-4000:]}")
 
 
+@pytest.mark.gateway_only("reads our broker's log for the requests it dropped as unsupported")
 def test_every_api_version_the_client_chose_is_served(run):
     # describeFeatures is an ApiVersions round trip; every later stage negotiates from it
     stage(run, "features")

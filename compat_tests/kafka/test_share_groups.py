@@ -27,24 +27,9 @@ from kio.schema.describe_share_group_offsets.v1 import request as describe_rq, r
 from compat_tests.conftest import unique_name
 from compat_tests.kafka.helpers import wait_until
 from compat_tests.kafka.kio_call import kio_call
-from tests.brokerproc import start_broker
 
 COMMON = {"socket.timeout.ms": 15000, "reconnect.backoff.max.ms": 1000}
 TIMEOUT = 30.0
-
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory):
-    process = start_broker(tmp_path_factory.mktemp("share") / "data")
-    try:
-        yield process
-    finally:
-        process.stop()
-
-
-@pytest.fixture(scope="module")
-def bootstrap(broker):
-    return broker.addresses["kafka"]
 
 
 def admin(bootstrap) -> AdminClient:
@@ -179,33 +164,27 @@ def test_a_member_that_leaves_gives_its_records_to_the_others(bootstrap):
         b.close()
 
 
-def test_start_offsets_survive_a_restart(tmp_path):
-    broker = start_broker(tmp_path / "data")
+def test_start_offsets_survive_a_restart(bootstrap, restart):
+    topic = topic_with(bootstrap, 1, 10)
+    group = unique_name("g")
+    earliest(bootstrap, group)
+    c = share_consumer(bootstrap, group, topic)
+    assert len(poll_some(c, 10)) == 10
+    c.commit_sync(30)
+    c.close()
+    bootstrap = restart()
+    p = Producer({"bootstrap.servers": bootstrap, **COMMON})
+    p.produce(topic, value=b"after")
+    assert p.flush(30) == 0
+    c = share_consumer(bootstrap, group, topic)
     try:
-        bootstrap = broker.addresses["kafka"]
-        topic = topic_with(bootstrap, 1, 10)
-        group = unique_name("g")
-        earliest(bootstrap, group)
-        c = share_consumer(bootstrap, group, topic)
-        assert len(poll_some(c, 10)) == 10
-        c.commit_sync(30)
-        c.close()
-        assert broker.stop() == 0
-        broker = start_broker(tmp_path / "data", "--kafka-listen", bootstrap)
-        p = Producer({"bootstrap.servers": bootstrap, **COMMON})
-        p.produce(topic, value=b"after")
-        assert p.flush(30) == 0
-        c = share_consumer(bootstrap, group, topic)
-        try:
-            got = poll_some(c, 1)
-            assert [m.value() for m in got] == [b"after"]  # the ten accepted ones stay done
-        finally:
-            c.close()
+        got = poll_some(c, 1)
+        assert [m.value() for m in got] == [b"after"]  # the ten accepted ones stay done
     finally:
-        broker.stop()
+        c.close()
 
 
-def test_the_group_is_listed_and_described_as_a_share_group(broker, bootstrap):
+def test_the_group_is_listed_as_a_share_group(bootstrap):
     topic = topic_with(bootstrap, 2, 4)
     group = unique_name("g")
     earliest(bootstrap, group)
@@ -221,8 +200,21 @@ def test_the_group_is_listed_and_described_as_a_share_group(broker, bootstrap):
         assert group in {g["group_id"] if isinstance(g, dict) else g[0] for g in listed}, listed
         # a consumer-group listing (types consumer and classic) leaves share groups out, as Kafka's does
         assert group not in {g.group_id for g in admin(bootstrap).list_consumer_groups().result(30).valid}
+    finally:
+        c.close()
+
+
+@pytest.mark.gateway_only("reads the group from our broker's HTTP management API")
+def test_the_group_is_described_as_a_share_group_over_http(kafka_broker, bootstrap):
+    topic = topic_with(bootstrap, 2, 4)
+    group = unique_name("g")
+    earliest(bootstrap, group)
+    c = share_consumer(bootstrap, group, topic)
+    try:
+        assert len(poll_some(c, 4)) == 4
+        c.commit_sync(30)
         with urllib.request.urlopen(urllib.request.Request(
-                f"{broker.http_url}/api/groups/{group}",
+                f"{kafka_broker.process.http_url}/api/groups/{group}",
                 headers={"Authorization": "Basic " + base64.b64encode(b"guest:guest").decode()}), timeout=10) as r:
             described = json.load(r)
         assert (described["type"], described["state"], described["protocol_type"]) == ("share", "Stable", "share")

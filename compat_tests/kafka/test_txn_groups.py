@@ -16,20 +16,13 @@ from kio.schema.errors import ErrorCode
 from compat_tests.conftest import unique_name
 from compat_tests.kafka.eos_loop import EosLoop, committed_offsets, read_values, run_until_done, transform
 from compat_tests.kafka.kio_call import kio_call
-from tests.brokerproc import start_broker
 from wire.kafka import build, request_class, response_class
 
 PARTITIONS, RECORDS = 3, 300
 
 
-@pytest.fixture(scope="module")
-def bootstrap(tmp_path_factory):
-    broker = start_broker(tmp_path_factory.mktemp("txn-groups") / "data", "--group-consumer-heartbeat-interval-ms",
-                          "1000")
-    try:
-        yield broker.addresses["kafka"]
-    finally:
-        broker.stop()
+# the Kafka node runs with group.consumer.heartbeat.interval.ms=1000 too (compat_tests/kafka_node.py)
+GATEWAY_ARGS = ("--group-consumer-heartbeat-interval-ms", "1000")
 
 
 def produce_input(bootstrap: str, topic: str, count: int, partitions: int) -> list[bytes]:

@@ -44,7 +44,10 @@ def test_consumers_read_exactly_what_was_produced_through_sendfile(kafka_broker)
     create_topic(kafka_broker.bootstrap, topic, partitions=partitions)
     sent = _produce(kafka_broker.bootstrap, topic, partitions)
     total = sum(len(v) for values in sent.values() for _, v in values)
-    before = _fetched(kafka_broker)
+    # the sendfile counters are our /metrics; on Apache Kafka (no such endpoint, and its own
+    # zero-copy path) only what the clients read back is checked
+    metrics = kafka_broker.process is not None
+    before = _fetched(kafka_broker) if metrics else {}
 
     consumer = Consumer({"bootstrap.servers": kafka_broker.bootstrap, "group.id": unique_name("zc"),
                          "auto.offset.reset": "earliest", "enable.auto.commit": False,
@@ -74,6 +77,8 @@ def test_consumers_read_exactly_what_was_produced_through_sendfile(kafka_broker)
     slow.close()
     assert got == sent, "kafka-python read something else than was produced"
 
+    if not metrics:
+        return
     after = _fetched(kafka_broker)
     by_sendfile = after["sendfile"] - before.get("sendfile", 0)
     copied = after["copied"] - before.get("copied", 0)
