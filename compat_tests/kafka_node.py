@@ -12,8 +12,11 @@ directory:
     <base>/node.log            the JVM's console output (appended across restarts)
 
 The storage is formatted once, at construction (``kafka.tools.StorageTool format``, what
-``kafka-storage.sh format`` runs), with a random cluster id and ``share.version=1``: Kafka 4.4
-leaves KIP-932 share groups off in a newly formatted cluster unless that feature is finalized.
+``kafka-storage.sh format`` runs), with a random cluster id and the release's default feature
+levels. For 4.4 those include ``share.version=2`` (``StorageTool version-mapping --release-version
+4.4-IV2`` lists them), so KIP-932 share groups are on with no flag; listing ``share`` in
+``group.coordinator.rebalance.protocols`` is deprecated in 4.4 (the broker logs a warning), and
+the ``consumer`` protocol (KIP-848) is on by default.
 
 Ports (client listener, controller listener) are picked free at construction and kept across
 restarts, so a client can reconnect to the same address. Start-up is ready when a real
@@ -54,8 +57,10 @@ _live: set["KafkaNode"] = set()
 # Settings of every node: what a single-node test cluster needs (replication factor 1 for the
 # internal topics, min ISR 1), no initial rebalance delay (a classic group would otherwise wait
 # 3 s for more members), and internal topics of a few partitions, created on first use in
-# well under a second instead of 50. Heartbeat intervals of 1 s make KIP-848 and share groups
-# react as fast as the gateway does in the suite.
+# well under a second instead of 50. The group heartbeat intervals stay at Kafka's defaults:
+# the suite reads them back as defaults through DescribeConfigs of a GROUP resource. The
+# transaction timeout checker runs every second (Kafka's default, 10 s, is longer than the
+# suite's 2 s transaction timeouts are meant to wait).
 SETTINGS = {
     "num.partitions": "1",
     "default.replication.factor": "1",
@@ -69,16 +74,13 @@ SETTINGS = {
     "share.coordinator.state.topic.min.isr": "1",
     "share.coordinator.state.topic.num.partitions": "5",
     "group.initial.rebalance.delay.ms": "0",
-    "group.coordinator.rebalance.protocols": "classic,consumer,share",
-    "group.consumer.heartbeat.interval.ms": "1000",
-    "group.consumer.min.heartbeat.interval.ms": "1000",
-    "group.share.heartbeat.interval.ms": "1000",
-    "group.share.min.heartbeat.interval.ms": "1000",
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
     "auto.create.topics.enable": "true",
     "delete.topic.enable": "true",
     "log.dir.failure.timeout.ms": "30000",
 }
-FEATURES = ["share.version=1"]
+# --feature NAME=LEVEL arguments of the format command: none, the 4.4 defaults are what we want
+FEATURES: list[str] = []
 
 
 class KafkaUnavailable(RuntimeError):
@@ -160,10 +162,11 @@ class KafkaNode:
     """One Apache Kafka JVM (broker + controller) under ``base_dir``; see the module docstring.
 
     ``voters`` (node id -> controller port) and ``cluster_id`` are shared by the nodes of a
-    :class:`KafkaCluster`; a lone node is its own single voter.
+    :class:`KafkaCluster`; a lone node is its own single voter.  A lone node's id is 0, as our single
+    node's broker id is, so tests can name the leader and replicas the same way on both targets.
     """
 
-    def __init__(self, base_dir: Path, *, node_id: int = 1, cluster_id: str | None = None,
+    def __init__(self, base_dir: Path, *, node_id: int = 0, cluster_id: str | None = None,
                  voters: dict[int, int] | None = None, port: int | None = None,
                  controller_port: int | None = None, settings: dict[str, str] | None = None):
         self.classpath = kafka_classpath()

@@ -12,8 +12,12 @@ from kafka import KafkaAdminClient
 from kafka.admin import ConfigResource as KpConfigResource, ConfigResourceType
 
 from compat_tests.conftest import unique_name
+from compat_tests.kafka.helpers import wait_until
 
 COMMON = {"socket.timeout.ms": 15000, "reconnect.backoff.max.ms": 1000}
+# The keys both brokers describe for a GROUP resource. Apache Kafka 4.4 lists more (the
+# streams.* group configs, consumer.assignment.interval.ms, share.delivery.count.limit and
+# others), so the tests check that these are there with these values, not that they are all.
 KEYS = {"consumer.session.timeout.ms": "45000", "consumer.heartbeat.interval.ms": "5000",
         "share.session.timeout.ms": "45000", "share.heartbeat.interval.ms": "5000",
         "share.record.lock.duration.ms": "30000", "share.auto.offset.reset": "latest",
@@ -44,7 +48,7 @@ def _refused(admin: AdminClient, group: str, name: str, value: str) -> KafkaErro
 def test_confluent_kafka_sets_describes_and_deletes_group_configs(bootstrap):
     admin, group = _admin(bootstrap), unique_name("ck-share")
     configs = _describe(admin, group)  # a group that does not exist has every key, at its default
-    assert {name: entry.value for name, entry in configs.items()} == KEYS
+    assert KEYS.items() <= {name: entry.value for name, entry in configs.items()}.items()
     assert {entry.source for entry in configs.values()} == {ConfigSource.DEFAULT_CONFIG.value}
     assert not any(entry.is_read_only or entry.is_sensitive for entry in configs.values())
 
@@ -98,7 +102,7 @@ def test_kafka_python_admin_handles_group_configs(bootstrap):
             found = admin.describe_configs([KpConfigResource(ConfigResourceType.GROUP, group)],
                                            config_filter=config_filter)
             return {name: (c["value"], c["config_source"]) for name, c in found["group"][group].items()}
-        assert described() == {name: (value, "DEFAULT_CONFIG") for name, value in KEYS.items()}
+        assert {name: (value, "DEFAULT_CONFIG") for name, value in KEYS.items()}.items() <= described().items()
         assert described("modified") == {}
 
         result = admin.alter_configs([KpConfigResource(ConfigResourceType.GROUP, group, {
@@ -144,4 +148,7 @@ def test_group_configs_survive_a_restart(bootstrap, restart):
     assert configs["share.auto.offset.reset"].source == ConfigSource.GROUP_CONFIG.value
     assert configs["share.record.lock.duration.ms"].value == "45000"
     _alter(admin, group, ("share.auto.offset.reset", None, AlterConfigOpType.DELETE))
-    assert _describe(admin, group)["share.auto.offset.reset"].value == "latest"
+    # Kafka applies a config change through its controller: the broker answering DescribeConfigs
+    # sees it once the metadata record reaches it, a moment after the alter returned
+    wait_until(lambda: _describe(admin, group)["share.auto.offset.reset"].value == "latest", 15,
+               "the deleted group config back at its default")

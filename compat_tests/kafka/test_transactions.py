@@ -42,14 +42,25 @@ def txn_producer(bootstrap: str, tid: str, **conf) -> Producer:
 
 def read_all(bootstrap: str, topic: str, isolation: str, expect: int | None = None, partitions: int = 1,
              idle_s: float = 3.0) -> list[bytes]:
-    """Values of the topic from the start, read until ``expect`` values or ``idle_s`` without any."""
+    """Values of the topic from the start, read until ``expect`` values (or 90 s) or, without
+    ``expect``, until ``idle_s`` pass without any.
+
+    The idle clock starts once the consumer has reached the partition leader (a watermark
+    query), so a slow first connection (a broker just restarted) does not read as "nothing
+    there". With ``expect`` the reader waits for the values: Kafka writes commit markers after
+    EndTxn has answered, so committed records become readable a moment after the commit.
+    """
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_name("reader"),
                          "isolation.level": isolation, "enable.auto.commit": False,
                          "auto.offset.reset": "earliest"})
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    for p in range(partitions):
+        consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
     values, last = [], time.monotonic()
+    deadline = last + 90
     try:
-        while time.monotonic() - last < idle_s and (expect is None or len(values) < expect):
+        while ((time.monotonic() - last < idle_s) if expect is None else
+               (len(values) < expect and time.monotonic() < deadline)):
             for m in consumer.consume(500, timeout=0.5):
                 if m.error():
                     raise AssertionError(f"consumer error: {m.error()}")
