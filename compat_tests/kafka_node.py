@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import atexit
 import base64
+import concurrent.futures
 import itertools
 import os
 import shutil
@@ -330,9 +331,13 @@ class KafkaCluster:
                     "transaction.state.log.replication.factor": str(min(3, size)),
                     "share.coordinator.state.topic.replication.factor": str(min(3, size)),
                     "default.replication.factor": str(min(3, size))}
-        self.nodes = [KafkaNode(Path(base_dir) / f"node{i}", node_id=i, cluster_id=cluster_id, voters=voters,
-                                port=p, controller_port=c, settings={**defaults, **(settings or {})})
-                      for i, (p, c) in ports.items()]
+        def make(i: int) -> KafkaNode:
+            p, c = ports[i]
+            return KafkaNode(Path(base_dir) / f"node{i}", node_id=i, cluster_id=cluster_id, voters=voters,
+                             port=p, controller_port=c, settings={**defaults, **(settings or {})})
+        # each node formats its storage in a JVM of its own: in parallel, not one after another
+        with concurrent.futures.ThreadPoolExecutor(size) as pool:
+            self.nodes = list(pool.map(make, ports))
 
     @property
     def bootstrap(self) -> str:

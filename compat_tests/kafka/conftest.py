@@ -13,9 +13,9 @@ plain ``python -m pytest`` runs each test twice, with ids ending ``gateway]`` an
 host:port`` runs the suite against that external broker instead (target ``external``).
 
 A test of something Kafka does not have, or that needs our process (its CLI options, data
-directory, metrics or log), carries ``@pytest.mark.gateway_only("why")``: its ``kafka`` case is
-deselected at collection and listed in the summary with the reason, so each intended
-difference is stated in the code.
+directory, metrics or log), carries ``@pytest.mark.gateway_only("why")``: its ``kafka`` case (and
+its ``external`` one) is deselected at collection and listed in the summary with the reason, so
+each intended difference is stated in the code.
 """
 from __future__ import annotations
 
@@ -47,7 +47,8 @@ _gateway_only: list[tuple[str, str]] = []
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", f"{GATEWAY_ONLY}(reason): the test needs our broker (a behaviour Apache Kafka does not have, "
-        "or our CLI options, data directory, metrics or log); its [kafka] case is deselected, not skipped")
+        "or our CLI options, data directory, metrics or log); its [kafka] and [external] cases are deselected, "
+        "not skipped")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -56,7 +57,7 @@ def pytest_collection_modifyitems(config, items):
         callspec = getattr(item, "callspec", None)
         target = callspec.params.get("kafka_target") if callspec else None
         mark = item.get_closest_marker(GATEWAY_ONLY)
-        if mark is not None and target == "kafka":
+        if mark is not None and target in ("kafka", "external"):
             if not (mark.args and str(mark.args[0]).strip()):
                 raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.{GATEWAY_ONLY} needs a reason")
             drop.append(item)
@@ -70,7 +71,7 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_terminal_summary(terminalreporter):
     if _gateway_only:
-        terminalreporter.write_sep("-", f"{len(_gateway_only)} [kafka] case(s) deselected: gateway only")
+        terminalreporter.write_sep("-", f"{len(_gateway_only)} case(s) deselected: gateway only")
         for nodeid, reason in _gateway_only:
             terminalreporter.write_line(f"  {nodeid}: {reason}")
 
