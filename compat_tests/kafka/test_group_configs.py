@@ -125,10 +125,10 @@ def test_kafka_python_admin_handles_group_configs(bootstrap):
         # the legacy AlterConfigs (api 33) replaces the group's whole set: kafka-python first reads the
         # modified keys back and sends them along, so only the key it names changes
         result = admin.alter_configs([KpConfigResource(ConfigResourceType.GROUP, group, {
-            "share.heartbeat.interval.ms": "3000"})], incremental=False)
+            "share.heartbeat.interval.ms": "6000"})], incremental=False)  # Kafka's range: 5000-15000
         assert result == {"group": {group: "OK"}}
         assert described("modified") == {"share.auto.offset.reset": ("earliest", "DYNAMIC_GROUP_CONFIG"),
-                                         "share.heartbeat.interval.ms": ("3000", "DYNAMIC_GROUP_CONFIG")}
+                                         "share.heartbeat.interval.ms": ("6000", "DYNAMIC_GROUP_CONFIG")}
         result = admin.reset_configs([KpConfigResource(ConfigResourceType.GROUP, group)], incremental=False)
         assert result == {"group": {group: "OK"}}
         assert described("modified") == {}

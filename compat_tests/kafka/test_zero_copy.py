@@ -23,8 +23,10 @@ def _fetched(broker) -> dict[str, int]:
 
 
 def _produce(bootstrap: str, topic: str, partitions: int) -> dict[int, list[tuple[bytes, bytes]]]:
+    failed = []
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 1 << 20,
-                         "message.max.bytes": 2_000_000})
+                         "message.max.bytes": 2_000_000,
+                         "on_delivery": lambda err, msg: err is not None and failed.append(err)})
     sent: dict[int, list[tuple[bytes, bytes]]] = {p: [] for p in range(partitions)}
     for i in range(3000):
         size = (100, 1000, 10_000, 100_000)[i % 4] if i % 7 else 300_000
@@ -35,13 +37,17 @@ def _produce(bootstrap: str, topic: str, partitions: int) -> dict[int, list[tupl
         if i % 200 == 0:
             producer.poll(0)
     assert producer.flush(60) == 0
+    assert not failed, f"{len(failed)} records not delivered, e.g. {failed[0]}"
     return sent
 
 
 def test_consumers_read_exactly_what_was_produced_through_sendfile(kafka_broker):
     topic = unique_name("zero-copy")
     partitions = 4
-    create_topic(kafka_broker.bootstrap, topic, partitions=partitions)
+    # batches of up to 1 MB of 300 KB records pass Kafka's default 1 MB limit (message.max.bytes
+    # 1048588): Kafka refuses them (MESSAGE_TOO_LARGE, which flush() does not report), so the
+    # topic takes 4 MB batches
+    create_topic(kafka_broker.bootstrap, topic, partitions=partitions, config={"max.message.bytes": "4194304"})
     sent = _produce(kafka_broker.bootstrap, topic, partitions)
     total = sum(len(v) for values in sent.values() for _, v in values)
     # the sendfile counters are our /metrics; on Apache Kafka (no such endpoint, and its own

@@ -4,8 +4,9 @@ DescribeLogDirs tells the truth about it: its absolute path, each partition this
 with the bytes of its segments, offset lag ``max(HW - LEO, 0)`` (Kafka's measure for a current
 log: 0 on a leader) and no future logs, and the volume's total and usable bytes (v4). With one
 directory there is nowhere to move a replica to: AlterReplicaLogDirs to the data dir itself is a
-success with nothing to do, another path is LOG_DIR_NOT_FOUND, a partition this broker does not
-hold is REPLICA_NOT_AVAILABLE (Kafka's answers).
+success with nothing to do, another path is LOG_DIR_NOT_FOUND, a topic this broker holds no
+partition of is UNKNOWN_TOPIC_OR_PARTITION and a partition of a held topic it does not hold is
+REPLICA_NOT_AVAILABLE (Kafka's answers, checked against Apache Kafka 4.4).
 """
 from __future__ import annotations
 
@@ -51,6 +52,7 @@ def describe_log_dirs(ctx, conn, h, req):
 @handles(34)
 def alter_replica_log_dirs(ctx, conn, h, req):
     here = _log_dir(ctx)
+    held = {name for name, _ in ctx.logs.logs}
     results: dict[str, list[dict]] = {}
     for d in req.dirs:
         same = os.path.isabs(d.path) and os.path.realpath(d.path) == here
@@ -58,6 +60,8 @@ def alter_replica_log_dirs(ctx, conn, h, req):
             for p in t.partitions:
                 if not same:
                     error = ErrorCode.log_dir_not_found
+                elif t.name not in held:
+                    error = ErrorCode.unknown_topic_or_partition
                 elif (t.name, p) not in ctx.logs.logs:
                     error = ErrorCode.replica_not_available
                 else:
