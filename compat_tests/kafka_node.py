@@ -20,7 +20,8 @@ the ``consumer`` protocol (KIP-848) is on by default.
 
 Ports (client listener, controller listener) are picked free at construction and kept across
 restarts, so a client can reconnect to the same address. Start-up is ready when a real
-Metadata round-trip on the client port lists every broker of the cluster.
+Metadata round-trip on the client port lists every broker of the cluster and FindCoordinator
+answers (the first one creates ``__consumer_offsets``).
 :meth:`KafkaNode.stop` sends SIGTERM (a controlled shutdown; exit code 143 or 0),
 :meth:`KafkaNode.kill` SIGKILL. Nothing outlives the test run (an ``atexit`` hook kills what
 is left).
@@ -63,9 +64,8 @@ _live: set["KafkaNode"] = set()
 # transaction timeout checker runs every second (Kafka's default, 10 s, is longer than the
 # suite's 2 s transaction timeouts are meant to wait).
 SETTINGS = {
-    "num.partitions": "1",
-    "default.replication.factor": "1",
-    "min.insync.replicas": "1",
+    # num.partitions, default.replication.factor and min.insync.replicas are 1 by default; not set
+    # here, so DescribeConfigs shows them as Kafka's defaults (the cluster-level min ISR included)
     "offsets.topic.replication.factor": "1",
     "offsets.topic.num.partitions": "5",
     "transaction.state.log.replication.factor": "1",
@@ -155,6 +155,23 @@ def metadata_brokers(host: str, port: int, timeout: float = 2.0) -> set[int] | N
             return ids
     except (OSError, struct.error):
         return None
+
+
+def group_coordinator_ready(host: str, port: int, timeout: float = 2.0) -> bool:
+    """True once FindCoordinator v0 for a probe group answers NONE.
+
+    On a new cluster the first FindCoordinator creates ``__consumer_offsets`` and answers
+    COORDINATOR_NOT_AVAILABLE until its partitions are led; clients that do not retry that
+    (kafka-python's admin) would fail the first group test of a run.
+    """
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as s:
+            s.settimeout(timeout)
+            key = b"compat-probe"
+            data = _call(s, 10, 0, struct.pack(">h", len(key)) + key, 3)
+            return struct.unpack_from(">h", data)[0] == 0
+    except (OSError, struct.error):
+        return False
 
 
 # ------------------------------------------------------------------------------------ node
@@ -254,14 +271,16 @@ class KafkaNode:
         self._launched = time.monotonic()
 
     def wait_ready(self, timeout: float = 120) -> float:
-        """Wait until Metadata lists every broker of the cluster; return seconds since launch."""
+        """Wait until Metadata lists every broker of the cluster and a group coordinator
+        answers; return seconds since launch."""
         deadline = self._launched + timeout
         while True:
             if self.proc.poll() is not None:
                 raise KafkaUnavailable(f"{self.name} exited with {self.proc.returncode} during start-up:\n"
                                        + self.output()[-5000:])
             brokers = metadata_brokers(self.host, self.port)
-            if brokers is not None and self.expected_brokers <= brokers:
+            if (brokers is not None and self.expected_brokers <= brokers
+                    and group_coordinator_ready(self.host, self.port)):
                 break
             if time.monotonic() > deadline:
                 self.kill()
