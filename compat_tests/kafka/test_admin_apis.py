@@ -66,8 +66,8 @@ def _create(admin, name, partitions):
 
 # --- ApiVersions ------------------------------------------------------------------------------
 
-@pytest.mark.gateway_only("pins the API versions our broker advertises, as Kafka 4.1 lists them (another "
-                            "branch's work); Kafka 4.4 advertises newer ones, e.g. DescribeLogDirs (API 35) v5")
+@pytest.mark.gateway_only("pins the API versions our broker advertises, as Kafka 4.1 lists them "
+                            "(the newest whose APIs it serves); Kafka 4.4 advertises newer ones, e.g. DescribeLogDirs (API 35) v5")
 def test_kafka_python_infers_kafka_4_1_and_consumes_by_topic_id(bootstrap, admin, topic_name):
     assert admin._client.check_version() >= (4, 1)  # Fetch v17 (3.9) asks for topics by id; 4.1: Produce v13
     versions = admin._manager.broker_version_data.api_versions

@@ -64,7 +64,7 @@ def _described(admin, resource_type, name, synonyms=False) -> dict:
 
 # --- ApiVersions ------------------------------------------------------------------------------
 
-@pytest.mark.gateway_only("written against Kafka 4.1 (another branch's DescribeConfigs/ApiVersions work); Kafka 4.4 differs: kafka-python infers 4.3 from it")
+@pytest.mark.gateway_only("checked against Kafka 4.1.1, whose APIs this broker serves; the test node runs 4.4, which differs: kafka-python infers 4.3 from it")
 def test_kafka_python_infers_kafka_4_1(admin):
     # kafka-python's table: ListOffsets v10 is Kafka 4.0, Produce v13 is 4.1 (ListOffsets v11 would be 4.2)
     assert admin._client.check_version() == (4, 1)
@@ -91,7 +91,7 @@ GROUP_TYPES = {"consumer.session.timeout.ms": "INT", "consumer.heartbeat.interva
                "share.record.lock.duration.ms": "INT"}
 
 
-@pytest.mark.gateway_only("written against Kafka 4.1 (another branch's DescribeConfigs/ApiVersions work); Kafka 4.4 differs: listeners and advertised.listeners are of type LIST")
+@pytest.mark.gateway_only("checked against Kafka 4.1.1, whose APIs this broker serves; the test node runs 4.4, which differs: listeners and advertised.listeners are of type LIST")
 def test_every_described_config_has_kafkas_type(admin, topic_name):
     _create(admin, topic_name)
     group = unique_name("cfg-types")
@@ -171,7 +171,7 @@ def test_client_metrics_resource_has_kafkas_defaults(admin):
         "metrics": ("", "LIST", "DEFAULT_CONFIG")}
 
 
-@pytest.mark.gateway_only("written against Kafka 4.1 (another branch's DescribeConfigs/ApiVersions work); Kafka 4.4 differs: a group config lists its default as one more synonym")
+@pytest.mark.gateway_only("checked against Kafka 4.1.1, whose APIs this broker serves; the test node runs 4.4, which differs: a group config lists its default as one more synonym")
 def test_group_config_synonyms_are_the_value_in_effect(admin):
     group = unique_name("cfg-syn")
     admin.alter_configs([ConfigResource(ConfigResourceType.GROUP, group,
