@@ -45,6 +45,7 @@ import time
 import uuid
 from pathlib import Path
 
+from compat_tests.support import kept_port
 from compat_tests.tools import ToolUnavailable, maven_classpath
 
 KAFKA_VERSION = "4.4.0"
@@ -98,9 +99,7 @@ def kafka_classpath() -> list[str]:
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return kept_port()  # kept across restarts: from outside the ephemeral range
 
 
 def new_cluster_id() -> str:

@@ -38,6 +38,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from compat_tests.support import kept_port
+
 INSTALL_HINT = "apt-get install -y rabbitmq-server"
 _SCRIPT_DIRS = ("/usr/lib/rabbitmq/bin",)
 _SCRIPT_GLOBS = ("/usr/lib/rabbitmq/lib/rabbitmq_server-*/sbin",)
@@ -93,9 +95,7 @@ def installed_version() -> tuple[int, ...] | None:
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return kept_port()  # kept across restarts: from outside the ephemeral range
 
 
 def amqp_greets(host: str, port: int, timeout: float = 1.0) -> bool:

@@ -14,3 +14,34 @@ def wait_until(predicate, timeout: float = 10.0, what: str = "a condition", inte
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(interval)
+
+
+# Ports that a test keeps across a broker's kill and restart come from below the kernel's
+# ephemeral range (32768-60999 by default), where no client connection's local port can take
+# one while its broker is down; each xdist worker draws from its own slice, so two workers never
+# hand out the same port.
+_KEPT_FIRST, _KEPT_SLICE = 20000, 3000
+_handed_out: set[int] = set()
+
+
+def kept_port() -> int:
+    """A port free now, not handed out before by this process, and no other worker's."""
+    import os
+    import random
+    import socket
+
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(worker[2:]) if worker[2:].isdigit() else 0
+    first = _KEPT_FIRST + (index % 4) * _KEPT_SLICE
+    for _ in range(2000):
+        port = random.randrange(first, first + _KEPT_SLICE)
+        if port in _handed_out:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    raise RuntimeError(f"no free port left in {first}-{first + _KEPT_SLICE - 1}")

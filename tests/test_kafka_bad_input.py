@@ -73,7 +73,7 @@ def test_api_versions_with_unknown_version_answers_v0_with_the_list(broker):
         assert struct.unpack_from(">i", data)[0] == 11
         body, _ = entity_reader(response_class(18, 0))(data, 4)
         assert body.error_code == ErrorCode.unsupported_version
-        assert {(k.api_key, k.min_version, k.max_version) for k in body.api_keys} >= {(18, 0, 3), (0, 0, 9), (1, 4, 17)}
+        assert {(k.api_key, k.min_version, k.max_version) for k in body.api_keys} >= {(18, 0, 4), (0, 0, 13), (1, 4, 18)}
 
 
 def test_malformed_request_and_unsupported_version_close_only_that_connection(broker):

@@ -104,7 +104,8 @@ def test_kafka_produce_is_throttled_while_an_alarm_is_on(tmp_path):
         time.sleep(1.0)  # the alarm check runs on the AMQP tick
         with KafkaAdmin(bootstrap) as admin:
             answer = admin.call(0, {"transactional_id": None, "acks": 1, "timeout": 5000, "topic_data": [
-                {"name": "throttled", "partition_data": [{"index": 0, "records": simple_batch([b"v"])}]}]})
+                {"name": "throttled", "partition_data": [{"index": 0, "records": simple_batch([b"v"])}]}]},
+                version=12)  # topics by name (v13 names them by id)
         assert answer.throttle_time.total_seconds() == pytest.approx(0.7)
         assert [p.error_code for t in answer.responses for p in t.partition_responses] == [0]
     finally:

@@ -19,30 +19,19 @@ from __future__ import annotations
 
 import atexit
 import signal
-import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from compat_tests.support import wait_until
+from compat_tests.support import kept_port, wait_until
 from tests.brokerproc import BrokerProcess, start_broker
 
 LAG_MS = 3000  # --replica-lag-time-max-ms for every test broker: ISR changes within seconds
 _live: set["ClusterBroker"] = set()
 
 
-_HANDED_OUT: set[int] = set()
-
-
 def free_port() -> int:
-    """A port free now and not handed out before in this run: brokers pick theirs up front and
-    bind later, so the OS may offer one port twice meanwhile (seen: two brokers given one port)."""
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port not in _HANDED_OUT:
-            _HANDED_OUT.add(port)
-            return port
+    """A port kept by one broker across its kills and restarts (compat_tests.support.kept_port)."""
+    return kept_port()
 
 
 class ClusterBroker:

@@ -97,9 +97,10 @@ class KafkaAdmin:
             raise KafkaClientError(f"the broker does not offer API {api_key} in a version this tool speaks")
         return chosen
 
-    def call(self, api_key: int, data: dict):
-        """Send one request (fields as a dict, any version) and return the decoded response entity."""
-        return self._call(api_key, self.version(api_key), data)
+    def call(self, api_key: int, data: dict, version: int | None = None):
+        """Send one request (fields as a dict) at ``version`` (default: the newest both sides
+        speak) and return the decoded response entity."""
+        return self._call(api_key, self.version(api_key) if version is None else version, data)
 
     def _call(self, api_key: int, version: int, data: dict):
         self._correlation += 1
