@@ -9,8 +9,8 @@ Then, alternating, ``--repeat`` times each:
   per task); the time includes planning and the Python workers, not the session's start;
 * ``kafka-python read``: one kafka-python consumer reading the same records over the Kafka
   protocol from the same broker (assigned partitions, from the beginning to the end offsets);
-* ``kafka source batch read``: Spark's own ``format("kafka")``, only when ``SPARK_KAFKA_JARS``
-  names the connector jars.
+* ``kafka source batch read``: Spark's own ``format("kafka")`` (the connector is fetched by Spark
+  from Maven Central, or taken from ``SPARK_KAFKA_JARS``).
 
 With ``--archive`` it also times the archive pipeline (``--once``, direct source -> Parquet).
 The table gives medians; "peer" is kafka-python, the ratio is gatewaylog / kafka-python.
@@ -98,7 +98,7 @@ def add_arguments(parser) -> None:
 def run(args) -> peers.SuiteResult:
     from spark.archive import ArchiveSource, run_archive
     from spark.options import gatewaylog_options, kafka_options
-    from spark.session import kafka_jars, spark_session
+    from spark.session import spark_session
 
     print("starting our broker ...", flush=True)
     ours = peers.OurBroker("spark")
@@ -109,11 +109,10 @@ def run(args) -> peers.SuiteResult:
         produce(bootstrap, topic, args.messages, args.partitions)
         wait_for_checkpoint(ours.data_dir, topic, args.messages)
         print(f"produced {args.messages:,} records in {time.monotonic() - started:.1f} s", flush=True)
-        spark = spark_session("bench-spark")
+        spark = spark_session("bench-spark", kafka=True)
         direct = gatewaylog_options(str(ours.data_dir), topics=[topic])
-        cases = {"gatewaylog batch read": lambda: spark_read(spark, "gatewaylog", direct)}
-        if kafka_jars():
-            cases["kafka source batch read"] = lambda: spark_read(spark, "kafka", kafka_options(bootstrap, topics=[topic]))
+        cases = {"gatewaylog batch read": lambda: spark_read(spark, "gatewaylog", direct),
+                 "kafka source batch read": lambda: spark_read(spark, "kafka", kafka_options(bootstrap, topics=[topic]))}
         spark_read(spark, "gatewaylog", direct)  # warm-up: Python workers started, classes loaded
         samples = peers.Samples("spark", "kafka-python")
         for rep in range(args.repeat):
