@@ -1,13 +1,13 @@
 """Parallel runs: how the whole suite is shared between pytest-xdist workers.
 
-``pyproject.toml`` runs ``-n 2 --dist loadgroup``. A test is handed to whichever worker is free,
-except that the tests of a group run on one worker; the groups are set here:
+``pyproject.toml`` runs ``-n 2 --dist loadgroup``: every test gets an ``xdist_group`` here and a
+group runs on one worker, so
 
-* every test against a reference peer (RabbitMQ, Apache Kafka, the Spark session) is in that
-  peer's group, so each peer starts once per run, as it would without workers;
-* the documentation's examples share the Spark group (one of them is a Spark pipeline, and the
-  cluster example listens on the documented default ports);
-* the suites that build network namespaces run one at a time.
+* a module's tests stay together and its module-scoped broker starts once;
+* every test against a reference peer (RabbitMQ, Apache Kafka, Spark's session) is in that peer's
+  group, so each peer starts once per run, as it would without workers;
+* tests that take fixed ports on 127.0.0.1 (the documentation's own examples) or build network
+  namespaces share one group, so two of them never run at once.
 
 ``-n 0`` runs everything in one process, in the usual order.
 """
@@ -22,7 +22,7 @@ FIXED_PORTS = {"tests/test_doc_examples.py", "tests/test_doc_cluster_example.py"
 NETNS = {"compat_tests/cluster/test_partitions.py", "compat_tests/cluster/test_transaction_faults.py"}
 
 
-def _group(item: pytest.Item) -> str | None:
+def _group(item: pytest.Item) -> str:
     path = item.nodeid.split("::")[0]
     params = getattr(getattr(item, "callspec", None), "params", {})
     targets = {v for v in params.values() if isinstance(v, str)}
@@ -34,12 +34,10 @@ def _group(item: pytest.Item) -> str | None:
         return "peer:spark"
     if path in NETNS:
         return "netns"
-    return None
+    return path
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups into node ids
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        group = _group(item)
-        if group is not None and item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(group))
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(_group(item)))
