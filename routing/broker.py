@@ -259,7 +259,8 @@ class Router:
         saved = {}
         for vhost in self.vhosts.values():
             for delay_log in vhost.delay_logs.values():
-                saved[delay_log.topic] = {"delayed": delay_log.state()}
+                if not delay_log.remote:
+                    saved[delay_log.topic] = {"delayed": delay_log.state()}
             for queue in vhost.queues.values():
                 if not queue.durable or queue.remote:
                     continue

@@ -22,7 +22,9 @@ from routing import definitions
 from routing.errors import ChannelError
 from routing.remote_queue import RemoteQueue
 from routing.state import decode_state_records
-from routing.vhost import DELAYED_TYPE, VirtualHost, _exchange_class
+from routing.delayed import RemoteDelayLog
+from core.names import queue_topic
+from routing.vhost import DELAY_LOG_PREFIX, DELAYED_TYPE, VirtualHost, _exchange_class
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +109,9 @@ def _settings(vhost: VirtualHost, value: dict) -> None:
 def _exchange(vhost: VirtualHost, name: str, e: dict | None) -> None:
     existing = vhost.exchanges.get(name)
     if e is None:
+        held = vhost.delay_logs.pop(name, None)
+        if held is not None:
+            held.deleted = True
         if existing is not None:
             del vhost.exchanges[name]
             for other in vhost.exchanges.values():
@@ -120,6 +125,8 @@ def _exchange(vhost: VirtualHost, name: str, e: dict | None) -> None:
     exchange.home_node = e.get("node")
     if e["type"] == DELAYED_TYPE:
         exchange.type_name = DELAYED_TYPE
+        if name not in vhost.delay_logs:  # its held messages live where its delay log is led
+            vhost.delay_logs[name] = RemoteDelayLog(vhost.name, name, queue_topic(vhost.name, DELAY_LOG_PREFIX + name))
     if existing is not None:  # replaced (deleted and declared again elsewhere): its bindings carry over
         for b in existing.bindings():
             exchange.bind(b.destination, b.routing_key, b.arguments)

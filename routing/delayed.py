@@ -63,28 +63,37 @@ class DelayLog:
         self.released: set[int] = {o for o in (released or ()) if o >= self.floor}
         self._due: list[tuple[int, int]] = []  # (due ms, offset), the held messages
         self._pending: list[int] = []  # due times of staged messages, in staging order, until appended
+        self._end = self.floor  # every offset below is in the heap or released
         self._load()
 
     def __repr__(self) -> str:
         return f"<DelayLog {self.name!r} vhost={self.vhost!r} topic={self.topic!r} held={len(self._due)}>"
 
     def _load(self) -> None:
-        for offset in range(self.floor, self.plog.next_offset):
+        self._read_to(self.plog.next_offset)
+        heapq.heapify(self._due)
+        self._advance_floor()
+
+    def _read_to(self, end: int) -> None:
+        """Hold what the log has from ``_end`` to ``end`` that this router did not append: the
+        log's tail at start-up, or (cluster mode 'spread') what other brokers forwarded here."""
+        for offset in range(self._end, end):
             if offset in self.released:
                 continue
             record = self.reader.get(offset)
             if record is not None:
-                self._due.append((due_time(record), offset))
+                heapq.heappush(self._due, (due_time(record), offset))
             else:
                 self.released.add(offset)  # a transaction marker or a gap: nothing to release
-        heapq.heapify(self._due)
-        self._advance_floor()
+        self._end = max(self._end, end)
 
     @property
     def held(self) -> int:
         return len(self._due) + len(self._pending)
 
     def next_due(self) -> int | None:
+        if self._end < self.plog.next_offset:
+            self._read_to(self.plog.next_offset)
         return self._due[0][0] if self._due else None
 
     # --- the append-target interface of the router's commit ---------------------------
@@ -93,9 +102,11 @@ class DelayLog:
         self._pending.append(due_ms)
 
     def appended(self, first_offset: int, sizes: list[int]) -> None:
+        self._read_to(first_offset)
         dues, self._pending = self._pending[:len(sizes)], self._pending[len(sizes):]
         for i, due in enumerate(dues):
             heapq.heappush(self._due, (due, first_offset + i))
+        self._end = max(self._end, first_offset + len(sizes))
 
     def append_failed(self, count: int) -> None:
         del self._pending[:count]
@@ -106,6 +117,8 @@ class DelayLog:
     # --- releasing ------------------------------------------------------------------
     def take_due(self, now_ms: int) -> list[Record]:
         """The held messages due by ``now_ms`` that are durable (below the high watermark), in due order."""
+        if self._end < self.plog.next_offset:
+            self._read_to(self.plog.next_offset)
         out = []
         durable_end = self.plog.high_watermark
         while self._due and self._due[0][0] <= now_ms and self._due[0][1] < durable_end:
@@ -124,6 +137,35 @@ class DelayLog:
 
     def state(self) -> dict:
         return {"floor": self.floor, "released": sorted(self.released)}
+
+
+class RemoteDelayLog:
+    """Cluster mode 'spread': the log of a delayed-message exchange led by another broker. What a
+    publisher here holds is forwarded to the leader as the router forwards a RemoteQueue's
+    messages; the leader keeps the heap and releases each message once it is due."""
+
+    consumers = ()
+    dedup = None
+    remote = True
+    held = 0  # the leader applies --delayed-messages-max to what it holds
+    partition = 0
+
+    def __init__(self, vhost: str, exchange: str, topic: str, leader: int = -1):
+        self.vhost, self.name, self.topic, self.leader = vhost, exchange, topic, leader
+        self.deleted = False
+        self.stats = QueueStats()
+
+    def __repr__(self) -> str:
+        return f"<RemoteDelayLog {self.name!r} vhost={self.vhost!r} leader={self.leader}>"
+
+    def expect(self, due_ms: int) -> None:
+        pass
+
+    def next_due(self) -> None:
+        return None
+
+    def take_due(self, now_ms: int) -> list[Record]:
+        return []
 
 
 def due_time(record: Record) -> int:

@@ -22,7 +22,7 @@ from routing.errors import (
 )
 from routing.dead_letter import strategy_argument
 from routing.dedup import Deduplicator
-from routing.delayed import DELAYED_TYPE, DelayLog
+from routing.delayed import DELAYED_TYPE, DelayLog, RemoteDelayLog
 from routing.exchange_log import ExchangeLog
 from routing.exchanges import EXCHANGE_TYPES, Exchange, route_through
 from routing.policies import PoliciesMixin
@@ -206,8 +206,16 @@ class VirtualHost(PoliciesMixin):
         except InvalidTopicError as exc:
             raise ChannelError(PRECONDITION_FAILED, str(exc)) from None
         state = state or {}
-        self.delay_logs[name] = DelayLog(self.name, name, topic, self._queue_log(topic, True),
-                                         floor=state.get("floor", 0), released=state.get("released"))
+        try:
+            # held messages are replicated as a quorum queue's are (cluster mode; one broker: no-op)
+            plog = self._queue_log(topic, True, None, {"x-queue-type": "quorum"}, DELAY_LOG_PREFIX + name)
+        except UnknownTopicError:
+            if not self.remote_stubs:
+                raise
+            self.delay_logs[name] = RemoteDelayLog(self.name, name, topic)  # led by another broker
+            return
+        self.delay_logs[name] = DelayLog(self.name, name, topic, plog, floor=state.get("floor", 0),
+                                         released=state.get("released"))
 
     def _bound_as_destination(self, name: str) -> bool:
         key = ("exchange", name)

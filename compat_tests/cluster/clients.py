@@ -15,6 +15,17 @@ from compat_tests.cluster.cluster import metadata
 from compat_tests.support import wait_until
 
 
+def amqp_connection(broker, timeout: float = 60) -> pika.BlockingConnection:
+    """A pika connection to one cluster broker, retried until it accepts (it may be starting)."""
+    def attempt():
+        try:
+            return pika.BlockingConnection(pika.ConnectionParameters(
+                broker.ip, broker.ports["amqp"], connection_attempts=1, blocked_connection_timeout=30))
+        except pika.exceptions.AMQPConnectionError:
+            return None
+    return wait_until(attempt, timeout=timeout, what=f"an AMQP connection to broker {broker.node_id}")
+
+
 def produce_one(bootstrap: str, topic: str, partition: int, value: bytes, timeout: float = 20, **conf):
     """Produce one record and wait for its delivery report: None on success, else the KafkaError."""
     producer = Producer({"bootstrap.servers": bootstrap, "message.timeout.ms": int(timeout * 1000) - 1000,

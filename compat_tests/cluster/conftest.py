@@ -46,6 +46,18 @@ def cluster(zk_connect, tmp_path, request) -> Cluster:
         c.close()
 
 
+@pytest.fixture
+def spread(zk_connect, tmp_path, request) -> Cluster:
+    """Three brokers in AMQP cluster mode 'spread' (every broker serves AMQP; queues led anywhere)."""
+    c = make_cluster(tmp_path, zk_connect, n=3, extra_args=("--amqp-cluster-mode", "spread"))
+    request.node.cluster = c
+    try:
+        c.start()
+        yield c
+    finally:
+        c.close()
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield

@@ -15,35 +15,12 @@ import pika
 import pytest
 import requests
 
-from compat_tests.cluster.cluster import Cluster, make_cluster, metadata, partition_view
+from compat_tests.cluster.clients import amqp_connection
+from compat_tests.cluster.cluster import Cluster, metadata, partition_view
 from compat_tests.support import wait_until
 
-SPREAD = ("--amqp-cluster-mode", "spread")
-
-
-@pytest.fixture
-def spread(zk_connect, tmp_path, request) -> Cluster:
-    c = make_cluster(tmp_path, zk_connect, n=3, extra_args=SPREAD)
-    request.node.cluster = c
-    try:
-        c.start()
-        yield c
-    finally:
-        c.close()
-
-
-def _connect(broker) -> pika.BlockingConnection:
-    def attempt():
-        try:
-            return pika.BlockingConnection(pika.ConnectionParameters(
-                broker.ip, broker.ports["amqp"], connection_attempts=1, blocked_connection_timeout=30))
-        except pika.exceptions.AMQPConnectionError:
-            return None
-    return wait_until(attempt, timeout=60, what=f"an AMQP connection to broker {broker.node_id}")
-
-
 def _knows_queue(broker, name: str) -> bool:
-    connection = _connect(broker)
+    connection = amqp_connection(broker)
     try:
         connection.channel().queue_declare(name, passive=True)
         return True
@@ -71,7 +48,7 @@ def _leader(cluster: Cluster, topic: str) -> int:
 
 def test_definitions_made_on_one_broker_route_publishes_on_the_others(spread):
     b1, b2, b3 = spread.brokers
-    c1 = _connect(b1)
+    c1 = amqp_connection(b1)
     ch = c1.channel()
     ch.exchange_declare("orders", "topic", durable=True)
     ch.queue_declare("eu-orders", durable=True)  # client-local: led by broker 1
@@ -84,7 +61,7 @@ def test_definitions_made_on_one_broker_route_publishes_on_the_others(spread):
 
     sent = collections.defaultdict(list)
     for publisher in (b2, b3):
-        connection = _connect(publisher)
+        connection = amqp_connection(publisher)
         channel = connection.channel()
         channel.confirm_delivery()
         for i in range(200):
@@ -94,7 +71,7 @@ def test_definitions_made_on_one_broker_route_publishes_on_the_others(spread):
             sent[publisher.node_id].append(body)
         connection.close()
 
-    c1 = _connect(b1)
+    c1 = amqp_connection(b1)
     ch = c1.channel()
     got = []
     for _ in range(400):
@@ -110,7 +87,7 @@ def test_definitions_made_on_one_broker_route_publishes_on_the_others(spread):
 
 def test_balanced_queues_spread_their_leaders_and_client_local_ones_stay(spread):
     b1 = spread.brokers[0]
-    connection = _connect(b1)
+    connection = amqp_connection(b1)
     ch = connection.channel()
     for i in range(15):
         ch.queue_declare(f"bal-{i}", durable=True, arguments={"x-queue-leader-locator": "balanced"})
@@ -135,13 +112,13 @@ def test_balanced_queues_spread_their_leaders_and_client_local_ones_stay(spread)
     remote = next(f"bal-{i}" for i in range(15) if found[f"bal-{i}"] != 1)
     leader = spread.by_id(found[remote])
     wait_until(lambda: _knows_queue(leader, remote), timeout=30, what=f"broker {leader.node_id} serving {remote}")
-    connection = _connect(b1)
+    connection = amqp_connection(b1)
     ch = connection.channel()
     ch.confirm_delivery()
     for i in range(50):
         ch.basic_publish("", remote, f"m{i}".encode(), pika.BasicProperties(delivery_mode=2))
     connection.close()
-    connection = _connect(leader)
+    connection = amqp_connection(leader)
     ch = connection.channel()
     ok = ch.queue_declare(remote, passive=True)
     assert ok.method.message_count == 50
@@ -150,7 +127,7 @@ def test_balanced_queues_spread_their_leaders_and_client_local_ones_stay(spread)
 
 def test_a_consumer_on_another_broker_gets_every_message_once_and_its_unacked_ones_come_back(spread):
     b1, b2, b3 = spread.brokers
-    connection = _connect(b1)
+    connection = amqp_connection(b1)
     ch = connection.channel()
     ch.queue_declare("work", durable=True)  # led by broker 1
     ch.confirm_delivery()
@@ -161,7 +138,7 @@ def test_a_consumer_on_another_broker_gets_every_message_once_and_its_unacked_on
                what="brokers 2 and 3 knowing queue work")
 
     # a consumer on broker 2 takes 20 with a prefetch of 10 and leaves without acking the last 10
-    c2 = _connect(b2)
+    c2 = amqp_connection(b2)
     ch2 = c2.channel()
     ch2.basic_qos(prefetch_count=10)
     first = []
@@ -178,7 +155,7 @@ def test_a_consumer_on_another_broker_gets_every_message_once_and_its_unacked_on
     unacked = {body for _, body, _ in first[10:]}
 
     # a consumer on broker 3 gets all the rest: the 10 unacked flagged redelivered, none of the acked
-    c3 = _connect(b3)
+    c3 = amqp_connection(b3)
     ch3 = c3.channel()
     ch3.basic_qos(prefetch_count=50)
     rest = {}
@@ -193,14 +170,14 @@ def test_a_consumer_on_another_broker_gets_every_message_once_and_its_unacked_on
     assert set(rest) | acked == {f"w{i}" for i in range(300)}
     assert {body for body, redelivered in rest.items() if redelivered} == unacked
 
-    connection = _connect(b1)
+    connection = amqp_connection(b1)
     assert connection.channel().queue_declare("work", passive=True).method.message_count == 0
     connection.close()
 
 
 def test_basic_get_on_another_broker_takes_acks_and_requeues(spread):
     b1, b2, _ = spread.brokers
-    connection = _connect(b1)
+    connection = amqp_connection(b1)
     ch = connection.channel()
     ch.queue_declare("jobs", durable=True)
     ch.confirm_delivery()
@@ -209,7 +186,7 @@ def test_basic_get_on_another_broker_takes_acks_and_requeues(spread):
     connection.close()
     wait_until(lambda: _knows_queue(b2, "jobs"), timeout=30, what="broker 2 knowing queue jobs")
 
-    c2 = _connect(b2)
+    c2 = amqp_connection(b2)
     ch = c2.channel()
     method, _, body = ch.basic_get("jobs", auto_ack=True)
     assert body == b"j0" and not method.redelivered
@@ -229,12 +206,12 @@ def test_basic_get_on_another_broker_takes_acks_and_requeues(spread):
 
 def test_an_exclusive_reply_queue_on_one_broker_gets_replies_published_on_another(spread):
     _, b2, b3 = spread.brokers
-    client = _connect(b2)
+    client = amqp_connection(b2)
     ch = client.channel()
     reply_to = ch.queue_declare("", exclusive=True).method.queue  # transient, led by broker 2
 
     def visible_on_b3():
-        connection = _connect(b3)
+        connection = amqp_connection(b3)
         try:
             connection.channel().queue_declare(reply_to, passive=True)
             return False  # an exclusive queue of another connection answers 405 even to a passive declare
@@ -245,7 +222,7 @@ def test_an_exclusive_reply_queue_on_one_broker_gets_replies_published_on_anothe
                 connection.close()
 
     wait_until(visible_on_b3, timeout=30, what=f"broker 3 knowing the exclusive queue {reply_to}")
-    server = _connect(b3)
+    server = amqp_connection(b3)
     sch = server.channel()
     sch.confirm_delivery()
     for i in range(20):
@@ -266,7 +243,7 @@ def test_a_quorum_queue_fails_over_with_clients_on_other_brokers_and_loses_no_co
     from compat_tests.cluster.clients import AckingConsumer, ConfirmingPublisher, drain_queue
     b1 = spread.brokers[0]
     arguments = {"x-queue-type": "quorum"}
-    connection = _connect(b1)
+    connection = amqp_connection(b1)
     connection.channel().queue_declare("ledger", durable=True, arguments=arguments)  # led by broker 1
     connection.close()
     wait_until(lambda: _leader(spread, "ledger") == 1, timeout=30, what="broker 1 leading ledger")
@@ -318,7 +295,7 @@ def test_a_quorum_queue_fails_over_with_clients_on_other_brokers_and_loses_no_co
 def test_every_broker_lists_every_queue_with_its_leader_node(spread):
     b1, b2, b3 = spread.brokers
     for broker in (b1, b2):
-        connection = _connect(broker)
+        connection = amqp_connection(broker)
         connection.channel().queue_declare(f"led-by-{broker.node_id}", durable=True)
         connection.close()
 

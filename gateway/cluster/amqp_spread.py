@@ -42,6 +42,7 @@ from gateway.cluster.amqp_consume import ShareLink
 from gateway.cluster.amqp_home import AmqpHome
 from gateway.logs import fields
 from routing.broker import Router
+from routing.delayed import DelayLog, RemoteDelayLog
 from routing.definitions_follower import DefinitionsFollower
 from routing.queue import Queue, position_key
 from routing.remote_queue import RemoteQueue
@@ -287,6 +288,24 @@ class AmqpSpread(AmqpHome):
                         self._make_local(vhost, queue, rep.plog, floors)
                 elif state is not None and not leads and leader != -1:
                     self._make_remote(vhost, queue, leader)
+            for name, held in list(vhost.delay_logs.items()):
+                state = view.state(held.topic, 0)
+                leader = state.leader if state is not None else -1
+                rep = self.node.replicas.get(held.topic, 0)
+                leads = rep is not None and rep.role == LEADER
+                if held.remote:
+                    held.leader = leader
+                    if leads:
+                        if floors is None:
+                            floors = router.state.latest_floors()
+                        saved = floors.get(held.topic, {}).get("delayed", {})
+                        vhost.delay_logs[name] = DelayLog(vhost.name, name, held.topic, rep.plog,
+                                                          floor=saved.get("floor", 0), released=saved.get("released"))
+                        log.info("delayed-message exchange's log led here now", extra=fields(
+                            exchange=name, vhost=vhost.name, held=vhost.delay_logs[name].held))
+                elif state is not None and not leads and leader != -1:
+                    held.deleted = True
+                    vhost.delay_logs[name] = RemoteDelayLog(vhost.name, name, held.topic, leader)
 
     def _make_local(self, vhost, stub: RemoteQueue, plog, floors: dict) -> None:
         position = floors.get(position_key(stub.topic, stub.partition), {})
