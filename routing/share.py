@@ -229,7 +229,7 @@ class SharePartitions:
         # cluster mode: start offsets kept by the group's coordinator (gateway.cluster.share_state),
         # since a partition's leader may change; None on a single node (the file above is enough)
         self.remote = None
-        self._remote_written: dict[tuple[str, str, int], int] = {}
+        self._remote_written: dict[tuple[str, str, int], dict] = {}  # the snapshots written last
 
     # --- finding ----------------------------------------------------------------------------
     def owner(self, group: str, member_id: str) -> ShareOwner:
@@ -257,7 +257,7 @@ class SharePartitions:
                 start = self.remote.start(group, topic, index)
                 if start is PENDING:
                     return None
-                saved = None if start is None else {"floor": start}
+                saved = start  # the snapshot the last leader wrote (snapshot() below), or None
                 if start is not None:
                     self._remote_written[key] = start
             sp = SharePartition(group, self._plain(group, topic, index, plog, saved), False)
@@ -295,6 +295,9 @@ class SharePartitions:
         queue.committed_view = lambda: (self.stable(topic, index, plog)
                                         if self.stable is not None and self.read_committed(group) else None)
         queue.attach(plog)
+        settled = [o for first, last in (saved or {}).get("settled", ()) for o in range(first, last + 1)]
+        if settled:  # archived above the start offset: never delivered again
+            queue.cursor.settle(settled)
         return queue
 
     def _drop(self, sp: SharePartition) -> None:
@@ -350,9 +353,9 @@ class SharePartitions:
         for key, sp in self.partitions.items():
             if sp.shared or sp.queue.deleted:
                 continue
-            floor = sp.queue.ack_floor
-            if self._remote_written.get(key) != floor:
-                moved[key] = floor
+            state = snapshot(sp.queue)
+            if self._remote_written.get(key) != state:
+                moved[key] = state
         if moved:
             self._remote_written.update(moved)
             self.remote.write(moved)
@@ -370,10 +373,7 @@ class SharePartitions:
         for (group, topic, index), sp in self.partitions.items():
             if sp.shared or sp.queue.deleted:
                 continue
-            entry = out[_key(group, topic, index)] = {"floor": sp.queue.ack_floor}
-            counts = sp.queue.delivery_counts_json()
-            if counts:
-                entry["deliveries"] = counts
+            out[_key(group, topic, index)] = snapshot(sp.queue)
         return out
 
     def restore(self, positions: dict[str, dict]) -> None:
@@ -399,8 +399,8 @@ class SharePartitions:
         start = min(max(offset, plog.log_start_offset), plog.high_watermark)
         self.saved[_key(group, topic, index)] = {"floor": start}
         if self.remote is not None:  # cluster mode: the coordinator's copy is what a leader reads
-            self._remote_written[(group, topic, index)] = start
-            self.remote.write({(group, topic, index): start})
+            self._remote_written[(group, topic, index)] = {"floor": start}
+            self.remote.write({(group, topic, index): {"floor": start}})
 
     def reset_topic(self, group: str, topic: str) -> None:
         """DeleteShareGroupOffsets: the group forgets the topic; a later fetch starts afresh."""
@@ -424,6 +424,28 @@ class SharePartitions:
             if g == group and not sp.queue.deleted:
                 out[(topic, index)] = sp.queue.ack_floor
         return sorted((t, i, floor) for (t, i), floor in out.items())
+
+
+def snapshot(queue: Queue) -> dict:
+    """A plain share partition's state as Kafka's share snapshot has it: the start offset, the
+    delivery count of every record above it that was delivered (one still acquired counts its
+    current delivery), and the ranges archived above it. Saved with the ack floors, and in
+    cluster mode kept by the group's coordinator, so a new leader goes on where the last stopped."""
+    counts = {int(o): n for o, n in queue.delivery_counts_json().items()}
+    for offset in queue.cursor.unacked:
+        counts[offset] = counts.get(offset, 0) + 1
+    entry: dict = {"floor": queue.ack_floor}
+    if counts:
+        entry["deliveries"] = {str(o): n for o, n in sorted(counts.items())}
+    if queue.cursor.settled_above:
+        ranges: list[list[int]] = []
+        for offset in sorted(queue.cursor.settled_above):
+            if ranges and ranges[-1][1] == offset - 1:
+                ranges[-1][1] = offset
+            else:
+                ranges.append([offset, offset])
+        entry["settled"] = ranges
+    return entry
 
 
 def _key(group: str, topic: str, index: int) -> str:

@@ -9,16 +9,21 @@ quarter second) and reads them when it starts serving a partition. A coordinator
 reached with OffsetCommit/OffsetFetch over the blocking admin client on a worker thread, so the
 reactor never waits; until a read is back the share partition serves nothing (PENDING).
 
-After a failover the new leader starts at the last start offset written: records accepted after
-it come again (at least once); acquisition locks and delivery counts start afresh.
+What is written is the partition's snapshot (routing.share.snapshot): the start offset as the
+committed offset, and the delivery counts and archived ranges above it as the commit's metadata
+(JSON, within Kafka's 4,096-byte metadata limit: the lowest offsets' entries are kept when it
+would not fit). After a failover the new leader starts where the last snapshot says: a record
+delivered four times is delivered the fifth time next, an archived one never again; what was
+accepted after the last write comes again (at least once), and acquisition locks start afresh.
 """
 from __future__ import annotations
 
+import json
 import logging
 
 from twisted.internet import threads
 
-from core.offsets import OffsetAndMetadata, share_state_key
+from core.offsets import MAX_METADATA_BYTES, OffsetAndMetadata, share_state_key
 from gateway.cluster import coordination
 from gateway.ctl.kafka_client import KafkaAdmin, KafkaClientError
 from routing.share import PENDING
@@ -35,7 +40,8 @@ class RemoteShareState:
 
     # --- reads ----------------------------------------------------------------------------------
     def start(self, group: str, topic: str, index: int):
-        """The stored start offset, None if there is none, or PENDING while it is being read."""
+        """The stored snapshot ({"floor", "deliveries", "settled"}), None if there is none, or
+        PENDING while it is being read."""
         key = (group, topic, index)
         if key in self._known:
             return self._known.pop(key)
@@ -46,7 +52,7 @@ class RemoteShareState:
             return PENDING  # no coordinator right now: try again at the next fetch
         if node == self.ctx.node_id:
             found = self.ctx.groups.offsets.fetch(share_state_key(group)).get((topic, index))
-            return None if found is None else found.offset
+            return None if found is None else _snapshot(found.offset, found.metadata)
         address = self._address(node)
         if address is None:
             return PENDING
@@ -70,15 +76,16 @@ class RemoteShareState:
             del self._known[key]
 
     # --- writes ---------------------------------------------------------------------------------
-    def write(self, moved: dict[tuple[str, str, int], int]) -> None:
-        by_group: dict[str, dict[tuple[str, int], int]] = {}
-        for (group, topic, index), offset in moved.items():
-            by_group.setdefault(group, {})[(topic, index)] = offset
+    def write(self, moved: dict[tuple[str, str, int], dict]) -> None:
+        """``moved``: each share partition's snapshot (routing.share.snapshot) that changed."""
+        by_group: dict[str, dict[tuple[str, int], OffsetAndMetadata]] = {}
+        for (group, topic, index), state in moved.items():
+            by_group.setdefault(group, {})[(topic, index)] = OffsetAndMetadata(state["floor"], metadata=_metadata(state))
         for group, offsets in by_group.items():
             key = share_state_key(group)
             node = coordination.coordinator(self.ctx, key, 0)
             if node == self.ctx.node_id:
-                self.ctx.groups.offsets.commit(key, {tp: OffsetAndMetadata(o) for tp, o in offsets.items()})
+                self.ctx.groups.offsets.commit(key, offsets)
                 continue
             address = None if node is None else self._address(node)
             if address is None:
@@ -104,9 +111,36 @@ class RemoteShareState:
         return None if info is None else f"{info.host}:{info.port}"
 
 
+def _metadata(state: dict) -> str:
+    """The snapshot's part above the start offset as compact JSON of at most MAX_METADATA_BYTES."""
+    rest = {k: v for k, v in state.items() if k != "floor"}
+    while True:
+        text = json.dumps(rest, separators=(",", ":")) if rest else ""
+        if len(text) <= MAX_METADATA_BYTES:
+            return text
+        for part in ("deliveries", "settled"):  # keep the entries nearest the start offset
+            entries = rest.get(part)
+            if entries:
+                rest[part] = dict(list(entries.items())[:len(entries) // 2]) if isinstance(entries, dict) \
+                    else entries[:len(entries) // 2]
+                break
+        else:
+            return ""
+
+
+def _snapshot(offset: int, metadata: str | None) -> dict:
+    state = {"floor": offset}
+    if metadata:
+        try:
+            state.update(json.loads(metadata))
+        except ValueError:
+            pass  # written by something else: the start offset is all there is
+    return state
+
+
 # --- on a worker thread ---------------------------------------------------------------------------
 
-def _fetch_offset(address: str, key: str, topic: str, index: int) -> int | None:
+def _fetch_offset(address: str, key: str, topic: str, index: int) -> dict | None:
     with KafkaAdmin(address, client_id="gateway-share-state") as client:
         answer = client.call(9, {"group_id": key, "topics": [{"name": topic, "partition_indexes": [index]}],
                                  "groups": [{"group_id": key, "topics": [{"name": topic, "partition_indexes": [index]}]}],
@@ -117,15 +151,15 @@ def _fetch_offset(address: str, key: str, topic: str, index: int) -> int | None:
         for p in t.partitions:
             if p.error_code:
                 raise KafkaClientError(f"OffsetFetch of {key}: error {p.error_code}")
-            return p.committed_offset if p.committed_offset >= 0 else None
+            return _snapshot(p.committed_offset, p.metadata) if p.committed_offset >= 0 else None
     return None
 
 
-def _commit_offsets(address: str, key: str, offsets: dict[tuple[str, int], int]) -> None:
+def _commit_offsets(address: str, key: str, offsets: dict[tuple[str, int], OffsetAndMetadata]) -> None:
     topics: dict[str, list[dict]] = {}
-    for (topic, index), offset in offsets.items():
-        topics.setdefault(topic, []).append({"partition_index": index, "committed_offset": offset,
-                                             "committed_leader_epoch": -1, "committed_metadata": ""})
+    for (topic, index), om in offsets.items():
+        topics.setdefault(topic, []).append({"partition_index": index, "committed_offset": om.offset,
+                                             "committed_leader_epoch": -1, "committed_metadata": om.metadata})
     with KafkaAdmin(address, client_id="gateway-share-state") as client:
         answer = client.call(8, {"group_id": key, "generation_id_or_member_epoch": -1, "member_id": "",
                                  "group_instance_id": None, "retention_time_ms": -1,
