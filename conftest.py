@@ -37,6 +37,7 @@ def _group(item: pytest.Item) -> str:
     return path
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which copies the groups into the node ids
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
