@@ -146,10 +146,13 @@ class GroupConfigs:
     FILE = "group-configs.json"
     VERSION = 1
 
-    def __init__(self, data_dir: Path, defaults: Mapping[str, str | int] | None = None):
+    def __init__(self, data_dir: Path, defaults: Mapping[str, str | int] | None = None, document=None):
         """``defaults``: the broker's own settings for some keys (e.g. its
-        group.consumer.session.timeout.ms), used where a group has no override."""
+        group.consumer.session.timeout.ms), used where a group has no override. ``document``:
+        cluster mode's copy every broker shares (read() -> dict | None, write(dict), name),
+        instead of the file in the data directory."""
         self.path = Path(data_dir) / self.FILE
+        self.document = document
         self.defaults = {name: key[1] for name, key in KEYS.items()}
         for name, value in (defaults or {}).items():
             self.defaults[name] = str(int(value)) if type_of(name) == INT else check(name, str(value))
@@ -157,7 +160,10 @@ class GroupConfigs:
 
     def _read(self) -> dict[str, dict[str, str]]:
         try:
-            doc = json.loads(self.path.read_text())
+            if self.document is None:
+                doc = json.loads(self.path.read_text())
+            else:
+                doc = self.document.read() or {"groups": {}}
             groups = doc["groups"]
             if not isinstance(groups, dict) or not all(isinstance(c, dict) for c in groups.values()):
                 raise TypeError("'groups' must map each group id to an object of configs")
@@ -165,11 +171,19 @@ class GroupConfigs:
         except FileNotFoundError:
             return {}
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise GroupConfigFileError(f"group configs file {self.path} is damaged ({exc}); fix it, or remove it "
+            where = f"file {self.path}" if self.document is None else self.document.name
+            raise GroupConfigFileError(f"group configs {where} is damaged ({exc}); fix it, or remove it "
                                        "to drop every group config override") from exc
+
+    def reload(self) -> None:
+        """Cluster mode: another broker rewrote the shared document."""
+        self._groups = self._read()
 
     def _write(self, groups: dict[str, dict[str, str]]) -> None:
         doc = {"version": self.VERSION, "groups": {g: dict(sorted(c.items())) for g, c in sorted(groups.items())}}
+        if self.document is not None:
+            self.document.write(doc)
+            return
         write_atomic(self.path, json.dumps(doc, indent=1).encode())
 
     # --- reading ------------------------------------------------------------------------------

@@ -83,8 +83,11 @@ class ClientQuotaStore:
     FILE = "client-quotas.json"
     VERSION = 1
 
-    def __init__(self, data_dir: Path):
+    def __init__(self, data_dir: Path, document=None):
+        """``document``: cluster mode's copy every broker shares (read() -> dict | None,
+        write(dict), name), instead of the file in the data directory."""
         self.path = Path(data_dir) / self.FILE
+        self.document = document
         self._quotas: dict[Entity, dict[str, float]] = self._read()
         self._keys = self._keys_set()  # every key some entity sets: the hot path's "nothing to do"
 
@@ -93,7 +96,7 @@ class ClientQuotaStore:
 
     def _read(self) -> dict[Entity, dict[str, float]]:
         try:
-            doc = json.loads(self.path.read_text())
+            doc = json.loads(self.path.read_text()) if self.document is None else (self.document.read() or {})
             out = {}
             for item in doc.get("entities", []):
                 values = {k: float(v) for k, v in item.get("quotas", {}).items()}
@@ -103,12 +106,21 @@ class ClientQuotaStore:
         except FileNotFoundError:
             return {}
         except (ValueError, KeyError, TypeError, AttributeError) as exc:  # written atomically, so a hand edit
-            log.error("%s is unreadable (%s): no client quotas apply until it is fixed or rewritten", self.path, exc)
+            where = self.path if self.document is None else self.document.name
+            log.error("%s is unreadable (%s): no client quotas apply until it is fixed or rewritten", where, exc)
             return {}
+
+    def reload(self) -> None:
+        """Cluster mode: another broker rewrote the shared document."""
+        self._quotas = self._read()
+        self._keys = self._keys_set()
 
     def _write(self, quotas: dict[Entity, dict[str, float]]) -> None:
         doc = {"version": self.VERSION, "entities": [{"entity": dict(e), "quotas": q}
                                                      for e, q in sorted(quotas.items(), key=repr)]}
+        if self.document is not None:
+            self.document.write(doc)
+            return
         write_atomic(self.path, json.dumps(doc, indent=1).encode())
 
     # --- KIP-546 ---------------------------------------------------------------------

@@ -99,6 +99,8 @@ class ClusterView:
     topics: Mapping[str, TopicAssignment] = field(default_factory=dict)
     states: Mapping[tuple[str, int], PartitionState] = field(default_factory=dict)
     reassignments: Mapping[tuple[str, int], Reassignment] = field(default_factory=dict)
+    # documents every broker shares (client quotas, group configs): path -> (JSON document, version)
+    configs: Mapping[str, tuple[object, int]] = field(default_factory=dict)
 
     def state(self, topic: str, partition: int) -> PartitionState | None:
         return self.states.get((topic, partition))

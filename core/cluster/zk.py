@@ -15,6 +15,8 @@ Layout, Kafka's own (under the chroot of ``--zookeeper host:port/chroot``)::
     /controller_epoch                                     <int>, bumped by every new controller
     /admin/reassign_partitions                            {"partitions": [{"topic", "partition", "replicas"}]}
     /cluster/id                                           the cluster id
+    /config/client-quotas                                 {"version", "entities"} (core.quotas), every broker's
+    /config/group-configs                                 {"version", "groups"} (core.group_configs), every broker's
 
 Fencing: every state change the controller makes is a ZooKeeper transaction that also checks
 the version of ``/controller_epoch`` it wrote when it won, so a controller that was replaced
@@ -42,6 +44,7 @@ log = logging.getLogger(__name__)
 
 IDS, TOPICS, CONTROLLER, CONTROLLER_EPOCH = "/brokers/ids", "/brokers/topics", "/controller", "/controller_epoch"
 REASSIGN, CLUSTER_ID = "/admin/reassign_partitions", "/cluster/id"
+SHARED_DOCS = ("/config/client-quotas", "/config/group-configs")  # read into ClusterView.configs
 LOOP_S = 0.2  # the agent's pace when nothing wakes it
 PREFERRED_ELECTION_S = 10.0  # how often the controller moves leadership back to preferred replicas
 
@@ -140,7 +143,7 @@ class ZkAgent:
 
     def _mark_all(self) -> None:
         with self._lock:
-            self._dirty.update((IDS, TOPICS, CONTROLLER, REASSIGN))
+            self._dirty.update((IDS, TOPICS, CONTROLLER, REASSIGN, *SHARED_DOCS))
             self._dirty.update(p for p in self._nodes if p.startswith(TOPICS))
         self._wake.set()
 
@@ -291,7 +294,26 @@ class ZkAgent:
                 r = Reassignment(item["topic"], int(item["partition"]), tuple(int(b) for b in item["replicas"]),
                                  tuple(int(b) for b in item.get("original", ())))
                 reassign[(r.topic, r.partition)] = r
-        return ClusterView(brokers, controller_id, topics, states, reassign)
+        configs = {path: node for path in SHARED_DOCS if (node := self._nodes.get(path)) and node[0] is not None}
+        return ClusterView(brokers, controller_id, topics, states, reassign, configs)
+
+    # --- shared documents -------------------------------------------------------------
+    def write_doc(self, path: str, doc, version: int) -> int:
+        """Replace a shared JSON document if it is still at ``version`` (-1: it does not exist);
+        return its new version. Raises ZkError if another broker changed it meanwhile."""
+        data = _dump(doc)
+        try:
+            if version < 0:
+                self.zk.create(path, data, makepath=True)
+                new = 0
+            else:
+                new = self.zk.set(path, data, version=version).version
+        except (NodeExistsError, BadVersionError, NoNodeError):
+            raise ZkError(f"{path} was changed by another broker at the same time: try again") from None
+        except KazooException as exc:
+            raise ZkError(f"cannot write {path} to ZooKeeper ({type(exc).__name__}); is it reachable?") from None
+        self.wake(path)
+        return new
 
     # --- controller -----------------------------------------------------------------
     @property

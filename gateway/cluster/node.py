@@ -18,6 +18,7 @@ from core.cluster.view import BrokerInfo, ClusterView
 from core.cluster.zk import ZkAgent
 from core.errors import LogError, OffsetMismatchError
 from core.replication import FOLLOWER, LEADER, ReplicaManager
+from gateway.cluster import shared_docs
 from gateway.cluster.fetcher import LeaderFetcher
 from gateway.logs import fields
 from wire.errors import CorruptBatchError
@@ -63,6 +64,8 @@ class ClusterNode:
 
     def _on_view(self, view: ClusterView) -> None:
         self.store.update(view)
+        if self.broker is not None:
+            shared_docs.refresh(self.broker.kafka)  # quotas and group configs another broker altered
         if self.active:
             self.sync()
 

@@ -14,6 +14,7 @@ from core.log import PartitionLog
 from core.log_manager import LogManager
 from core.metadata import check_topic_name
 from core.producers import ProducerStates
+from gateway.cluster import shared_docs
 from gateway.kafka.waiters import Waiters
 from gateway.logs import fields
 
@@ -140,8 +141,8 @@ class KafkaContext:
 
 
 def group_configs(ctx: KafkaContext) -> GroupConfigs:
-    """The broker's per-group configs (core.group_configs.GroupConfigs), loaded from the data
-    directory on first use; the KIP-848 keys default to the broker's own settings. Raises
+    """The broker's per-group configs (core.group_configs.GroupConfigs), loaded on first use from
+    the data directory (cluster mode: ZooKeeper); the KIP-848 keys default to the broker's own settings. Raises
     core.group_configs.GroupConfigFileError (and makes nothing) while the file is damaged."""
     gc = ctx.group_configs
     if gc is None:
@@ -149,7 +150,8 @@ def group_configs(ctx: KafkaContext) -> GroupConfigs:
         defaults = {} if consumer is None else {
             "consumer.session.timeout.ms": consumer.session_timeout_ms,
             "consumer.heartbeat.interval.ms": consumer.heartbeat_interval_ms}
-        gc = ctx.group_configs = GroupConfigs(ctx.logs.data_dir, {**defaults, **getattr(ctx, "group_defaults", {})})
+        gc = ctx.group_configs = GroupConfigs(ctx.logs.data_dir, {**defaults, **getattr(ctx, "group_defaults", {})},
+                                              shared_docs.document(ctx, shared_docs.GROUP_CONFIGS))
     return gc
 
 

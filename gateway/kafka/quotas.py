@@ -29,6 +29,7 @@ from typing import Callable
 from twisted.internet import task
 
 from core.quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE, ClientQuotaStore
+from gateway.cluster import shared_docs
 
 WINDOW_S = 1.0
 SAMPLES = 11
@@ -98,10 +99,10 @@ class Quotas:
 
 
 def quotas_of(ctx) -> Quotas:
-    """The broker's quotas, loaded from the data directory on first use."""
+    """The broker's quotas, loaded on first use from the data directory (cluster mode: ZooKeeper)."""
     q = ctx.quotas
     if q is None:
-        q = ctx.quotas = Quotas(ClientQuotaStore(ctx.logs.data_dir))
+        q = ctx.quotas = Quotas(ClientQuotaStore(ctx.logs.data_dir, shared_docs.document(ctx, shared_docs.QUOTAS)))
     return q
 
 

@@ -1,0 +1,57 @@
+"""Cluster mode: client quotas and group configs are the cluster's, not one broker's.
+
+Kafka keeps both in its metadata (ZooKeeper's ``/config/...`` nodes before KRaft), so an
+AlterClientQuotas or IncrementalAlterConfigs answered by one broker holds on every broker. Here
+each is one JSON document in ZooKeeper (core.cluster.zk SHARED_DOCS), in the form the single-node
+file has. A broker's store (core.quotas.ClientQuotaStore, core.group_configs.GroupConfigs) reads
+it from the cluster view, writes it back conditionally on the version it read (two brokers
+altering at once: the second is told to try again, nothing is lost), and reloads it when a view
+shows another broker's write.
+"""
+from __future__ import annotations
+
+from core.cluster.zk import SHARED_DOCS, ZkError
+
+QUOTAS, GROUP_CONFIGS = SHARED_DOCS
+
+
+class SharedDocument:
+    def __init__(self, node, path: str):
+        self.node = node  # gateway.cluster.node.ClusterNode
+        self.path = path
+        self.name = f"ZooKeeper node {path}"
+        self.version = -1  # of the copy last read or written (-1: none exists)
+
+    def read(self):
+        found = self.node.view.configs.get(self.path)
+        if found is None:
+            self.version = -1
+            return None
+        doc, self.version = found
+        return doc
+
+    def write(self, doc) -> None:
+        try:
+            self.version = self.node.agent.write_doc(self.path, doc, self.version)
+        except ZkError as exc:  # the stores' callers answer an OSError as "not changed"
+            raise OSError(str(exc)) from None
+
+    def stale(self) -> bool:
+        """Whether the view holds a version this broker has not read (another broker's write)."""
+        found = self.node.view.configs.get(self.path)
+        return (-1 if found is None else found[1]) != self.version
+
+
+def document(ctx, path: str) -> SharedDocument | None:
+    """The shared document for a store of ``ctx`` (a KafkaContext): None on a single node."""
+    node = getattr(ctx, "cluster", None)
+    return None if node is None else SharedDocument(node, path)
+
+
+def refresh(ctx) -> None:
+    """A new cluster view: each store whose document another broker rewrote reads it again."""
+    quotas = getattr(ctx, "quotas", None)
+    for store in (quotas.store if quotas is not None else None, getattr(ctx, "group_configs", None)):
+        doc = getattr(store, "document", None)
+        if doc is not None and doc.stale():
+            store.reload()
