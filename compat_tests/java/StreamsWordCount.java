@@ -1,12 +1,13 @@
 // A Kafka Streams application with exactly_once_v2, for compat_tests/kafka/test_kafka_streams.py.
 //
-// usage: StreamsWordCount BOOTSTRAP APPLICATION_ID INPUT OUTPUT STATE_DIR GROUP_PROTOCOL
+// usage: StreamsWordCount BOOTSTRAP APPLICATION_ID INPUT OUTPUT STATE_DIR GROUP_PROTOCOL [REPLICATION_FACTOR]
 //
 // Reads INPUT (values are words), re-keys each record by its word (a repartition topic), counts
 // per word in a persistent store (a changelog topic) and writes "word -> count" to OUTPUT. The
 // record cache is off, so every input record makes exactly one output update: read committed,
 // each word's counts are 1, 2, 3, ... with no gap and no repeat, however often the application
-// is killed. GROUP_PROTOCOL is "classic" or "streams" (KIP-1071).
+// is killed. GROUP_PROTOCOL is "classic" or "streams" (KIP-1071). REPLICATION_FACTOR (default 1)
+// is that of the internal topics (3 on a cluster whose brokers are killed).
 //
 // Prints one line per state change ("state RUNNING", ...) on stdout and runs until killed.
 
@@ -27,6 +28,7 @@ public class StreamsWordCount {
     public static void main(String[] args) throws Exception {
         String bootstrap = args[0], appId = args[1], input = args[2], output = args[3], stateDir = args[4];
         String protocol = args[5];
+        int replication = args.length > 6 ? Integer.parseInt(args[6]) : 1;
 
         StreamsBuilder builder = new StreamsBuilder();
         builder.stream(input, Consumed.with(Serdes.String(), Serdes.String()))
@@ -44,7 +46,7 @@ public class StreamsWordCount {
         props.put(StreamsConfig.STATE_DIR_CONFIG, stateDir);
         props.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, 0);
         props.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, 200);
-        props.put(StreamsConfig.REPLICATION_FACTOR_CONFIG, 1);
+        props.put(StreamsConfig.REPLICATION_FACTOR_CONFIG, replication);
         props.put("group.protocol", protocol);
         props.put(StreamsConfig.consumerPrefix("auto.offset.reset"), "earliest");
         props.put(StreamsConfig.producerPrefix("transaction.timeout.ms"), 10000);

@@ -10,94 +10,13 @@ Kafka Streams 4.1 comes from Maven Central (``compat_tests.tools.maven_classpath
 """
 from __future__ import annotations
 
-import signal
-import subprocess
-import threading
 import time
-from collections import defaultdict
 
-from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from compat_tests import tools
 from compat_tests.conftest import unique_name
-
-STREAMS = ["org.apache.kafka:kafka-streams:4.1.1", "org.slf4j:slf4j-simple:1.7.36"]
-WORDS = [f"w{i:02d}" for i in range(20)]
-PER_WORD = 100
-PARTITIONS = 3
-
-
-class StreamsApp:
-    """The Java application as a child process; its stdout lines are kept."""
-
-    def __init__(self, argv: list[str]):
-        self.argv = argv
-        self.lines: list[str] = []
-        self.proc: subprocess.Popen | None = None
-        self.started_at = 0
-
-    def start(self) -> None:
-        self.started_at = len(self.lines)
-        self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        threading.Thread(target=self._pump, args=(self.proc,), daemon=True).start()
-
-    def _pump(self, proc) -> None:
-        for line in proc.stdout:
-            self.lines.append(line.rstrip())
-
-    def wait_running(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if "state RUNNING" in self.lines[self.started_at:]:
-                return
-            assert self.proc.poll() is None, "Kafka Streams exited:\n" + "\n".join(self.lines[-60:])
-            time.sleep(0.2)
-        raise AssertionError("Kafka Streams did not reach RUNNING:\n" + "\n".join(self.lines[-60:]))
-
-    def kill(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(30)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.kill()
-
-
-class OutputReader(threading.Thread):
-    """Reads the output topic read_committed from the start, keeping each word's counts in order."""
-
-    def __init__(self, bootstrap: str, topic: str):
-        super().__init__(daemon=True)
-        self.counts: dict[str, list[int]] = defaultdict(list)
-        self.stopping = threading.Event()
-        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_name("reader"),
-                                  "isolation.level": "read_committed", "auto.offset.reset": "earliest",
-                                  "enable.auto.commit": False})
-        self.consumer.subscribe([topic])
-
-    def run(self) -> None:
-        try:
-            while not self.stopping.is_set():
-                for m in self.consumer.consume(500, timeout=0.5):
-                    if m.error() is None:
-                        self.counts[m.key().decode()].append(int(m.value()))
-        finally:
-            self.consumer.close()
-
-    def total(self) -> int:
-        return sum(len(v) for v in list(self.counts.values()))
-
-    def complete(self) -> bool:
-        return all(self.counts.get(w, [0])[-1] >= PER_WORD for w in WORDS)
-
-
-def _produce(bootstrap: str, topic: str, words: list[str]) -> None:
-    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 20})
-    for i, word in enumerate(words):
-        p.produce(topic, key=str(i).encode(), value=word.encode())
-    assert p.flush(30) == 0
-
+from compat_tests.kafka.streams_app import PARTITIONS, PER_WORD, STREAMS, WORDS, OutputReader, StreamsApp, produce
 
 def test_exactly_once_v2_count_survives_kill_9(bootstrap, tmp_path):
     cp = tools.maven_classpath("kafka-streams", STREAMS)
@@ -109,7 +28,7 @@ def test_exactly_once_v2_count_survives_kill_9(bootstrap, tmp_path):
         f.result(30)
     words = [w for _ in range(PER_WORD) for w in WORDS]
     half = len(words) // 2
-    _produce(bootstrap, source, words[:half])
+    produce(bootstrap, source, words[:half])
 
     app = StreamsApp([argv[0], "-Xmx256m", *argv[1:], main, bootstrap, app_id, source, sink,
                       str(tmp_path / "state"), "classic"])
@@ -123,7 +42,7 @@ def test_exactly_once_v2_count_survives_kill_9(bootstrap, tmp_path):
             assert time.monotonic() < deadline, f"only {reader.total()} outputs:\n" + "\n".join(app.lines[-40:])
             time.sleep(0.1)
         app.kill()
-        _produce(bootstrap, source, words[half:])
+        produce(bootstrap, source, words[half:])
         app.start()
         app.wait_running(120)
         deadline = time.monotonic() + 180
