@@ -1,0 +1,215 @@
+"""The RabbitMQ stream protocol on a spread cluster (``--amqp-cluster-mode spread``), with rstream.
+
+Three brokers, each with a stream listener it registers in ZooKeeper. What holds: Metadata on
+any broker names a stream's leader and its in-sync replicas by their stream addresses (the same
+brokers the Kafka Metadata names for the stream's topic); streams created over the stream
+protocol get three replicas and super-stream partitions are led by different brokers; a
+publisher declared away from the leader is told STREAM_NOT_AVAILABLE; and across a kill -9 of
+the leader, a consumer reading from a replica gets every confirmed message once and in order,
+while the stored offset and the publisher's sequence are still there after the failover.
+"""
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+from rstream import AMQPMessage, Consumer, ConsumerOffsetSpecification, MessageContext, OffsetType, Producer
+from rstream.exceptions import StreamDoesNotExist, StreamNotAvailable
+
+from compat_tests.cluster.cluster import LISTENERS, Cluster, make_cluster, metadata, partition_view
+from compat_tests.stream.helpers import run
+from compat_tests.support import wait_until
+
+SPREAD = ("--amqp-cluster-mode", "spread")
+
+
+@pytest.fixture
+def spread(zk_connect, tmp_path, request) -> Cluster:
+    c = make_cluster(tmp_path, zk_connect, n=3, extra_args=SPREAD, listeners=(*LISTENERS, "stream"))
+    request.node.cluster = c
+    try:
+        c.start()
+        yield c
+    finally:
+        c.close()
+
+
+def _args(broker, **kw) -> dict:
+    return {"host": broker.ip, "port": broker.ports["stream"], "username": "guest", "password": "guest", **kw}
+
+
+def _address(broker) -> tuple[str, int]:
+    return broker.ip, broker.ports["stream"]
+
+
+async def _retry(make, timeout: float = 60, what: str = "a stream call"):
+    """``make()`` again until it returns without raising (brokers still opening, leaders moving)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return await make()
+        except Exception:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{what} kept failing for {timeout}s") from None
+            await asyncio.sleep(0.5)
+
+
+async def _open_producer(broker) -> Producer:
+    async def attempt():
+        producer = Producer(**_args(broker))
+        await producer.start()
+        return producer
+    return await _retry(attempt, what=f"a stream connection to broker {broker.node_id}")
+
+
+async def _leader_and_replicas(broker, stream: str):
+    producer = await _open_producer(broker)
+    try:
+        leader, replicas = await (await producer.default_client).query_leader_and_replicas(stream)
+        return (leader.host, leader.port), sorted((r.host, r.port) for r in replicas)
+    finally:
+        await producer.close()
+
+
+def _kafka_view(cluster: Cluster, topic: str):
+    md = cluster.wait_isr_full(topic, timeout=60)
+    return partition_view(md, topic)
+
+
+def test_metadata_names_leader_and_replicas_on_every_broker(spread):
+    by_id = {b.node_id: b for b in spread.brokers}
+
+    async def create():
+        producer = await _open_producer(spread.brokers[0])
+        try:
+            await _retry(lambda: producer.create_stream("metrics"), what="creating the stream")
+            client = await producer.default_client
+            await client.create_super_stream("invoices", [f"invoices-{i}" for i in range(3)], ["a", "b", "c"])
+        finally:
+            await producer.close()
+    run(create())
+
+    leader, replicas, isr = _kafka_view(spread, "metrics")[0]
+    assert len(replicas) == 3  # RabbitMQ's default initial cluster size, all brokers here
+    want = (_address(by_id[leader]), sorted(_address(by_id[b]) for b in isr if b != leader))
+    for broker in spread.brokers:  # every broker answers alike, with the brokers' own stream addresses
+        assert run(_leader_and_replicas(broker, "metrics")) == want
+
+    # super-stream partitions are spread: each led by another broker, each with three replicas
+    parts = _kafka_view(spread, "invoices")
+    assert sorted(p[0] for p in parts.values()) == [1, 2, 3]
+    assert all(len(p[1]) == 3 for p in parts.values())
+    for index, (p_leader, _, p_isr) in parts.items():
+        found = run(_leader_and_replicas(spread.brokers[index], f"invoices-{index}"))
+        assert found == (_address(by_id[p_leader]), sorted(_address(by_id[b]) for b in p_isr if b != p_leader))
+
+    async def unknown():
+        with pytest.raises(StreamDoesNotExist):
+            await _leader_and_replicas(spread.brokers[1], "no-such-stream")
+    run(unknown())
+
+    # a publisher declared on a broker that does not lead the stream: RabbitMQ's STREAM_NOT_AVAILABLE
+    follower = next(b for b in spread.brokers if b.node_id != leader)
+
+    async def declare_away():
+        producer = await _open_producer(follower)
+        try:
+            client = await producer.default_client
+            with pytest.raises(StreamNotAvailable):
+                await client.declare_publisher(stream="metrics", reference="away", publisher_id=7)
+        finally:
+            await producer.close()
+    run(declare_away())
+
+
+def test_confirmed_messages_offsets_and_sequence_survive_a_leader_kill(spread):
+    stream, total = "payments", 600
+    run(_retry(lambda: _create(spread.brokers[0], stream), what="creating the stream"))
+    leader_id = _kafka_view(spread, stream)[0][0]
+    leader = spread.by_id(leader_id)
+    replica = next(b for b in spread.brokers if b.node_id != leader_id)  # locator of the clients
+    confirmed: list[int] = []
+    received: list[int] = []
+    killed = threading.Event()
+
+    async def consume_and_publish():
+        consumer = Consumer(**_args(replica))
+        await consumer.start()
+        done = asyncio.Event()
+
+        async def on_message(message, context: MessageContext):
+            received.append(int(bytes(message.body if not isinstance(message.body, list)
+                                      else b"".join(message.body)).decode()))
+            if len(set(received)) >= total:
+                done.set()
+        await consumer.subscribe(stream, on_message, subscriber_name="audit",
+                                 offset_specification=ConsumerOffsetSpecification(OffsetType.FIRST, None))
+        served_by = consumer._clients[stream]
+        assert (served_by.host, served_by.port) != _address(leader), "the consumer should read from a replica"
+
+        # phase 1: publish with confirms until the leader is killed under the publisher
+        producer = await _open_producer(replica)
+        n = 0
+        try:
+            while n < total:
+                n += 1
+                await producer.send_wait(stream, AMQPMessage(body=str(n).encode(), publishing_id=n),
+                                         publisher_name="ledger", timeout=10)
+                confirmed.append(n)
+                if n == 200:
+                    await consumer.store_offset(stream, "audit", 149)
+                    stored = await _retry(lambda: consumer.query_offset(stream, "audit"), what="the stored offset")
+                    assert stored == 149
+                    await asyncio.sleep(1)  # the offset commit reaches __consumer_offsets' replicas
+                    await asyncio.get_running_loop().run_in_executor(None, leader.kill)
+                    killed.set()
+        except Exception:
+            assert killed.is_set(), "publishing failed before the leader was killed"
+        finally:
+            try:
+                await asyncio.wait_for(producer.close(), 10)
+            except Exception:
+                pass
+        assert killed.is_set() and len(confirmed) >= 200
+
+        # phase 2: a new producer under the same name, at the new leader, goes on after its sequence
+        async def sequence():
+            producer = await _open_producer(replica)
+            try:
+                client = await producer._get_or_create_client(stream)
+                return producer, await client.query_publisher_sequence(stream=stream, reference="ledger")
+            except Exception:
+                await producer.close()
+                raise
+        producer, last = await _retry(sequence, timeout=90, what="the publisher sequence after the failover")
+        assert last >= confirmed[-1], (last, confirmed[-1])
+        try:
+            start = confirmed[-1] - 20  # sent again: confirmed, not stored twice
+            for n in range(start + 1, total + 1):
+                await producer.send_wait(stream, AMQPMessage(body=str(n).encode(), publishing_id=n),
+                                         publisher_name="ledger", timeout=20)
+                confirmed.append(n)
+        finally:
+            await producer.close()
+        offset = await _retry(lambda: consumer.query_offset(stream, "audit"), what="the stored offset")
+        await asyncio.wait_for(done.wait(), 60)
+        await asyncio.sleep(1)  # anything delivered twice would come now
+        await consumer.close()
+        return offset
+
+    stored = run(consume_and_publish(), timeout=300)
+    assert stored == 149  # the stored offset outlived its coordinator's or the leader's death
+    assert set(confirmed) <= set(received)  # every confirmed message was read
+    assert received == sorted(set(received)) == list(range(1, total + 1))  # once each, in order
+    new_leader = partition_view(metadata(spread.bootstrap()), stream)[0][0]
+    assert new_leader != leader_id
+
+
+async def _create(broker, stream: str) -> None:
+    producer = await _open_producer(broker)
+    try:
+        await producer.create_stream(stream)
+    finally:
+        await producer.close()
