@@ -11,15 +11,15 @@ while the stored offset and the publisher's sequence are still there after the f
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 
 import pytest
-from rstream import AMQPMessage, Consumer, ConsumerOffsetSpecification, MessageContext, OffsetType, Producer
+from rstream import (AMQPMessage, Consumer, ConsumerOffsetSpecification, MessageContext, OffsetType, Producer,
+                     amqp_decoder)
 from rstream.exceptions import StreamDoesNotExist, StreamNotAvailable
 
 from compat_tests.cluster.cluster import LISTENERS, Cluster, make_cluster, metadata, partition_view
-from compat_tests.stream.helpers import run
+from compat_tests.stream.helpers import numbered, run
 from compat_tests.support import wait_until
 
 SPREAD = ("--amqp-cluster-mode", "spread")
@@ -126,13 +126,19 @@ def test_metadata_names_leader_and_replicas_on_every_broker(spread):
 
 def test_confirmed_messages_offsets_and_sequence_survive_a_leader_kill(spread):
     stream, total = "payments", 600
-    run(_retry(lambda: _create(spread.brokers[0], stream), what="creating the stream"))
+    # the stream is led (client-local) where the consumer name's offsets are coordinated, so the kill
+    # moves both: the stored offset must come back from another broker's replica of __consumer_offsets
+    coordinator = spread.by_id(_coordinator(spread, "audit"))
+    run(_retry(lambda: _create(coordinator, stream, {"queue-leader-locator": "client-local"}),
+               what="creating the stream"))
     leader_id = _kafka_view(spread, stream)[0][0]
+    assert leader_id == coordinator.node_id
+    for broker in spread.brokers:  # each broker applies the new definition from its replica of the model
+        run(_retry(lambda: _leader_and_replicas(broker, stream), what=f"broker {broker.node_id} knowing {stream}"))
     leader = spread.by_id(leader_id)
     replica = next(b for b in spread.brokers if b.node_id != leader_id)  # locator of the clients
     confirmed: list[int] = []
     received: list[int] = []
-    killed = threading.Event()
 
     async def consume_and_publish():
         consumer = Consumer(**_args(replica))
@@ -144,18 +150,18 @@ def test_confirmed_messages_offsets_and_sequence_survive_a_leader_kill(spread):
                                       else b"".join(message.body)).decode()))
             if len(set(received)) >= total:
                 done.set()
-        await consumer.subscribe(stream, on_message, subscriber_name="audit",
+        await consumer.subscribe(stream, on_message, subscriber_name="audit", decoder=amqp_decoder,
                                  offset_specification=ConsumerOffsetSpecification(OffsetType.FIRST, None))
         served_by = consumer._clients[stream]
         assert (served_by.host, served_by.port) != _address(leader), "the consumer should read from a replica"
 
         # phase 1: publish with confirms until the leader is killed under the publisher
         producer = await _open_producer(replica)
-        n = 0
+        n, kill = 0, None
         try:
             while n < total:
                 n += 1
-                await producer.send_wait(stream, AMQPMessage(body=str(n).encode(), publishing_id=n),
+                await producer.send_wait(stream, numbered(AMQPMessage(body=str(n).encode()), n),
                                          publisher_name="ledger", timeout=10)
                 confirmed.append(n)
                 if n == 200:
@@ -163,16 +169,18 @@ def test_confirmed_messages_offsets_and_sequence_survive_a_leader_kill(spread):
                     stored = await _retry(lambda: consumer.query_offset(stream, "audit"), what="the stored offset")
                     assert stored == 149
                     await asyncio.sleep(1)  # the offset commit reaches __consumer_offsets' replicas
-                    await asyncio.get_running_loop().run_in_executor(None, leader.kill)
-                    killed.set()
+                    # kill -9 in the background: it lands while messages are in flight
+                    kill = asyncio.get_running_loop().run_in_executor(None, leader.kill)
         except Exception:
-            assert killed.is_set(), "publishing failed before the leader was killed"
+            if kill is None:
+                raise  # only the leader's death may stop the first publisher
         finally:
             try:
                 await asyncio.wait_for(producer.close(), 10)
             except Exception:
                 pass
-        assert killed.is_set() and len(confirmed) >= 200
+        assert kill is not None
+        await kill
 
         # phase 2: a new producer under the same name, at the new leader, goes on after its sequence
         async def sequence():
@@ -188,13 +196,17 @@ def test_confirmed_messages_offsets_and_sequence_survive_a_leader_kill(spread):
         try:
             start = confirmed[-1] - 20  # sent again: confirmed, not stored twice
             for n in range(start + 1, total + 1):
-                await producer.send_wait(stream, AMQPMessage(body=str(n).encode(), publishing_id=n),
+                await producer.send_wait(stream, numbered(AMQPMessage(body=str(n).encode()), n),
                                          publisher_name="ledger", timeout=20)
                 confirmed.append(n)
         finally:
             await producer.close()
         offset = await _retry(lambda: consumer.query_offset(stream, "audit"), what="the stored offset")
-        await asyncio.wait_for(done.wait(), 60)
+        try:
+            await asyncio.wait_for(done.wait(), 60)
+        except asyncio.TimeoutError:
+            raise AssertionError(f"read {len(received)} messages, {len(set(received))} distinct, up to "
+                                 f"{max(received, default=None)}; confirmed {len(confirmed)}") from None
         await asyncio.sleep(1)  # anything delivered twice would come now
         await consumer.close()
         return offset
@@ -207,9 +219,20 @@ def test_confirmed_messages_offsets_and_sequence_survive_a_leader_kill(spread):
     assert new_leader != leader_id
 
 
-async def _create(broker, stream: str) -> None:
+def _coordinator(cluster: Cluster, group: str) -> int:
+    """The broker coordinating ``group``: the leader of its __consumer_offsets partition (Kafka's
+    rule: the group id's Java hash code modulo the partition count)."""
+    view = _kafka_view(cluster, "__consumer_offsets")
+    h = 0
+    for ch in group:
+        h = (31 * h + ord(ch)) & 0xFFFFFFFF
+    h = h - (1 << 32) if h >= 1 << 31 else h
+    return view[abs(h) % len(view)][0]
+
+
+async def _create(broker, stream: str, arguments: dict | None = None) -> None:
     producer = await _open_producer(broker)
     try:
-        await producer.create_stream(stream)
+        await producer.create_stream(stream, arguments=arguments)
     finally:
         await producer.close()
