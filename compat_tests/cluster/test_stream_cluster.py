@@ -20,7 +20,6 @@ from rstream.exceptions import StreamDoesNotExist, StreamNotAvailable
 
 from compat_tests.cluster.cluster import LISTENERS, Cluster, make_cluster, metadata, partition_view
 from compat_tests.stream.helpers import numbered, run
-from compat_tests.support import wait_until
 
 SPREAD = ("--amqp-cluster-mode", "spread")
 

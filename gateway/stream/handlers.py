@@ -202,8 +202,13 @@ class StreamCommands:
             return
         queue, reference = publisher
         if queue.deleted:
-            self.write(sc.encode_publish_error(r.publisher_id, [(pid, sc.STREAM_DOES_NOT_EXIST)
-                                                                for pid, _, _ in r.messages]))
+            current = self.vhost.queues.get(queue.name)
+            moved = current is not None and current.is_stream  # led by another broker now (a failover)
+            code = sc.STREAM_NOT_AVAILABLE if moved else sc.STREAM_DOES_NOT_EXIST
+            self.write(sc.encode_publish_error(r.publisher_id, [(pid, code) for pid, _, _ in r.messages]))
+            if moved:  # as RabbitMQ does when a stream's leader changes: the client asks Metadata again
+                self.publishers.pop(r.publisher_id, None)
+                self.write(sc.encode_metadata_update(sc.STREAM_NOT_AVAILABLE, queue.name))
             return
         router, writers = self.service.router, self.service.writers
         last = writers.sequence(queue, reference) if reference is not None else 0
