@@ -122,6 +122,29 @@ def test_metadata_names_leader_and_replicas_on_every_broker(spread):
             await producer.close()
     run(declare_away())
 
+    # initial-cluster-size 1: one replica, no other to read from; a broker without it refuses a
+    # subscription with STREAM_NOT_AVAILABLE, as RabbitMQ does on a node without a member
+    async def single():
+        producer = await _open_producer(spread.brokers[0])
+        try:
+            await producer.create_stream("solo", arguments={"initial-cluster-size": 1})
+        finally:
+            await producer.close()
+    run(single())
+    solo_leader, solo_replicas, _ = _kafka_view(spread, "solo")[0]
+    assert solo_replicas == [solo_leader]
+    elsewhere = next(b for b in spread.brokers if b.node_id != solo_leader)
+    assert run(_retry(lambda: _leader_and_replicas(elsewhere, "solo"))) == (_address(by_id[solo_leader]), [])
+
+    async def subscribe_elsewhere():
+        producer = await _open_producer(elsewhere)
+        try:
+            with pytest.raises(StreamNotAvailable):
+                await (await producer.default_client).subscribe("solo", subscription_id=3)
+        finally:
+            await producer.close()
+    run(subscribe_elsewhere())
+
 
 def test_confirmed_messages_offsets_and_sequence_survive_a_leader_kill(spread):
     stream, total = "payments", 600
