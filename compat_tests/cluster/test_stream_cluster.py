@@ -85,6 +85,8 @@ def test_metadata_names_leader_and_replicas_on_every_broker(spread):
         try:
             await _retry(lambda: producer.create_stream("metrics"), what="creating the stream")
             client = await producer.default_client
+            leader, _ = await client.query_leader_and_replicas("metrics")  # Create answers once it is led
+            assert leader.port in [b.ports["stream"] for b in spread.brokers]
             await client.create_super_stream("invoices", [f"invoices-{i}" for i in range(3)], ["a", "b", "c"])
         finally:
             await producer.close()

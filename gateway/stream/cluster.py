@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 NO_BROKER = 0xFFFF  # Metadata's leader reference when a stream has no leader
 OFFSET_COMMIT, OFFSET_FETCH = 8, 9
 COMMIT_VERSION, FETCH_VERSION = 8, 7  # the versions whose fields are filled in below
+ELECTION_WAIT_S, ELECTION_POLL_S = 10.0, 0.05  # how long Create waits for a new stream's leader
 
 
 class ReplicaStream:
@@ -97,6 +98,20 @@ class StreamCluster:
         if state is None or state.leader not in listed:
             return NO_BROKER, []
         return state.leader, [b for b in state.isr if b != state.leader and b in listed]
+
+    def when_led(self, queues: list) -> defer.Deferred:
+        """Fires once every one of ``queues`` has a leader Metadata can name (or after
+        ELECTION_WAIT_S): RabbitMQ answers Create once the stream is ready, and clients publish next."""
+        d = defer.Deferred()
+        deadline = self.node.reactor.seconds() + ELECTION_WAIT_S
+
+        def check() -> None:
+            if all(self.placement(q)[0] != NO_BROKER for q in queues) or self.node.reactor.seconds() > deadline:
+                d.callback(None)
+            else:
+                self.node.reactor.callLater(ELECTION_POLL_S, check)
+        check()
+        return d
 
     # --- where a stream is served -----------------------------------------------------------------
     def leads(self, queue) -> bool:

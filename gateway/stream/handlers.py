@@ -65,9 +65,17 @@ class StreamCommands:
         if r.stream in self.vhost.queues:
             self.write(sc.response(sc.CREATE, r.correlation_id, sc.STREAM_ALREADY_EXISTS))
             return
-        streams.create(self.vhost, r.stream, self.spread_leaders(r.arguments))
+        queue = streams.create(self.vhost, r.stream, self.spread_leaders(r.arguments))
         log.info("stream created", extra=fields(vhost=self.vhost.name, stream=r.stream, user=self.username))
-        self.write(sc.response(sc.CREATE, r.correlation_id))
+        self.answer_when_led(sc.CREATE, r.correlation_id, [queue])
+
+    def answer_when_led(self, command: int, correlation_id: int, queues: list) -> None:
+        """Create's answer; in a cluster once the new streams have leaders, so a client's next
+        Metadata names them."""
+        if self.service.cluster is None:
+            self.write(sc.response(command, correlation_id))
+            return
+        self.service.cluster.when_led(queues).addCallback(lambda _: self.write(sc.response(command, correlation_id)))
 
     def spread_leaders(self, arguments: dict[str, str]) -> dict[str, str]:
         """In a cluster, streams are led where they spread best (like topics) unless the client says."""
@@ -97,7 +105,8 @@ class StreamCommands:
         streams.create_super(self.vhost, r.super_stream, r.partitions, r.binding_keys, self.spread_leaders(r.arguments))
         log.info("super stream created", extra=fields(vhost=self.vhost.name, super_stream=r.super_stream,
                                                       partitions=len(r.partitions), user=self.username))
-        self.write(sc.response(sc.CREATE_SUPER_STREAM, r.correlation_id))
+        self.answer_when_led(sc.CREATE_SUPER_STREAM, r.correlation_id,
+                             [self.vhost.queues[name] for name in r.partitions if name in self.vhost.queues])
 
     def on_delete_super_stream(self, r) -> None:
         self.check(r.super_stream, "configure")
