@@ -203,6 +203,9 @@ OPTIONS: tuple[Option, ...] = (
            "the Kafka address other brokers and clients are told (default: the Kafka listener)"),
     Option("amqp_advertised", _optional_host_port, "", "HOST:PORT",
            "the AMQP address other brokers are told (default: the AMQP listener)"),
+    Option("stream_advertised", _optional_host_port, "", "HOST:PORT",
+           "the RabbitMQ stream address clients are told (Open, and Metadata in a cluster; default: the stream "
+           "listener)"),
     Option("rack", str, "", "NAME", "cluster mode: this broker's rack; replicas of a partition go to different racks"),
     Option("default_replication_factor", _int_at_least(1), 3, "N",
            "cluster mode: replicas of a topic created without a replication factor (capped at the live brokers; "
@@ -296,6 +299,7 @@ class Settings:
     zookeeper: str
     kafka_advertised: HostPort | None
     amqp_advertised: HostPort | None
+    stream_advertised: HostPort | None
     rack: str
     default_replication_factor: int
     processes: int

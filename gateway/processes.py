@@ -31,7 +31,7 @@ from gateway.logs import fields
 log = logging.getLogger("gateway.processes")
 
 LISTENERS = ("kafka", "amqp", "http", "stream", "kafka_tls", "amqp_tls", "stream_tls")
-ADVERTISED = ("kafka", "amqp")
+ADVERTISED = ("kafka", "amqp", "stream")
 STOP_TIMEOUT_S = 120
 
 

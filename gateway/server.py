@@ -44,6 +44,7 @@ from gateway import http
 from gateway.alarms import Alarms
 from gateway.amqp.connection import AmqpFactory
 from gateway.amqp.service import AmqpService
+from gateway.stream.cluster import StreamCluster
 from gateway.stream.connection import StreamFactory
 from gateway.stream.service import StreamService
 from gateway.cluster.amqp_forward import PublishForwarder
@@ -207,6 +208,7 @@ class Broker:
             peers = PeerClients(self.reactor, self.cluster.leader_address, f"gateway-{self.settings.node_id}")
             forwarder = PublishForwarder(self.reactor, peers, self._leader_of, self._forwards_answered)
             self.amqp_home = AmqpSpread(self, self.cluster, forwarder)
+            self.streams.cluster = StreamCluster(self.cluster, peers, self.settings.node_id)
         elif self.cluster is not None:
             self.amqp_home = AmqpHome(self, self.cluster)
         if self.cluster is not None:
@@ -263,7 +265,9 @@ class Broker:
         kafka = HostPort(*self._kafka_advertised())
         amqp_port = self.ports["amqp"].getHost()
         amqp = s.amqp_advertised or HostPort(amqp_port.host, amqp_port.port)
-        self.cluster.agent.me = BrokerInfo(s.node_id, kafka.host, kafka.port, amqp.host, amqp.port, s.rack or None)
+        stream = HostPort(*self._stream_advertised()) if "stream" in self.ports else HostPort("", -1)
+        self.cluster.agent.me = BrokerInfo(s.node_id, kafka.host, kafka.port, amqp.host, amqp.port, s.rack or None,
+                                           stream.host, stream.port)
         try:
             self.kafka.cluster_id = self.cluster.start()
         except ZkError as exc:
@@ -354,6 +358,8 @@ class Broker:
 
     def _stream_advertised(self, listener: str = "stream") -> tuple[str, int]:
         """Host and port stream clients of a listener are told (Open's advertised_host/port, Metadata's broker)."""
+        if listener == "stream" and self.settings.stream_advertised is not None:
+            return self.settings.stream_advertised.host, self.settings.stream_advertised.port
         port = self.ports.get(listener)
         if port is None:
             return "localhost", 5552

@@ -104,6 +104,11 @@ def _settings(vhost: VirtualHost, value: dict) -> None:
     vhost._restore_policies(value)
     vhost.metadata = dict(value.get("metadata", {}))
     vhost.super_streams = {k: list(v) for k, v in value.get("super_streams", {}).items()}
+    for name, partitions in vhost.super_streams.items():  # partition streams applied before their super stream
+        for partition in partitions:
+            queue = vhost.queues.get(partition)
+            if queue is not None and queue.remote:
+                queue.topic, queue.partition = vhost.backing(partition)
 
 
 def _exchange(vhost: VirtualHost, name: str, e: dict | None) -> None:

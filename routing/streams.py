@@ -98,7 +98,8 @@ def create_super(vhost: VirtualHost, name: str, partitions: list[str], binding_k
     if vhost.logs.store.get_topic(topic) is not None:
         raise ChannelError(PRECONDITION_FAILED, f"topic '{topic}' already exists: choose another super stream name")
     vhost.logs.create_topic(topic, len(partitions), _topic_configs(typed),
-                            **vhost.placement({**typed, "x-durable": True, "x-queue-name": name, "x-vhost": vhost.name}))
+                            **vhost.placement({**typed, "x-durable": True, "x-queue-name": name, "x-vhost": vhost.name,
+                                               "x-partitions": len(partitions)}))
     vhost.super_streams[name] = list(partitions)
     try:
         exchange = vhost.declare_exchange(name, "direct", durable=True, arguments={"x-super-stream": True})

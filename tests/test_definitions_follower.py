@@ -113,3 +113,17 @@ def test_a_follower_ends_with_the_writers_definitions_and_routes(tmp_path, state
                 assert _routes(follower.router, vhost, exchanges + ["amq.topic", ""], keys + queues) == \
                     _routes(writer, vhost, exchanges + ["amq.topic", ""], keys + queues)
     assert set(follower.router.vhosts) == set(writer.vhosts)
+
+
+def test_a_followers_partition_streams_are_the_super_streams_partitions(tmp_path, state_log):
+    """The partition streams' records may come before the super stream's (vhost settings): each
+    still ends as its partition of the super stream's topic, as on the writer."""
+    from routing import streams
+    logs, plog = state_log
+    writer, follower = _writer_and_follower(tmp_path, logs, plog)
+    streams.create_super(writer.vhosts["/"], "invoices", ["invoices-0", "invoices-1", "invoices-2"],
+                         ["a", "b", "c"], {})
+    plog.flush()
+    follower.catch_up()
+    backing = {name: (q.topic, q.partition) for name, q in follower.router.vhosts["/"].queues.items()}
+    assert backing == {f"invoices-{i}": ("invoices", i) for i in range(3)}

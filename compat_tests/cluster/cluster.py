@@ -25,6 +25,8 @@ from pathlib import Path
 from compat_tests.support import kept_port, wait_until
 from tests.brokerproc import BrokerProcess, start_broker
 
+LISTENERS = ("kafka", "amqp", "http")  # each kept across restarts; brokerproc gives the others port 0
+USUAL_PORTS = {"kafka": 9092, "amqp": 5672, "http": 15672, "stream": 5552}
 LAG_MS = 3000  # --replica-lag-time-max-ms for every test broker: ISR changes within seconds
 _live: set["ClusterBroker"] = set()
 
@@ -38,7 +40,7 @@ class ClusterBroker:
     """One broker node; its ports and data directory survive kills and restarts."""
 
     def __init__(self, node_id: int, base: Path, zk_connect: str, extra_args: tuple[str, ...] = (),
-                 host=None):
+                 host=None, listeners: tuple[str, ...] = LISTENERS):
         self.node_id = node_id
         self.host = host  # a netns.Host: the broker runs in that namespace on its address
         self.base = Path(base)
@@ -47,8 +49,7 @@ class ClusterBroker:
         self.zk_connect = zk_connect
         self.ip = host.ip if host is not None else "127.0.0.1"
         # in a namespace of its own the broker has the whole port space: the usual ports
-        self.ports = ({"kafka": 9092, "amqp": 5672, "http": 15672} if host is not None
-                      else {name: free_port() for name in ("kafka", "amqp", "http")})
+        self.ports = {name: USUAL_PORTS[name] if host is not None else free_port() for name in listeners}
         self.extra_args = tuple(extra_args)
         self.process: BrokerProcess | None = None
         self.paused = False
@@ -189,10 +190,11 @@ class Cluster:
 
 
 def make_cluster(base: Path, zk_connect: str, n: int = 3, extra_args: tuple[str, ...] = (),
-                 hosts: list | None = None) -> Cluster:
-    """``hosts`` (netns.Host per broker) puts each broker in its own network namespace."""
+                 hosts: list | None = None, listeners: tuple[str, ...] = LISTENERS) -> Cluster:
+    """``hosts`` (netns.Host per broker) puts each broker in its own network namespace; ``listeners``
+    names those whose ports are kept across restarts (add "stream" for stream clients)."""
     brokers = [ClusterBroker(i, Path(base) / f"broker{i}", zk_connect, extra_args,
-                             host=hosts[i - 1] if hosts else None) for i in range(1, n + 1)]
+                             host=hosts[i - 1] if hosts else None, listeners=listeners) for i in range(1, n + 1)]
     return Cluster(brokers, zk_connect)
 
 

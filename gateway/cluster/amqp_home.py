@@ -158,7 +158,8 @@ class AmqpHome:
 
     def _replicas_wanted(self, arguments: dict, live: int) -> int:
         if arguments.get("x-queue-type") in ("quorum", "stream"):
-            size = arguments.get("x-quorum-initial-group-size") or self.node.store.default_replication_factor
+            size = arguments.get("x-quorum-initial-group-size") or arguments.get("x-initial-cluster-size") or \
+                self.node.store.default_replication_factor
             return min(int(size), live)
         policy = self._policy_for(arguments)
         if policy is not None:

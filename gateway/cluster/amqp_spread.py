@@ -234,11 +234,15 @@ class AmqpSpread(AmqpHome):
         wanted = max(self._replicas_wanted(arguments, len(live)), 1)
         local = (not arguments.get("x-durable", True) or arguments.get("x-exclusive")
                  or self._locator(arguments) != "balanced")
-        leader = self.node_id if local else self._least_loaded(live)
-        others = [b for b in live if b != leader]
-        start = hash(arguments.get("x-queue-name", "")) % max(len(others), 1)
-        rotated = others[start:] + others[:start]
-        return {"assignment": [tuple([leader] + rotated[:wanted - 1])]}
+        first = self.node_id if local else self._least_loaded(live)
+        assignment = []
+        for p in range(int(arguments.get("x-partitions", 1))):  # a super stream's partitions: leaders in turn
+            leader = live[(live.index(first) + p) % len(live)] if first in live else first
+            others = [b for b in live if b != leader]
+            start = (hash(arguments.get("x-queue-name", "")) + p) % max(len(others), 1)
+            rotated = others[start:] + others[:start]
+            assignment.append(tuple([leader] + rotated[:wanted - 1]))
+        return {"assignment": assignment}
 
     def _locator(self, arguments: dict) -> str:
         given = arguments.get("x-queue-leader-locator")

@@ -65,9 +65,23 @@ class StreamCommands:
         if r.stream in self.vhost.queues:
             self.write(sc.response(sc.CREATE, r.correlation_id, sc.STREAM_ALREADY_EXISTS))
             return
-        streams.create(self.vhost, r.stream, r.arguments)
+        queue = streams.create(self.vhost, r.stream, self.spread_leaders(r.arguments))
         log.info("stream created", extra=fields(vhost=self.vhost.name, stream=r.stream, user=self.username))
-        self.write(sc.response(sc.CREATE, r.correlation_id))
+        self.answer_when_led(sc.CREATE, r.correlation_id, [queue])
+
+    def answer_when_led(self, command: int, correlation_id: int, queues: list) -> None:
+        """Create's answer; in a cluster once the new streams have leaders, so a client's next
+        Metadata names them."""
+        if self.service.cluster is None:
+            self.write(sc.response(command, correlation_id))
+            return
+        self.service.cluster.when_led(queues).addCallback(lambda _: self.write(sc.response(command, correlation_id)))
+
+    def spread_leaders(self, arguments: dict[str, str]) -> dict[str, str]:
+        """In a cluster, streams are led where they spread best (like topics) unless the client says."""
+        if self.service.cluster is None or {"queue-leader-locator", "x-queue-leader-locator"} & set(arguments):
+            return arguments
+        return {**arguments, "queue-leader-locator": "balanced"}
 
     def on_delete(self, r) -> None:
         self.check(r.stream, "configure")
@@ -88,10 +102,11 @@ class StreamCommands:
         if r.super_stream in self.vhost.super_streams:
             self.write(sc.response(sc.CREATE_SUPER_STREAM, r.correlation_id, sc.STREAM_ALREADY_EXISTS))
             return
-        streams.create_super(self.vhost, r.super_stream, r.partitions, r.binding_keys, r.arguments)
+        streams.create_super(self.vhost, r.super_stream, r.partitions, r.binding_keys, self.spread_leaders(r.arguments))
         log.info("super stream created", extra=fields(vhost=self.vhost.name, super_stream=r.super_stream,
                                                       partitions=len(r.partitions), user=self.username))
-        self.write(sc.response(sc.CREATE_SUPER_STREAM, r.correlation_id))
+        self.answer_when_led(sc.CREATE_SUPER_STREAM, r.correlation_id,
+                             [self.vhost.queues[name] for name in r.partitions if name in self.vhost.queues])
 
     def on_delete_super_stream(self, r) -> None:
         self.check(r.super_stream, "configure")
@@ -102,15 +117,21 @@ class StreamCommands:
             self.service.stream_deleted(self.vhost.name, name)
 
     def on_metadata(self, r) -> None:
-        host, port = self.service.advertised(self.listener)
+        cluster = self.service.cluster
+        if cluster is None or self.listener != "stream":  # one broker (TLS clients are told this one)
+            host, port = self.service.advertised(self.listener)
+            brokers, place = [(0, host, port)], lambda queue: (0, [0])
+        else:
+            brokers, place = cluster.brokers(), cluster.placement
         out = []
         for name in r.streams:
             queue = self.vhost.queues.get(name or "")
             if queue is not None and queue.is_stream:
-                out.append((name, sc.OK, 0, [0]))
+                leader, replicas = place(queue)
+                out.append((name, sc.OK if leader != 0xFFFF else sc.STREAM_NOT_AVAILABLE, leader, replicas))
             else:
                 out.append((name, sc.STREAM_DOES_NOT_EXIST, 0xFFFF, []))
-        self.write(sc.encode_metadata(r.correlation_id, [(0, host, port)], out))
+        self.write(sc.encode_metadata(r.correlation_id, brokers, out))
 
     def on_route(self, r) -> None:
         names = streams.route(self.vhost, r.super_stream, r.routing_key)
@@ -122,6 +143,12 @@ class StreamCommands:
 
     def on_stream_stats(self, r) -> None:
         queue = streams.stream(self.vhost, r.stream)
+        if self.service.cluster is not None:
+            queue = self.service.cluster.readable(self.vhost, queue)
+            if queue is None:
+                self.refuse(sc.STREAM_STATS, r.correlation_id, sc.STREAM_NOT_AVAILABLE,
+                            f"stream '{r.stream}' has no replica on this broker")
+                return
         plog = queue.plog
         stats = {"first_chunk_id": plog.log_start_offset if plog.high_watermark > plog.log_start_offset else -1,
                  "committed_chunk_id": plog.high_watermark - 1 if plog.high_watermark > plog.log_start_offset else -1}
@@ -142,6 +169,11 @@ class StreamCommands:
             raise ChannelError(406, f"publisher {r.publisher_id} is already declared on this connection")
         queue = streams.stream(self.vhost, r.stream)
         self.check(r.stream, "write")
+        if self.service.cluster is not None and not self.service.cluster.leads(queue):
+            # RabbitMQ's answer when the leader cannot be reached: the client asks Metadata for it
+            self.refuse(sc.DECLARE_PUBLISHER, r.correlation_id, sc.STREAM_NOT_AVAILABLE,
+                        f"stream '{r.stream}' is led by another broker")
+            return
         reference = r.reference or None
         if reference is not None and any(ref == reference and q is queue for q, ref in self.publishers.values()):
             raise ChannelError(406, f"publisher name '{reference}' is already in use on stream '{r.stream}'")
@@ -160,7 +192,15 @@ class StreamCommands:
                         "publisher name too long")
             return
         queue = streams.stream(self.vhost, r.stream)
-        sequence = self.service.writers.sequence(queue, r.reference or "")
+        if self.service.cluster is not None and queue.remote:  # from this broker's replica, if it has one
+            replica = self.service.cluster.readable(self.vhost, queue)
+            if replica is None:
+                self.refuse(sc.QUERY_PUBLISHER_SEQUENCE, r.correlation_id, sc.STREAM_NOT_AVAILABLE,
+                            f"stream '{r.stream}' has no replica on this broker")
+                return
+            sequence = streams.Writers().sequence(replica, r.reference or "")  # read once, not kept
+        else:
+            sequence = self.service.writers.sequence(queue, r.reference or "")
         self.write(sc.encode_u64_response(sc.QUERY_PUBLISHER_SEQUENCE, r.correlation_id, sc.OK, sequence))
 
     def on_publish(self, r) -> None:
@@ -171,8 +211,13 @@ class StreamCommands:
             return
         queue, reference = publisher
         if queue.deleted:
-            self.write(sc.encode_publish_error(r.publisher_id, [(pid, sc.STREAM_DOES_NOT_EXIST)
-                                                                for pid, _, _ in r.messages]))
+            current = self.vhost.queues.get(queue.name)
+            moved = current is not None and current.is_stream  # led by another broker now (a failover)
+            code = sc.STREAM_NOT_AVAILABLE if moved else sc.STREAM_DOES_NOT_EXIST
+            self.write(sc.encode_publish_error(r.publisher_id, [(pid, code) for pid, _, _ in r.messages]))
+            if moved:  # as RabbitMQ does when a stream's leader changes: the client asks Metadata again
+                self.publishers.pop(r.publisher_id, None)
+                self.write(sc.encode_metadata_update(sc.STREAM_NOT_AVAILABLE, queue.name))
             return
         router, writers = self.service.router, self.service.writers
         last = writers.sequence(queue, reference) if reference is not None else 0
@@ -243,6 +288,12 @@ class StreamCommands:
             return
         queue = streams.stream(self.vhost, r.stream)
         self.check(r.stream, "read")
+        if self.service.cluster is not None:
+            queue = self.service.cluster.readable(self.vhost, queue)
+            if queue is None:  # RabbitMQ's answer without a local member: subscribe where Metadata says
+                self.refuse(sc.SUBSCRIBE, r.correlation_id, sc.STREAM_NOT_AVAILABLE,
+                            f"stream '{r.stream}' has no replica on this broker")
+                return
         sub = Subscription(self, r.subscription_id, queue, start_offset(queue, r.offset_spec), r.credit,
                            r.properties)
         self.subscriptions[r.subscription_id] = sub
@@ -311,21 +362,38 @@ class StreamCommands:
             log.warning("stream store-offset ignored: the offset is past any a stream can hold", extra=fields(
                 user=self.username, vhost=self.vhost.name, stream=r.stream, reference=r.reference, offset=r.offset))
             return
-        self.service.offsets.commit(r.reference, {(queue.topic, queue.partition): OffsetAndMetadata(
-            r.offset + 1, metadata=STORED_OFFSET)})  # kept as long as the stream, not expired
-        self.service.request_flush()
+        def commit() -> None:
+            self.service.offsets.commit(r.reference, {(queue.topic, queue.partition): OffsetAndMetadata(
+                r.offset + 1, metadata=STORED_OFFSET)})  # kept as long as the stream, not expired
+            self.service.request_flush()
+        if self.service.cluster is None:
+            commit()
+        else:  # at the consumer name's coordinator, wherever it is
+            self.service.cluster.store_offset(self.service.offsets, r.reference, queue.topic, queue.partition,
+                                              r.offset, commit)
 
     def on_query_offset(self, r) -> None:
         if reference_too_long(r.reference):
             self.refuse(sc.QUERY_OFFSET, r.correlation_id, sc.PRECONDITION_FAILED, "consumer name too long")
             return
         queue = streams.stream(self.vhost, r.stream)
+        if self.service.cluster is not None:
+            d = self.service.cluster.query_offset(self.service.offsets, r.reference or "", queue.topic,
+                                                  queue.partition)
+            d.addCallbacks(lambda stored: self._answer_offset(r.correlation_id, stored),
+                           lambda failure: self.refuse(sc.QUERY_OFFSET, r.correlation_id, sc.STREAM_NOT_AVAILABLE,
+                                                       f"stored offset not read: {failure.getErrorMessage()}"))
+            return
         found = self.service.offsets.fetch(r.reference or "", [(queue.topic, queue.partition)])
         stored = found.get((queue.topic, queue.partition))
-        if stored is None or stored.offset <= 0:
-            self.write(sc.encode_u64_response(sc.QUERY_OFFSET, r.correlation_id, sc.NO_OFFSET, 0))
+        self._answer_offset(r.correlation_id, None if stored is None else stored.offset)
+
+    def _answer_offset(self, correlation_id: int, stored: int | None) -> None:
+        """QueryOffset's answer from the committed offset (the next to read), None for none."""
+        if stored is None or stored <= 0:
+            self.write(sc.encode_u64_response(sc.QUERY_OFFSET, correlation_id, sc.NO_OFFSET, 0))
             return
-        self.write(sc.encode_u64_response(sc.QUERY_OFFSET, r.correlation_id, sc.OK, stored.offset - 1))
+        self.write(sc.encode_u64_response(sc.QUERY_OFFSET, correlation_id, sc.OK, stored - 1))
 
     handlers = {
         sc.CREATE: on_create, sc.DELETE: on_delete, sc.METADATA: on_metadata, sc.ROUTE: on_route,

@@ -24,6 +24,7 @@ class StreamService:
         self.connections: set = set()
         self.writers = Writers()
         self.active = ActiveConsumers()
+        self.cluster = None  # gateway.stream.cluster.StreamCluster in a spread cluster
 
     # shared with the AMQP side
     @property
