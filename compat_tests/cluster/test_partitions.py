@@ -9,11 +9,10 @@ show. Workloads, all at once:
   (replication factor 3, min.insync.replicas=2);
 - a consumer group member committing its offsets synchronously, reading them back each second;
 - pika publishers with confirms on a quorum queue and on a classic queue mirrored by an
-  ``ha-mode`` policy, each with a consumer acking what it gets.
-
-Transactions are not among the workloads yet: their fault suite runs on one broker in a namespace
-(test_transaction_faults.py: kill -9, freeze, a client cut, loss); on the cluster they are
-tested across kill -9 of coordinators and leaders in test_transactions_cluster.py.
+  ``ha-mode`` policy, each with a consumer acking what it gets;
+- a transactional producer (txn_workload.py) committing three transactions in four and aborting
+  the fourth over two partitions of a topic with three replicas, its coordinator and partition
+  leaders on whichever brokers the cluster put them.
 
 The nemesis runs cycles: one fault of nemesis.py, hold, heal, wait until every ISR is full.
 By default (CI) every fault runs twice, in an order shuffled by the seed; GATEWAY_PARTITION_CYCLES
@@ -26,7 +25,9 @@ the seed (printed). Then everything is healed and checked:
 - per partition, each producer's acknowledged records in the order it sent them;
 - committed offsets never went back below one a commit had been acknowledged for;
 - replicas byte-identical below the high watermark (after a clean stop);
-- every broker back in service (registered, answering Kafka and AMQP).
+- every broker back in service (registered, answering Kafka and AMQP);
+- every committed transaction visible whole and once, no aborted record visible to
+  read_committed, each transaction of unknown outcome whole or not at all.
 
 Per nemesis it prints cycles, records acknowledged during its cycles, and how many of those were
 lost or duplicated; the totals line has sent, acknowledged, lost, duplicated and unknown (sent
@@ -45,7 +46,7 @@ import pika
 import pytest
 import requests
 
-from compat_tests.cluster import netns
+from compat_tests.cluster import netns, txn_workload
 from compat_tests.cluster.clients import (
     AckedProducer, AckingConsumer, CommittingConsumer, ConfirmingPublisher, amqp_home, drain_queue, read_in_order)
 from compat_tests.cluster.cluster import create_topic, make_cluster, partition_view
@@ -146,7 +147,11 @@ def test_nothing_acknowledged_is_lost_under_network_partitions(netcluster, capsy
     queues = {"q.quorum": {"x-queue-type": "quorum"}, "ha.classic": {}}
     publishers = [ConfirmingPublisher(cluster, q, args, label=f"{q}-") for q, args in queues.items()]
     consumers = [AckingConsumer(cluster, q, args) for q, args in queues.items()]
-    workers = [*producers, committer, *publishers, *consumers]
+    txn_topic = f"txn-{SEED}"
+    create_topic(cluster.bootstrap(), txn_topic, 2, 3, {"min.insync.replicas": "2"})
+    cluster.wait_isr_full(txn_topic)
+    transactions = txn_workload.TransactionalWorkload(bootstrap, txn_topic, f"txn-{SEED}")
+    workers = [*producers, committer, *publishers, *consumers, transactions]
     for w in workers:
         w.start()
 
@@ -197,6 +202,8 @@ def test_nothing_acknowledged_is_lost_under_network_partitions(netcluster, capsy
     for w in [*publishers, *consumers]:
         w.join(30)
         assert w.error is None, f"{w.name}: {w.error!r}"
+    transactions.join(120)
+    assert not transactions.is_alive(), "the transactional producer did not finish within 120 s of the last heal"
 
     # every broker back in service
     cluster.wait_registered(timeout=90)
@@ -245,6 +252,9 @@ def test_nothing_acknowledged_is_lost_under_network_partitions(netcluster, capsy
             f"redelivered/duplicated {sum(n - 1 for n in seen.values() if n > 1)}, "
             f"unknown {pub.sent - len(pub.confirmed)}, reconnects {pub.reconnects}+{con.reconnects}")
 
+    txn_problems, txn_counts, txn_summary = txn_workload.check(cluster.bootstrap(), transactions)
+    say(f"transactions: {txn_summary}")
+
     time.sleep(2)  # followers learn the final high watermark on their next fetch
     codes = {b.node_id: b.stop(timeout=60) for b in cluster.brokers}
     data_dirs = {b.node_id: b.data_dir for b in cluster.brokers}
@@ -280,6 +290,9 @@ def test_nothing_acknowledged_is_lost_under_network_partitions(netcluster, capsy
     assert not committer.backwards, f"committed offsets went back (seed {SEED}): {committer.backwards[:10]}"
     assert not any(amqp_lost.values()), f"confirmed messages lost (seed {SEED}): " + \
         ", ".join(f"{q}: {len(m)} e.g. {m[:5]}" for q, m in amqp_lost.items() if m)
+    assert not txn_problems, f"transactions (seed {SEED}): " + "; ".join(txn_problems[:20])
+    assert txn_counts["committed"] >= 5 and txn_counts["aborted-written"] >= 1, \
+        f"seed {SEED}: too few transactions: {dict(txn_counts)}"
     assert not problems, "replicas diverge:\n" + "\n".join(problems)
     assert codes == {b.node_id: 0 for b in cluster.brokers}, f"clean stop exit codes: {codes}"
     assert not stuck, f"cycles that did not heal within {HEAL_S}s (seed {SEED}): {stuck}"
