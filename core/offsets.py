@@ -22,6 +22,13 @@ int16 byte length followed by UTF-8::
 
     value  null                      tombstone: the group's offset for that partition is deleted
 
+A KIP-848 group's own state (core.groups.consumer_state) is one more record per group, under a
+key version of ours that Kafka's record types do not use::
+
+    key    int16  version = 0x7F01
+           string group_id
+    value  UTF-8 JSON, or null when the group is gone
+
 Every record's timestamp is the commit time, which is what the cleaner measures
 ``delete.retention.ms`` against for tombstones.
 
@@ -57,6 +64,7 @@ OFFSETS_TOPIC = "__consumer_offsets"
 # Kafka's offsets.topic.segment.bytes: small enough that closed segments exist for the cleaner.
 OFFSETS_TOPIC_CONFIGS = {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)}
 MAX_METADATA_BYTES = 4096  # Kafka's offset.metadata.max.bytes
+GROUP_STATE_KEY_VERSION = 0x7F01  # a KIP-848 group's snapshot (see the module docstring)
 
 _KEY_VERSION, _GROUP_METADATA_KEY_VERSION, _VALUE_VERSION = 1, 2, 3
 _I16, _I32, _I64 = struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">q")
@@ -180,6 +188,7 @@ class OffsetStore:
         self._cache: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
         # producer id -> group -> offsets committed inside its open transaction
         self._pending: dict[int, dict[str, dict[TopicPartition, OffsetAndMetadata]]] = {}
+        self.group_states: dict[str, str] = {}  # KIP-848 group -> its latest snapshot, as replayed
 
     def ensure_topic(self) -> None:
         """Create ``__consumer_offsets`` if missing; adopt the partition count of an existing one."""
@@ -199,6 +208,7 @@ class OffsetStore:
         self.ensure_topic()
         self._cache.clear()
         self._pending.clear()
+        self.group_states.clear()
         replayed = 0
         for partition in range(self.partitions):
             plog = self.logs.logs.get((OFFSETS_TOPIC, partition))
@@ -211,6 +221,8 @@ class OffsetStore:
         plog = self.logs.logs.get((OFFSETS_TOPIC, partition))
         for group in [g for g in self._cache if self.partition_for(g) == partition]:
             del self._cache[group]
+        for group in [g for g in self.group_states if self.partition_for(g) == partition]:
+            del self.group_states[group]
         for groups in self._pending.values():
             for group in [g for g in groups if self.partition_for(g) == partition]:
                 del groups[group]
@@ -231,6 +243,13 @@ class OffsetStore:
         if record.key is None:
             return 0
         try:
+            if _I16.unpack_from(record.key, 0)[0] == GROUP_STATE_KEY_VERSION:
+                group_id, _ = _read_string(record.key, 2)
+                if record.value is None:
+                    self.group_states.pop(group_id, None)
+                else:
+                    self.group_states[group_id] = record.value.decode()
+                return 1
             key = decode_key(record.key)
             if key is None:
                 return 0
@@ -347,6 +366,16 @@ class OffsetStore:
         if not offsets:
             self._cache.pop(group_id, None)
         return durable_at
+
+    def write_group_state(self, group_id: str, state: str | None) -> DurableAt:
+        """Append a KIP-848 group's snapshot (None: the group is gone)."""
+        key = _I16.pack(GROUP_STATE_KEY_VERSION) + _string(group_id)
+        if state is None:
+            self.group_states.pop(group_id, None)
+        else:
+            self.group_states[group_id] = state
+        now_ms = int(self.clock() * 1000)
+        return self._append(group_id, [Record(0, now_ms, key, None if state is None else state.encode())])
 
     def _append(self, group_id: str, records: list[Record], **batch_fields) -> DurableAt:
         partition = self.partition_for(group_id)

@@ -282,7 +282,7 @@ class Broker:
         """A partition is led here now: coordinators whose state lives in it reload it."""
         self.kafka.producers.reset(topic, partition)  # followers do not track producers: rebuild from the log
         if topic == OFFSETS_TOPIC:
-            self.kafka.groups.offsets.reload(partition)
+            self.kafka.groups.reload(partition)  # committed offsets and KIP-848 groups
         elif topic == TXN_TOPIC:  # this broker now coordinates its transactional ids: finish prepared ones
             for step in self.kafka.transactions.load_partition(partition):
                 txn_api.run(self.kafka, step)

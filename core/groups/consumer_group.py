@@ -216,6 +216,8 @@ class ConsumerGroups:
         self.is_share_group: Callable[[str], bool] = lambda group_id: False  # share group ids are taken
         self.topic_ids: Callable[[], Mapping[str, str]] = lambda: {}  # topic name -> its current id
         self.migration = None  # core.groups.migration.Migration: classic members and conversions
+        # a group may have changed (or gone): the coordinator keeps it in __consumer_offsets
+        self.on_changed: Callable[[str], None] = lambda group_id: None
 
     # --- ConsumerGroupHeartbeat ------------------------------------------------------------
     def heartbeat(self, hb: HeartbeatRequest) -> HeartbeatResult:
@@ -223,6 +225,9 @@ class ConsumerGroups:
             return self._heartbeat(hb)
         except _Fail as fail:
             return HeartbeatResult(fail.error, fail.message, hb.member_id or None, -1, 0)
+        finally:
+            if hb.group_id:
+                self.on_changed(hb.group_id)
 
     def _validate(self, hb: HeartbeatRequest) -> None:
         bad = ErrorCode.invalid_request
@@ -452,6 +457,7 @@ class ConsumerGroups:
     def tick(self) -> None:
         now = self.clock()
         for group in list(self.groups.values()):
+            removed = False
             for member in list(group.members.values()):
                 if group.group_id not in self.groups:
                     break  # downgraded to a classic group by a removal
@@ -459,10 +465,14 @@ class ConsumerGroups:
                 if now >= member.last_heartbeat + timeout_ms / 1000:
                     log.info("group %s: member %s's session timed out", group.group_id, member.member_id)
                     self.remove_member(group, member)
+                    removed = True
                 elif member.revocation_deadline is not None and now >= member.revocation_deadline:
                     log.info("group %s: member %s did not revoke its partitions in time and is fenced",
                              group.group_id, member.member_id)
                     self.remove_member(group, member)
+                    removed = True
+            if removed:
+                self.on_changed(group.group_id)
 
     # --- offsets ------------------------------------------------------------------------------
     def commit_error(self, group_id: str, member_id: str, member_epoch: int) -> ErrorCode | None:
@@ -491,7 +501,9 @@ class ConsumerGroups:
 
     # --- admin --------------------------------------------------------------------------------
     def delete(self, group_id: str) -> ErrorCode | None:
-        return delete_empty(self.groups, group_id)
+        error = delete_empty(self.groups, group_id)
+        self.on_changed(group_id)
+        return error
 
     def describe_classic(self, group_id: str) -> GroupDescription:
         """DescribeGroups of a consumer group: its state, type ``consumer``, assignor, members
@@ -510,4 +522,5 @@ class ConsumerGroups:
         if group.members:
             return False
         del self.groups[group_id]
+        self.on_changed(group_id)
         return True

@@ -39,6 +39,7 @@ from typing import Callable
 from kio.schema.errors import ErrorCode
 
 from core.errors import LogError
+from core.groups import consumer_state
 from core.groups.consumer_group import ConsumerGroups
 from core.groups.migration import Migration
 from core.groups.share_group import ShareGroups
@@ -88,6 +89,7 @@ class GroupCoordinator(OffsetCommits):
         self.consumer.topic_ids = self.share.topic_ids = lambda: {n: t.topic_id for n, t in logs.store.topics().items()}
         self.consumer.migration = self.migration = Migration(self.consumer, self._groups, clock, self._prepare_rebalance)
         self.share_deleted: Callable[[str], None] = lambda group_id: None  # its share partitions go too
+        self.consumer.on_changed = self._consumer_group_changed
         self.retention = OffsetRetention(self.offsets, self._groups, self.consumer,
                                          lambda g: g in self.share.groups or is_share_state(g),
                                          clock, retention_ms=offsets_retention_ms,
@@ -95,13 +97,30 @@ class GroupCoordinator(OffsetCommits):
 
     # --- life cycle -------------------------------------------------------------------
     def load(self) -> None:
-        """Create ``__consumer_offsets`` if missing and replay it; groups with offsets come back Empty."""
+        """Create ``__consumer_offsets`` if missing and replay it; classic groups with offsets come
+        back Empty, KIP-848 groups with their members (core.groups.consumer_state)."""
         replayed = self.offsets.load()
         for group_id in self.offsets.groups():
             if not is_share_state(group_id):  # share groups' start offsets are not a group
                 self._groups.setdefault(group_id, Group(group_id))
+        self._restore_consumer_groups(None)
         self._loaded = True
         log.info("loaded %d offset record(s) of %d group(s)", replayed, len(self.offsets.groups()))
+
+    def reload(self, partition: int) -> int:
+        """Cluster mode: this broker leads an offsets partition now; its offsets and KIP-848 groups
+        come back from its replica, so members go on with their ids and epochs."""
+        replayed = self.offsets.reload(partition)
+        self._restore_consumer_groups(partition)
+        return replayed
+
+    def _restore_consumer_groups(self, partition: int | None) -> None:
+        consumer_state.restore_groups(self.consumer.groups, self._groups, self.offsets, partition, self.clock())
+
+    def _consumer_group_changed(self, group_id: str) -> None:
+        """Keep a KIP-848 group's newest state in __consumer_offsets (only where it is coordinated)."""
+        if self.retention.leads(self.offsets.partition_for(group_id)):
+            consumer_state.keep(self.consumer.groups.get(group_id), group_id, self.offsets)
 
     def _ensure_loaded(self) -> None:
         if not self._loaded:

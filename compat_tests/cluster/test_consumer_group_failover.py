@@ -1,0 +1,75 @@
+"""A KIP-848 consumer group survives the kill -9 of its coordinator without a rebalance.
+
+The coordinator keeps the group's members, epochs and assignments in ``__consumer_offsets``
+(replicated), as Kafka does; the broker that takes over its partition rebuilds the group from its
+replica, so members heartbeating to it go on with their member ids, epochs and partitions: no
+partition is revoked or lost, and consumption goes on. Without that state the new coordinator
+would answer UNKNOWN_MEMBER_ID and every member would lose its partitions and join again.
+"""
+from __future__ import annotations
+
+import time
+
+from confluent_kafka import Consumer, Producer
+
+from compat_tests.cluster.cluster import create_topic
+from compat_tests.cluster.test_transactions_cluster import coordinator
+from compat_tests.kafka.helpers import wait_until
+
+PARTITIONS = 4
+
+
+def test_a_consumer_group_keeps_its_members_across_the_kill_of_its_coordinator(cluster):
+    topic, group = "kip848-failover", "kip848-failover-group"
+    create_topic(cluster.bootstrap(), topic, PARTITIONS, 3)
+    cluster.wait_isr_full(topic)
+    cluster.wait_isr_full("__consumer_offsets", 60)
+    events: list[tuple[str, list]] = []
+    consumers = []
+    for i in range(2):
+        c = Consumer({"bootstrap.servers": cluster.bootstrap(), "group.id": group, "group.protocol": "consumer",
+                      "auto.offset.reset": "earliest", "socket.timeout.ms": 15000,
+                      "topic.metadata.refresh.interval.ms": 1000})
+        c.subscribe([topic], on_assign=lambda _c, ps, i=i: events.append((f"assign{i}", [p.partition for p in ps])),
+                    on_revoke=lambda _c, ps, i=i: events.append((f"revoke{i}", [p.partition for p in ps])),
+                    on_lost=lambda _c, ps, i=i: events.append((f"lost{i}", [p.partition for p in ps])))
+        consumers.append(c)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap(), "acks": "all"})
+    got: list[bytes] = []
+
+    def poll_all(seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            for c in consumers:
+                m = c.poll(0.1)
+                if m is not None and m.error() is None:
+                    got.append(m.value())
+
+    try:
+        def settled():  # both members hold partitions, all of them between them
+            poll_all(0.5)
+            return all(c.assignment() for c in consumers) and sum(len(c.assignment()) for c in consumers) == PARTITIONS
+        wait_until(settled, 60, "both members assigned")
+        members = [c.memberid() for c in consumers]
+        for i in range(40):
+            producer.produce(topic, value=b"before-%d" % i, partition=i % PARTITIONS)
+        assert producer.flush(30) == 0
+        wait_until(lambda: (poll_all(0.3), len(got) >= 40)[1], 60, "the first records")
+        time.sleep(2)  # the group's state after the last heartbeats is in __consumer_offsets
+        before = list(events)
+
+        victim = cluster.by_id(coordinator(cluster, group, 0))
+        victim.kill()
+        wait_until(lambda: coordinator(cluster, group, 0) != victim.node_id, 60, "a new group coordinator")
+        for i in range(40):
+            producer.produce(topic, value=b"after-%d" % i, partition=i % PARTITIONS)
+        assert producer.flush(60) == 0
+        wait_until(lambda: (poll_all(0.3), len(got) >= 80)[1], 90, "the records produced after the kill")
+        poll_all(8)  # heartbeats to the new coordinator (every few seconds) would be fenced now
+        after = events[len(before):]
+        assert [c.memberid() for c in consumers] == members
+        assert not after, f"the members were rebalanced after the coordinator's kill: {after}"
+        assert sorted(got) == sorted([b"before-%d" % i for i in range(40)] + [b"after-%d" % i for i in range(40)])
+    finally:
+        for c in consumers:
+            c.close()
