@@ -96,17 +96,34 @@ def _consume_spread(conn: Conn, names: list[str], n: int, pids: list[int]) -> di
 BALANCED = {"x-queue-leader-locator": "balanced"}
 
 
-def _leaders(http: str, names: set[str]) -> dict[str, int]:
-    """How many of the queues ``names`` each broker leads: RabbitMQ's ``node`` of each queue in
-    the management API's list (every broker knows every queue and its leader)."""
+def _listed(http: str) -> list[dict]:
+    """The management API's queues of vhost '/' at ``http`` (name and node)."""
     import base64
     import urllib.request
     request = urllib.request.Request(f"http://{http}/api/queues/%2F?columns=name,node",
                                      headers={"Authorization": "Basic " + base64.b64encode(b"guest:guest").decode()})
     with urllib.request.urlopen(request, timeout=30) as answer:
-        listed = json.load(answer)
+        return json.load(answer)
+
+
+def _known_everywhere(http: list[str], names: set[str], longest: float = 60.0) -> float:
+    """Wait until every broker knows the queues ``names`` (a cluster's others learn a declaration
+    from the replicated state topic, a moment after its declare-ok), so that no client's first
+    consume or publish finds a queue missing; return the seconds it took."""
+    started = time.monotonic()
+    for address in http:
+        while not names <= {q["name"] for q in _listed(address)}:
+            if time.monotonic() - started > longest:
+                raise RuntimeError(f"broker at {address} does not know every declared queue after {longest:g} s")
+            time.sleep(0.1)
+    return time.monotonic() - started
+
+
+def _leaders(http: str, names: set[str]) -> dict[str, int]:
+    """How many of the queues ``names`` each broker leads: RabbitMQ's ``node`` of each queue in
+    the management API's list (every broker knows every queue and its leader)."""
     counts: dict[str, int] = {}
-    for q in listed:
+    for q in _listed(http):
         if q["name"] in names:
             counts[q["node"]] = counts.get(q["node"], 0) + 1
     return dict(sorted(counts.items()))
@@ -145,6 +162,7 @@ def run_random_brokers(addresses: list[str], name: str, n: int, size: int, queue
         admin.sock.sendall(b"".join(frame.marshal(commands.Queue.Declare(queue=q, durable=True, arguments=BALANCED), 1)
                                     for q in names[i:i + 500]))
         expect_many(admin, 50, 11, len(names[i:i + 500]))
+    known = _known_everywhere(http, set(names)) if http else 0.0
     _settle(pids)
     leaders = _leaders(http[0], set(names)) if http else {}
     where = {"publishers": [rng.choice(addresses) for _ in range(clients)],
@@ -241,7 +259,7 @@ def run_random_brokers(addresses: list[str], name: str, n: int, size: int, queue
            "cpu_seconds_by_broker": cpus, "confirmed": sum(confirmed), "consumed": consumed,
            "redelivered": sum(redelivered), "duplicates": sum(duplicates),
            "clients_per_broker": [where["publishers"].count(a) + where["consumers"].count(a) for a in addresses],
-           "queues_per_broker": leaders}
+           "queues_per_broker": leaders, "declarations_known_everywhere_s": known}
     if errors or consumed < sum(confirmed) or sum(confirmed) < n:
         raise RuntimeError(f"{sum(confirmed):,} of {n:,} messages confirmed, {consumed:,} of them consumed"
                            f"{': ' + '; '.join(errors) if errors else ''} ({json.dumps(out)})")
