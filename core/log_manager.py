@@ -207,6 +207,11 @@ class LogManager:
         return topic
 
     # --- background duties ----------------------------------------------------------
+    @property
+    def has_dirty(self) -> bool:
+        """Whether a log was written since the last group commit (or is due later)."""
+        return bool(self._dirty)
+
     def flush_dirty(self, seen: list | None = None) -> int:
         """fsync every log that its flush policy says is due (group commit); return how many.
         ``seen``: gets every log written since the last pass (those whose ends may have moved).
