@@ -15,7 +15,8 @@
   Kafka 1 KB produce to 16 partitions, AMQP confirmed publishes over 100 queues (one connection),
   and the spread workload below over 100 queues: msg/s, the brokers' CPU per message, and each
   broker's share of the cluster's CPU (the largest as a row, all of them in its note);
-* spread (issue 27): ``--spread-queues`` (300) durable queues, ``--spread-clients`` (10)
+* spread (issue 27): ``--spread-queues`` (300) durable queues (``x-queue-leader-locator: balanced``:
+  each broker leads about a third; the row prints how many), ``--spread-clients`` (10)
   publishers of persistent 100 B messages with confirms and as many acking consumers, each client
   on a broker picked at random (seeded) among the nodes of ``gateway serve --processes
   --spread-brokers`` (3), against one broker on the same workload; ``--spread-messages``
