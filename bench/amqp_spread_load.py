@@ -93,6 +93,42 @@ def _consume_spread(conn: Conn, names: list[str], n: int, pids: list[int]) -> di
     return {"consume_msgs_s": n / elapsed, "consume_cpu_us_per_msg": cpu / n * 1e6}
 
 
+BALANCED = {"x-queue-leader-locator": "balanced"}
+
+
+def _listed(http: str) -> list[dict]:
+    """The management API's queues of vhost '/' at ``http`` (name and node)."""
+    import base64
+    import urllib.request
+    request = urllib.request.Request(f"http://{http}/api/queues/%2F?columns=name,node",
+                                     headers={"Authorization": "Basic " + base64.b64encode(b"guest:guest").decode()})
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        return json.load(answer)
+
+
+def _known_everywhere(http: list[str], names: set[str], longest: float = 60.0) -> float:
+    """Wait until every broker knows the queues ``names`` (a cluster's others learn a declaration
+    from the replicated state topic, a moment after its declare-ok), so that no client's first
+    consume or publish finds a queue missing; return the seconds it took."""
+    started = time.monotonic()
+    for address in http:
+        while not names <= {q["name"] for q in _listed(address)}:
+            if time.monotonic() - started > longest:
+                raise RuntimeError(f"broker at {address} does not know every declared queue after {longest:g} s")
+            time.sleep(0.1)
+    return time.monotonic() - started
+
+
+def _leaders(http: str, names: set[str]) -> dict[str, int]:
+    """How many of the queues ``names`` each broker leads: RabbitMQ's ``node`` of each queue in
+    the management API's list (every broker knows every queue and its leader)."""
+    counts: dict[str, int] = {}
+    for q in _listed(http):
+        if q["name"] in names:
+            counts[q["node"]] = counts.get(q["node"], 0) + 1
+    return dict(sorted(counts.items()))
+
+
 def _settle(pids: list[int], quiet: float = 0.05, longest: float = 20.0) -> None:
     """Wait (up to ``longest`` s) until the brokers together use under ``quiet`` CPU seconds in a
     half second: a cluster still places and replicates just-declared queues after the declare-oks,
@@ -106,24 +142,29 @@ def _settle(pids: list[int], quiet: float = 0.05, longest: float = 20.0) -> None
 
 
 def run_random_brokers(addresses: list[str], name: str, n: int, size: int, queues: int, clients: int, seed: int,
-                       pids: list[int]) -> dict:
-    """``queues`` durable queues; ``clients`` publishers (persistent messages, confirms) and as many
+                       pids: list[int], http: list[str] | None = None) -> dict:
+    """``queues`` durable queues, placed by ``x-queue-leader-locator: balanced`` (a cluster leads
+    about a third each of them on each of 3 brokers, as RabbitMQ's balanced locator would; a
+    single broker leads them all); ``clients`` publishers (persistent messages, confirms) and as many
     acking consumers, all at once, each client on its own connection to a broker picked at random
     (``seed``) from ``addresses``. Publisher i sends n / clients messages round robin over its
     slice of the queues, consumer i takes that slice's messages. Each body carries (publisher,
     sequence number), so every confirmed message is checked off when consumed: one missing raises.
     Reports the CPU seconds of each broker process in ``pids`` over publish and consume (from when
-    the brokers are quiet after the declarations until the last consumer is done)."""
+    the brokers are quiet after the declarations until the last consumer is done), and how many
+    of the queues each broker leads (from the management API at ``http``, the first broker's)."""
     rng = random.Random(seed)
     names = [f"{name}-{i}" for i in range(queues)]
     slices = [names[i::clients] for i in range(clients)]
     counts = [n // clients + (i < n % clients) for i in range(clients)]
     admin = Conn(rng.choice(addresses))
     for i in range(0, queues, 500):
-        admin.sock.sendall(b"".join(frame.marshal(commands.Queue.Declare(queue=q, durable=True), 1)
+        admin.sock.sendall(b"".join(frame.marshal(commands.Queue.Declare(queue=q, durable=True, arguments=BALANCED), 1)
                                     for q in names[i:i + 500]))
         expect_many(admin, 50, 11, len(names[i:i + 500]))
+    known = _known_everywhere(http, set(names)) if http else 0.0
     _settle(pids)
+    leaders = _leaders(http[0], set(names)) if http else {}
     where = {"publishers": [rng.choice(addresses) for _ in range(clients)],
              "consumers": [rng.choice(addresses) for _ in range(clients)]}
     confirmed = [0] * clients
@@ -217,7 +258,8 @@ def run_random_brokers(addresses: list[str], name: str, n: int, size: int, queue
     out = {"seconds": elapsed, "msgs_s": n / elapsed, "cpu_us_per_msg": sum(cpus) / n * 1e6,
            "cpu_seconds_by_broker": cpus, "confirmed": sum(confirmed), "consumed": consumed,
            "redelivered": sum(redelivered), "duplicates": sum(duplicates),
-           "clients_per_broker": [where["publishers"].count(a) + where["consumers"].count(a) for a in addresses]}
+           "clients_per_broker": [where["publishers"].count(a) + where["consumers"].count(a) for a in addresses],
+           "queues_per_broker": leaders, "declarations_known_everywhere_s": known}
     if errors or consumed < sum(confirmed) or sum(confirmed) < n:
         raise RuntimeError(f"{sum(confirmed):,} of {n:,} messages confirmed, {consumed:,} of them consumed"
                            f"{': ' + '; '.join(errors) if errors else ''} ({json.dumps(out)})")

@@ -15,7 +15,8 @@
   Kafka 1 KB produce to 16 partitions, AMQP confirmed publishes over 100 queues (one connection),
   and the spread workload below over 100 queues: msg/s, the brokers' CPU per message, and each
   broker's share of the cluster's CPU (the largest as a row, all of them in its note);
-* spread (issue 27): ``--spread-queues`` (300) durable queues, ``--spread-clients`` (10)
+* spread (issue 27): ``--spread-queues`` (300) durable queues (``x-queue-leader-locator: balanced``:
+  each broker leads about a third; the row prints how many), ``--spread-clients`` (10)
   publishers of persistent 100 B messages with confirms and as many acking consumers, each client
   on a broker picked at random (seeded) among the nodes of ``gateway serve --processes
   --spread-brokers`` (3), against one broker on the same workload; ``--spread-messages``
@@ -310,8 +311,8 @@ def core_rows(samples, args, names) -> None:
                     timeout=1800)
                 samples.add("cores: amqp publish+confirm 100B over 100 queues", who, r["msgs_s"], size=100)
                 print(f"  {label:<12} amqp publish over 100 queues: {r['msgs_s']:>10,.0f} msg/s", flush=True)
-                # the spread workload over 100 queues, clients on both brokers (one connection to node 1
-                # would keep client-local queues on node 1): throughput, CPU per message, shares
+                # the spread workload over 100 queues (placed balanced), clients on both brokers:
+                # throughput, CPU per message, shares
                 r = peers.run_load("bench.amqp_load", {
                     "addresses": target.addresses("amqp"), "queue": f"cores-{next(names)}", "mode": "random_brokers",
                     "messages": args.spread_messages, "size": 100, "queues": 100, "clients": args.spread_clients,
@@ -368,7 +369,8 @@ def spread_rows(samples, args, names) -> None:
                 r = peers.run_load("bench.amqp_load", {
                     "addresses": target.addresses("amqp"), "queue": f"spread-{next(names)}",
                     "mode": "random_brokers", "messages": n, "size": 100, "queues": args.spread_queues,
-                    "clients": args.spread_clients, "seed": rep, "pids": target.broker_pids()}, timeout=1800)
+                    "clients": args.spread_clients, "seed": rep, "pids": target.broker_pids(),
+                    "http": target.addresses("http")}, timeout=1800)
             except Exception as exc:  # a confirmed message not consumed lands here too: loudly, and no row
                 print(f"  {label:<12} spread run FAILED: {str(exc)[-600:]}", flush=True)
                 _failures.append(f"spread {label}: {str(exc).strip().splitlines()[-1][:300]}")
@@ -379,7 +381,8 @@ def spread_rows(samples, args, names) -> None:
             samples.add(case, who, cost[who], unit="us/msg", better="lower")
             print(f"  {label:<12} spread {n:,} messages: {cost[who]:8.1f} us/msg, {r['msgs_s']:>8,.0f} msg/s, "
                   f"{r['confirmed']:,} confirmed, {r['consumed']:,} consumed ({r['redelivered']} redelivered), "
-                  f"clients per broker {r['clients_per_broker']}", flush=True)
+                  f"clients per broker {r['clients_per_broker']}, queues led per broker {r['queues_per_broker']}",
+                  flush=True)
             if who == "broker":
                 shares = _shares(samples, "spread: max broker CPU share (target <= 45%)",
                                  r["cpu_seconds_by_broker"])

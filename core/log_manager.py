@@ -207,8 +207,14 @@ class LogManager:
         return topic
 
     # --- background duties ----------------------------------------------------------
-    def flush_dirty(self) -> int:
+    @property
+    def has_dirty(self) -> bool:
+        """Whether a log was written since the last group commit (or is due later)."""
+        return bool(self._dirty)
+
+    def flush_dirty(self, seen: list | None = None) -> int:
         """fsync every log that its flush policy says is due (group commit); return how many.
+        ``seen``: gets every log written since the last pass (those whose ends may have moved).
 
         With many logs due at once (messages spread over thousands of queues) one syncfs(2) of
         the data directory's file system replaces an fsync per log: it costs about what one
@@ -216,7 +222,10 @@ class LogManager:
         now = self.clock()
         due = []
         dirty = self._dirty
-        for plog in list(dirty):  # the logs written since the last pass, not every log (10,000 queues)
+        written = list(dirty)  # the logs written since the last pass, not every log (10,000 queues)
+        if seen is not None:
+            seen.extend(written)
+        for plog in written:
             dirty.discard(plog)  # before looking: an append from here on marks it again
             if plog.needs_flush(now):
                 due.append(plog)

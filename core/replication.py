@@ -176,6 +176,17 @@ class ReplicaManager:
             moved |= self.update_hw(rep)
         return moved
 
+    def update_hw_of(self, plogs) -> bool:
+        """update_hw of the leaders whose logs are among ``plogs`` (those written to lately)."""
+        if not plogs:
+            return False
+        ids = {id(plog) for plog in plogs}
+        moved = False
+        for rep in self.replicas.values():
+            if rep.role == LEADER and id(rep.plog) in ids:
+                moved |= self.update_hw(rep)
+        return moved
+
     def shrink_isr(self) -> bool:
         """Drop followers that have not caught up for the lag time; return True if any HW moved."""
         now = self.clock()

@@ -51,15 +51,21 @@ class ZkMetadataStore(MetadataStore):
                 out[name] = written
         return out
 
+    def assignment(self, name: str) -> TopicAssignment | None:
+        """One topic's entry of :meth:`assignments`, without copying them all (hot paths ask)."""
+        if name in self._mine:
+            return self._mine[name]
+        return self.view.topics.get(name)
+
     def topics(self) -> dict[str, TopicMetadata]:
         return {name: as_metadata(t) for name, t in self.assignments().items()}
 
     def get_topic(self, name: str) -> TopicMetadata | None:
-        t = self.assignments().get(name)
+        t = self.assignment(name)
         return as_metadata(t) if t else None
 
     def _existing(self, name: str) -> TopicAssignment:
-        t = self.assignments().get(name)
+        t = self.assignment(name)
         if t is None:
             raise UnknownTopicError(f"topic {name!r} does not exist")
         return t

@@ -181,7 +181,7 @@ class AmqpSpread(AmqpHome):
                          consumer, self.node_id)
 
     def _topic_id(self, topic: str) -> uuid.UUID | None:
-        found = self.node.store.assignments().get(topic)
+        found = self.node.store.assignment(topic)
         return uuid.UUID(found.topic_id) if found is not None and found.topic_id else None
 
     # --- writing the state topic -------------------------------------------------------------------

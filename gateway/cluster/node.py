@@ -135,14 +135,16 @@ class ClusterNode:
             return
         if self.broker.amqp_home is not None:
             self.broker.amqp_home.tick()
-        if self.replicas.shrink_isr():
+        # shrunk ISRs; and, as a safety net, any leader's HW that moved without a write since
+        # the group commits (which look at written logs only)
+        if self.replicas.shrink_isr() | self.replicas.update_all_hw():
             self.broker.kafka.waiters.notify()
             self.broker.amqp.log_moved()
 
-    def flushed(self) -> bool:
-        """The group commit made more of the leaders' logs durable: their high watermarks may move
-        (True if one did)."""
-        return self.replicas.update_all_hw()
+    def flushed(self, written) -> bool:
+        """The group commit made more of the leaders' logs ``written`` since the last one durable:
+        their high watermarks may move (True if one did)."""
+        return self.replicas.update_hw_of(written)
 
     # --- for the request handlers --------------------------------------------------------------
     def leader_log(self, topic: str, partition: int, current_epoch: int = -1):

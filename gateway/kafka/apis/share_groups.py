@@ -24,6 +24,7 @@ from core.group_configs import auto_offset_reset_ms
 from gateway.kafka.apis.registry import handles
 from gateway.kafka.operations import authorized_operations
 from gateway.kafka.context import group_config
+from routing.share import REJECT, RELEASE
 from wire.kafka import respond
 
 FINAL_EPOCH = -1
@@ -46,8 +47,13 @@ class ShareSession:
 
 def share_partitions(ctx):
     """The AMQP model's share partitions, with this listener's settings (the model may be replaced
-    in cluster mode, so they are applied on every use)."""
+    in cluster mode, so they are applied whenever it or the settings are new to it, not on every
+    use: parked share fetches ask on every notify)."""
     shares = ctx.router().shares
+    if (getattr(shares, "settings_of", None) is ctx and shares.remote is ctx.share_remote
+            and shares.delivery_count_limit == ctx.share_delivery_count_limit):
+        return shares
+    shares.settings_of = ctx
     shares.on_released = ctx.waiters.notify  # parked fetches may take released records
     shares.lock_ms = lambda group: int(group_config(ctx, group, "share.record.lock.duration.ms"))
     shares.auto_offset_reset = lambda group: auto_offset_reset_ms(
@@ -171,6 +177,7 @@ def _acknowledge(ctx, answer: _Answer, group: str, member: str, topics, error_ke
     """Apply acknowledgement batches; their outcome goes in ``error_key`` of each partition entry."""
     owner = share_partitions(ctx).owner(group, member)
     touched = []
+    returned = False  # a release or reject: records may go to others, dead letters get appended
     for t in topics:
         name = ctx.topic_name(t.topic_id)
         for p in t.partitions:
@@ -186,13 +193,15 @@ def _acknowledge(ctx, answer: _Answer, group: str, member: str, topics, error_ke
                             not sp.acknowledge(owner, batch.first_offset, batch.last_offset,
                                                tuple(batch.acknowledge_types)):
                         error = ErrorCode.invalid_record_state
+                    elif not returned:
+                        returned = any(kind in (RELEASE, REJECT) for kind in batch.acknowledge_types)
                 touched.append(sp.queue)
             if error:
                 entry[error_key] = error
                 entry[error_key.replace("code", "message")] = (
                     "records not acquired by this member (lock expired, or acknowledged already)"
                     if error == ErrorCode.invalid_record_state else None)
-    if touched:
+    if touched and returned:  # accepts alone free nothing another consumer or parked fetch could take
         share_partitions(ctx).changed(touched)
     return touched
 
