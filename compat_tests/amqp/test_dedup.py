@@ -98,7 +98,6 @@ def test_exchange_deduplicates_before_routing(amqp_broker, name):
     conn.close()
 
 
-@pytest.mark.restarts_broker
 @pytest.mark.parametrize("stop", ["restart", "kill"])
 def test_window_survives_the_broker(amqp_broker, name, stop):
     conn, ch = _channel(amqp_broker)

@@ -99,7 +99,6 @@ def test_the_delayed_type_is_required_and_reported(amqp_broker):
     conn.close()
 
 
-@pytest.mark.restarts_broker
 @pytest.mark.parametrize("how", ["restart", "kill"])
 def test_held_messages_survive_a_restart_and_a_crash(amqp_broker, how):
     conn = connect(amqp_broker)
