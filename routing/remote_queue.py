@@ -18,6 +18,9 @@ class RemoteQueue(Queue):
     # set by the gateway: (queue, consumer) -> a link serving that consumer from the leader, with
     # poke() (credit may have grown), acknowledge(offsets, kind) and close()
     link_factory = None
+    # set by the gateway: figures(queue) and purge(queue), asked of the leader (and, for the
+    # consumers, every broker), each a Deferred (gateway.cluster.amqp_queue_ops)
+    ops = None
 
     def __init__(self, *args, leader: int = -1, **kwargs):
         super().__init__(*args, **kwargs)

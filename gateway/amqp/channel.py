@@ -162,8 +162,30 @@ class Channel:
                                          arguments=m.arguments or {})
         self.connection.last_queue = queue.name
         COUNTS.queues_declared += 1
-        if not m.nowait:
-            self.reply(unchecked(spec.Queue.DeclareOk, queue.name, queue.message_count(), queue.consumer_count()))
+        if m.nowait:
+            return
+        if queue.remote and queue.ops is not None:  # led by another broker: its figures, once it said
+            self._later(queue.ops.figures(queue), m, lambda f: self.reply(
+                unchecked(spec.Queue.DeclareOk, queue.name, f.ready, f.consumers)))
+            return
+        self.reply(unchecked(spec.Queue.DeclareOk, queue.name, queue.message_count(), queue.consumer_count()))
+
+    def _later(self, d, m, answer) -> None:
+        """Reply to ``m`` once Deferred ``d`` fired: ``answer(result)`` (it may raise a ChannelError),
+        or close the channel if ``d`` failed; nothing if the channel closed meanwhile."""
+        def done(result):
+            if self.closing or self.connection.channels.get(self.number) is not self:
+                return
+            try:
+                answer(result)
+            except ChannelError as exc:
+                self.connection._channel_error(self, exc, type(m))
+
+        def failed(failure):
+            if not self.closing and self.connection.channels.get(self.number) is self:
+                # RabbitMQ's answer when a queue's node is away: 404
+                self.connection._channel_error(self, ChannelError(NOT_FOUND, failure.getErrorMessage()), type(m))
+        d.addCallbacks(done, failed)
 
     def _queue_name(self, name: str) -> str:
         """An empty queue name means the last queue declared on this connection, as in AMQP."""
@@ -185,19 +207,46 @@ class Channel:
         self.reply(spec.Queue.UnbindOk())
 
     def queue_purge(self, m: spec.Queue.Purge) -> None:
-        count = self.vhost.purge_queue(self._queue_name(m.queue), self.connection)
+        queue = self.vhost.queue(self._queue_name(m.queue), self.connection)
+        if queue.remote and queue.ops is not None:  # purged by its leader
+            self._later(queue.ops.purge(queue), m, lambda count: None if m.nowait else self.reply(spec.Queue.PurgeOk(count)))
+            return
+        count = self.vhost.purge_queue(queue.name, self.connection)
         if not m.nowait:
             self.reply(spec.Queue.PurgeOk(count))
 
     def queue_delete(self, m: spec.Queue.Delete) -> None:
         # As RabbitMQ: this channel's own consumers of the queue hear of it after delete-ok (py-amqp
         # raises ConsumerCancelled if a cancel comes while it waits for delete-ok); others at once.
+        name = self._queue_name(m.queue)
+        queue = self.vhost.queues.get(name)
+        if queue is not None and queue.remote and queue.ops is not None:
+            self.vhost.queue(name, self.connection)  # 405 if exclusive to another connection
+            self._later(queue.ops.figures(queue), m, lambda f: self._delete_remote(m, name, f))
+            return
         self._held_cancels = []
         try:
-            count = self.vhost.delete_queue(self._queue_name(m.queue), owner=self.connection,
-                                            if_unused=m.if_unused, if_empty=m.if_empty)
+            count = self.vhost.delete_queue(name, owner=self.connection, if_unused=m.if_unused, if_empty=m.if_empty)
             if not m.nowait:
                 self.reply(spec.Queue.DeleteOk(count))
+        finally:
+            held, self._held_cancels = self._held_cancels, None
+        for tag in held:
+            self.reply(spec.Basic.Cancel(tag, nowait=True))
+
+    def _delete_remote(self, m: spec.Queue.Delete, name: str, figures) -> None:
+        """queue.delete of a queue led elsewhere, once its figures are known: the conditions are
+        checked against them (consumers on every broker, the leader's ready messages), then the
+        queue is deleted here as any (the leader drops its own when the deletion reaches it)."""
+        if m.if_unused and figures.consumers:
+            raise ChannelError(PRECONDITION_FAILED, f"queue '{name}' in vhost '{self.vhost.name}' in use")
+        if m.if_empty and figures.ready:
+            raise ChannelError(PRECONDITION_FAILED, f"queue '{name}' in vhost '{self.vhost.name}' not empty")
+        self._held_cancels = []
+        try:
+            self.vhost.delete_queue(name, owner=self.connection)
+            if not m.nowait:
+                self.reply(spec.Queue.DeleteOk(figures.ready))
         finally:
             held, self._held_cancels = self._held_cancels, None
         for tag in held:

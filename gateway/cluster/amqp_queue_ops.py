@@ -1,0 +1,96 @@
+"""What only a queue's leader knows, asked from another broker of a spread cluster: its figures
+(declare-ok, delete-ok, the management API) and its purge. Calls the brokers' own AmqpQueue API
+(wire.kafka_private, answered by gateway.kafka.apis.amqp_queue) over the peer links.
+
+A queue's consumers are spread too: each broker counts those connected to it, so the figures
+ask every live broker (in parallel) and add their consumers up; the messages are the leader's.
+A broker that does not answer counts for nothing (the figures are a snapshot, as RabbitMQ's);
+a purge the leader cannot answer is an error the client hears. A queue just declared may have no
+leader yet (a replicated one's election takes a moment): its figures wait for one, up to
+:data:`LEADER_WAIT_S`, so that declare-ok, as RabbitMQ's for a quorum queue, means the queue can
+take publishes (a forwarded publish to a queue without a leader is refused).
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Callable
+
+from twisted.internet import defer, task
+
+from wire.kafka_private import AMQP_QUEUE, FIGURES, PURGE
+
+log = logging.getLogger(__name__)
+TIMEOUT_S = 10.0
+LEADER_WAIT_S = 10.0
+
+
+@dataclass(frozen=True)
+class Figures:
+    ready: int
+    unacked: int
+    consumers: int
+
+
+class QueueUnavailable(RuntimeError):
+    """The queue's leader did not answer (down, moving) or refused."""
+
+
+class QueueOps:
+    def __init__(self, reactor, peers, live: Callable[[], list[int]], node_id: int):
+        self.reactor = reactor
+        self.peers = peers  # gateway.cluster.peers.PeerClients
+        self.live = live  # the live brokers' ids
+        self.node_id = node_id
+
+    def _ask(self, node: int, queue, op: int):
+        return self.peers.call(node, AMQP_QUEUE, {"vhost": queue.vhost, "queue": queue.name, "op": op},
+                               version=0, timeout=TIMEOUT_S)
+
+    def figures(self, queue) -> defer.Deferred:
+        """Figures of a queue led elsewhere (``queue`` is this broker's RemoteQueue); never fails."""
+        return self._led(queue).addCallback(lambda _: self._figures(queue))
+
+    def _led(self, queue, waited: float = 0.0) -> defer.Deferred:
+        """Fires once the queue has a leader (``queue.leader``, kept by AmqpSpread), or gave up."""
+        if queue.leader >= 0 or queue.deleted or waited >= LEADER_WAIT_S:
+            return defer.succeed(None)
+        return task.deferLater(self.reactor, 0.05, self._led, queue, waited + 0.05)
+
+    def _figures(self, queue) -> defer.Deferred:
+        others = [b for b in self.live() if b != self.node_id]
+        asked = [self._ask(b, queue, FIGURES).addErrback(self._unanswered, b, queue) for b in others]
+
+        def add_up(answers) -> Figures:
+            ready = unacked = 0
+            consumers = queue.consumer_count()
+            for answer in answers:
+                if answer is None or answer.error_code:
+                    continue
+                consumers += answer.consumer_count
+                if answer.leads:
+                    ready, unacked = answer.message_count, answer.unacked_count
+            return Figures(ready, unacked, consumers)
+        return defer.gatherResults(asked).addCallback(add_up)
+
+    def purge(self, queue) -> defer.Deferred:
+        """The number of messages purged at the queue's leader; fails with QueueUnavailable."""
+        leader = queue.leader
+        if leader < 0:
+            return defer.fail(QueueUnavailable(f"queue '{queue.name}' has no leader right now"))
+
+        def answered(answer) -> int:
+            if answer.error_code:
+                raise QueueUnavailable(f"broker {leader} did not purge queue '{queue.name}': "
+                                       f"{answer.error_message or answer.error_code.name}")
+            return answer.message_count
+
+        def failed(failure):
+            raise QueueUnavailable(f"broker {leader}, leader of queue '{queue.name}', did not answer: "
+                                   f"{failure.getErrorMessage()}")
+        return self._ask(leader, queue, PURGE).addCallbacks(answered, failed)
+
+    @staticmethod
+    def _unanswered(failure, node: int, queue) -> None:
+        log.info("no figures of queue %r from broker %d: %s", queue.name, node, failure.getErrorMessage())
+        return None
