@@ -353,6 +353,12 @@ def test_declare_purge_and_delete_from_a_broker_that_does_not_lead_the_queue(spr
         ch.basic_publish("", "figures", b"f%d" % i, pika.BasicProperties(delivery_mode=2))
     ok = ch.queue_declare("figures", durable=True).method
     assert (ok.message_count, ok.consumer_count) == (3, 0)
+    api = f"http://{b1.ip}:{b1.ports['http']}/api/queues"
+    one = requests.get(f"{api}/%2F/figures", auth=("guest", "guest"), timeout=10).json()
+    listed = [q for q in requests.get(api, auth=("guest", "guest"), timeout=10).json() if q["name"] == "figures"]
+    for shown in (one, *listed):  # the management API of broker 1 shows the leader's figures
+        assert (shown["node"], shown["messages_ready"], shown["messages"], shown["consumers"]) == ("gateway@2", 3, 3, 0)
+    assert len(listed) == 1
 
     consumers = []
     for broker in (b2, b3):  # one consumer at the leader, one on the third broker: one message each

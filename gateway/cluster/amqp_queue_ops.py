@@ -47,8 +47,11 @@ class QueueOps:
         return self.peers.call(node, AMQP_QUEUE, {"vhost": queue.vhost, "queue": queue.name, "op": op},
                                version=0, timeout=TIMEOUT_S)
 
-    def figures(self, queue) -> defer.Deferred:
-        """Figures of a queue led elsewhere (``queue`` is this broker's RemoteQueue); never fails."""
+    def figures(self, queue, wait: bool = True) -> defer.Deferred:
+        """Figures of a queue led elsewhere (``queue`` is this broker's RemoteQueue); never fails.
+        ``wait``: for a leader first, if it has none right now."""
+        if not wait:
+            return self._figures(queue)
         return self._led(queue).addCallback(lambda _: self._figures(queue))
 
     def _led(self, queue, waited: float = 0.0) -> defer.Deferred:
