@@ -8,7 +8,8 @@ A broker that does not answer counts for nothing (the figures are a snapshot, as
 a purge the leader cannot answer is an error the client hears. A queue just declared may have no
 leader yet (a replicated one's election takes a moment): its figures wait for one, up to
 :data:`LEADER_WAIT_S`, so that declare-ok, as RabbitMQ's for a quorum queue, means the queue can
-take publishes (a forwarded publish to a queue without a leader is refused).
+take publishes (a forwarded publish to a queue without a leader is refused); a stream queue's
+waits for this broker's replica too, which its consumers here read.
 """
 from __future__ import annotations
 
@@ -37,8 +38,10 @@ class QueueUnavailable(RuntimeError):
 
 
 class QueueOps:
-    def __init__(self, reactor, peers, live: Callable[[], list[int]], node_id: int):
+    def __init__(self, reactor, peers, live: Callable[[], list[int]], node_id: int,
+                 replicated_here: Callable[[object], bool] = lambda queue: False):
         self.reactor = reactor
+        self.replicated_here = replicated_here  # whether this broker is one of the queue's replicas
         self.peers = peers  # gateway.cluster.peers.PeerClients
         self.live = live  # the live brokers' ids
         self.node_id = node_id
@@ -56,7 +59,8 @@ class QueueOps:
 
     def _led(self, queue, waited: float = 0.0) -> defer.Deferred:
         """Fires once the queue has a leader (``queue.leader``, kept by AmqpSpread), or gave up."""
-        if queue.leader >= 0 or queue.deleted or waited >= LEADER_WAIT_S:
+        ready = queue.leader >= 0 and (not queue.is_stream or queue.reads_here or not self.replicated_here(queue))
+        if ready or queue.deleted or waited >= LEADER_WAIT_S:
             return defer.succeed(None)
         return task.deferLater(self.reactor, 0.05, self._led, queue, waited + 0.05)
 

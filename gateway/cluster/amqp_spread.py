@@ -150,7 +150,8 @@ class AmqpSpread(AmqpHome):
         router.share_transient, router.node_id = True, self.node_id  # other brokers route to our transient queues
         # one broker per process: every RemoteQueue's consumers are served over links from here
         RemoteQueue.link_factory = self._link
-        RemoteQueue.ops = QueueOps(broker.reactor, self.forwarder.peers, lambda: sorted(self.node.view.brokers), self.node_id)
+        RemoteQueue.ops = QueueOps(broker.reactor, self.forwarder.peers, lambda: sorted(self.node.view.brokers),
+                                   self.node_id, self._replicated_here)
         broker.amqp.use_router(router)
         router.load()
         self.own_follower = DefinitionsFollower(router, plog, position=state.opened_at, own=state.origin)
@@ -182,6 +183,9 @@ class AmqpSpread(AmqpHome):
     def _link(self, queue: RemoteQueue, consumer) -> ShareLink:
         return ShareLink(self.broker.reactor, self.forwarder.peers, self.forwarder.leader_of, self._topic_id, queue,
                          consumer, self.node_id)
+
+    def _replicated_here(self, queue) -> bool:
+        return self.node_id in self.node.view.replicas(queue.topic, queue.partition)
 
     def _topic_id(self, topic: str) -> uuid.UUID | None:
         found = self.node.store.assignments().get(topic)
@@ -285,6 +289,8 @@ class AmqpSpread(AmqpHome):
                 leads = rep is not None and rep.role == LEADER
                 if queue.remote:
                     queue.leader = leader
+                    if rep is not None and not leads:
+                        queue.read_replica(rep.plog)  # a stream's consumers here read this replica
                     if leads:
                         if floors is None:
                             floors = router.state.latest_floors()
