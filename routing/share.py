@@ -252,6 +252,10 @@ class SharePartitions:
         if sp is not None:  # its queue was deleted or declared, or the log replaced: let go of it
             self._drop(sp)
         queue = self._queue_for(group, topic, index)
+        if queue is not None and queue.remote:
+            # cluster mode 'spread': this broker leads the topic but has not made the queue its own
+            # yet (it does at its next tick): ask again later, as while a start offset is read
+            return None
         if queue is not None:
             sp = SharePartition(group, queue, True)
         else:
