@@ -6,9 +6,10 @@ A queue's consumers are spread too: each broker counts those connected to it, so
 ask every live broker (in parallel) and add their consumers up; the messages are the leader's.
 A broker that does not answer counts for nothing (the figures are a snapshot, as RabbitMQ's);
 a purge the leader cannot answer is an error the client hears. A queue just declared may have no
-leader yet (a replicated one's election takes a moment): its figures wait for one, up to
-:data:`LEADER_WAIT_S`, so that declare-ok, as RabbitMQ's for a quorum queue, means the queue can
-take publishes (a forwarded publish to a queue without a leader is refused); a stream queue's
+leader serving it yet (a replicated one's election takes a moment, and the elected broker makes
+the queue its own at its next tick): its figures are asked again until the leader answers as
+such, up to :data:`LEADER_WAIT_S`, so that declare-ok, as RabbitMQ's for a quorum queue, means
+the queue can take publishes (a forwarded publish to a queue not served yet is refused); a stream queue's
 waits for this broker's replica too, which its consumers here read.
 """
 from __future__ import annotations
@@ -31,6 +32,7 @@ class Figures:
     ready: int
     unacked: int
     consumers: int
+    led: bool  # its leader answered (it serves the queue)
 
 
 class QueueUnavailable(RuntimeError):
@@ -52,17 +54,16 @@ class QueueOps:
 
     def figures(self, queue, wait: bool = True) -> defer.Deferred:
         """Figures of a queue led elsewhere (``queue`` is this broker's RemoteQueue); never fails.
-        ``wait``: for a leader first, if it has none right now."""
-        if not wait:
-            return self._figures(queue)
-        return self._led(queue).addCallback(lambda _: self._figures(queue))
+        ``wait``: until its leader serves it (answers as its leader), if it does not yet."""
+        d = self._figures(queue)
+        return d.addCallback(self._served, queue, 0.0) if wait else d
 
-    def _led(self, queue, waited: float = 0.0) -> defer.Deferred:
-        """Fires once the queue has a leader (``queue.leader``, kept by AmqpSpread), or gave up."""
-        ready = queue.leader >= 0 and (not queue.is_stream or queue.reads_here or not self.replicated_here(queue))
+    def _served(self, figures: "Figures", queue, waited: float):
+        ready = figures.led and (not queue.is_stream or queue.reads_here or not self.replicated_here(queue))
         if ready or queue.deleted or waited >= LEADER_WAIT_S:
-            return defer.succeed(None)
-        return task.deferLater(self.reactor, 0.05, self._led, queue, waited + 0.05)
+            return figures
+        return task.deferLater(self.reactor, 0.05, self._figures, queue).addCallback(
+            self._served, queue, waited + 0.05)
 
     def _figures(self, queue) -> defer.Deferred:
         others = [b for b in self.live() if b != self.node_id]
@@ -70,14 +71,15 @@ class QueueOps:
 
         def add_up(answers) -> Figures:
             ready = unacked = 0
+            led = False
             consumers = queue.consumer_count()
             for answer in answers:
                 if answer is None or answer.error_code:
                     continue
                 consumers += answer.consumer_count
                 if answer.leads:
-                    ready, unacked = answer.message_count, answer.unacked_count
-            return Figures(ready, unacked, consumers)
+                    ready, unacked, led = answer.message_count, answer.unacked_count, True
+            return Figures(ready, unacked, consumers, led)
         return defer.gatherResults(asked).addCallback(add_up)
 
     def purge(self, queue) -> defer.Deferred:
