@@ -17,6 +17,7 @@ from pamqp import commands as spec
 
 from gateway.amqp import permissions
 from gateway.amqp.counters import AMQP as COUNTS, BY_QUEUE_TYPE
+from gateway.amqp.remote_replies import RemoteReplies
 from routing import amqp_properties, mapping
 from routing.errors import (
     ACCESS_REFUSED, NOT_ALLOWED, NOT_FOUND, NOT_IMPLEMENTED, PRECONDITION_FAILED, ChannelError, ConnectionError,
@@ -90,7 +91,7 @@ class Consumer:
         self.channel.server_cancel(self)
 
 
-class Channel:
+class Channel(RemoteReplies):
     def __init__(self, connection: ChannelOwner, number: int):
         self.connection = connection
         self.number = number
@@ -170,23 +171,6 @@ class Channel:
             return
         self.reply(unchecked(spec.Queue.DeclareOk, queue.name, queue.message_count(), queue.consumer_count()))
 
-    def _later(self, d, m, answer) -> None:
-        """Reply to ``m`` once Deferred ``d`` fired: ``answer(result)`` (it may raise a ChannelError),
-        or close the channel if ``d`` failed; nothing if the channel closed meanwhile."""
-        def done(result):
-            if self.closing or self.connection.channels.get(self.number) is not self:
-                return
-            try:
-                answer(result)
-            except ChannelError as exc:
-                self.connection._channel_error(self, exc, type(m))
-
-        def failed(failure):
-            if not self.closing and self.connection.channels.get(self.number) is self:
-                # RabbitMQ's answer when a queue's node is away: 404
-                self.connection._channel_error(self, ChannelError(NOT_FOUND, failure.getErrorMessage()), type(m))
-        d.addCallbacks(done, failed)
-
     def _queue_name(self, name: str) -> str:
         """An empty queue name means the last queue declared on this connection, as in AMQP."""
         if name:
@@ -229,24 +213,6 @@ class Channel:
             count = self.vhost.delete_queue(name, owner=self.connection, if_unused=m.if_unused, if_empty=m.if_empty)
             if not m.nowait:
                 self.reply(spec.Queue.DeleteOk(count))
-        finally:
-            held, self._held_cancels = self._held_cancels, None
-        for tag in held:
-            self.reply(spec.Basic.Cancel(tag, nowait=True))
-
-    def _delete_remote(self, m: spec.Queue.Delete, name: str, figures) -> None:
-        """queue.delete of a queue led elsewhere, once its figures are known: the conditions are
-        checked against them (consumers on every broker, the leader's ready messages), then the
-        queue is deleted here as any (the leader drops its own when the deletion reaches it)."""
-        if m.if_unused and figures.consumers:
-            raise ChannelError(PRECONDITION_FAILED, f"queue '{name}' in vhost '{self.vhost.name}' in use")
-        if m.if_empty and figures.ready:
-            raise ChannelError(PRECONDITION_FAILED, f"queue '{name}' in vhost '{self.vhost.name}' not empty")
-        self._held_cancels = []
-        try:
-            self.vhost.delete_queue(name, owner=self.connection)
-            if not m.nowait:
-                self.reply(spec.Queue.DeleteOk(figures.ready))
         finally:
             held, self._held_cancels = self._held_cancels, None
         for tag in held:
