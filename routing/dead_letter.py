@@ -107,18 +107,22 @@ class DeadLetterCopy:
     (log, offset) each target queue got, or sets ``rejected`` when an append failed -- the same
     fields as a publisher confirm's :class:`routing.broker.Publish`."""
 
-    __slots__ = ("queues", "targets", "rejected")
+    __slots__ = ("queues", "targets", "rejected", "forwarded")
 
     def __init__(self, queues: list):
         self.queues = queues
         self.targets: list[tuple[Any, int]] = []
         self.rejected = False
+        self.forwarded = 0  # copies sent to target queues led by other brokers, not yet stored there
 
     def stored(self) -> bool:
         """Every target queue has it below its high watermark (or was deleted meanwhile: RabbitMQ
-        stops waiting for a target queue that is gone)."""
+        stops waiting for a target queue that is gone); a target led by another broker (cluster
+        mode 'spread') has it once that broker answered the forwarded copy (acks=all)."""
+        if self.forwarded:
+            return False
         durable = {id(plog) for plog, offset in self.targets if plog.high_watermark > offset}
-        return all(q.deleted or id(q.plog) in durable for q in self.queues)
+        return all(q.deleted or q.remote or id(q.plog) in durable for q in self.queues)
 
 
 class HeldDeadLetters:

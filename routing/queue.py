@@ -94,6 +94,7 @@ class Queue:
         self.dead_letter: Callable[..., None] | None = None  # (queue, record, reason, held offset or None)
         self.on_empty_auto_delete: Callable[[Queue], None] | None = None
         self.stage = self._priority_stage(prioritised)
+        self._seen_end = 0  # records below were looked at for a high priority (see sync_end)
         self.held = dead_letter.HeldDeadLetters(dead_lettering)  # at-least-once dead letters not yet stored
         self._sizes: dict[int, int] = {}  # body sizes of ready messages, for x-max-length-bytes
         # (head offset, its expiry in ms or None) as expire_head last read it: the tick (4 a second)
@@ -143,7 +144,21 @@ class Queue:
     # --- counts ------------------------------------------------------------------------
     def sync_end(self) -> None:
         self.cursor.log_start(self.plog.log_start_offset)
-        self.cursor.log_end(self.plog.next_offset)
+        end = self.plog.next_offset
+        if self.stage is not None and not self.stage.active and end > self._seen_end:
+            self._look_for_priorities(end)
+        self.cursor.log_end(end)
+
+    def _look_for_priorities(self, end: int) -> None:
+        """A quorum queue's records that came by Kafka Produce (a publish forwarded by another
+        broker of a spread cluster, a Kafka producer): the first high-priority one turns the
+        priority lanes on, as :meth:`appended` does for what is published here."""
+        start, self._seen_end = max(self._seen_end, self.cursor.end_offset, self.plog.log_start_offset), end
+        for offset in range(start, end):
+            record = self.reader.get(offset)
+            if record is not None and quorum_level(message_fields.priority(record)):
+                self.stage.active = True
+                return
 
     def message_count(self) -> int:
         """Ready messages (not the ones delivered and unacked), as RabbitMQ counts them."""
@@ -181,6 +196,7 @@ class Queue:
             for i, size in enumerate(sizes):
                 self._sizes[first_offset + i] = size
         stage = self.stage
+        self._seen_end = max(self._seen_end, first_offset + len(sizes))  # looked at here, not in sync_end
         if stage is not None and not stage.active and any(quorum_level(message_fields.priority(s)) for s in sources):
             stage.active = True  # the first high-priority message: from now on the lanes order deliveries
 

@@ -6,11 +6,32 @@ topic, as a RabbitMQ queue lives in one process on one node. Elsewhere the queue
 :class:`RemoteQueue`: exchanges route to it and declarations find it like any queue, but it holds
 no cursor; what is published to it is handed to ``forward`` (the gateway sends it to the leader,
 batched per leader), and its figures are the leader's business.
+
+A stream queue is read, not consumed: when this broker holds a replica of it (:meth:`read_replica`),
+its consumers read that replica here, up to its high watermark, as RabbitMQ's stream members
+serve their own consumers; nothing goes to the leader but the publishes.
 """
 from __future__ import annotations
 
+from routing.errors import NOT_IMPLEMENTED, ConnectionError
 from routing.queue import Queue
+from routing.reader import LogReader
 from routing.share import ACCEPT, REJECT, RELEASE
+
+
+class _Committed:
+    """A replica as a stream consumer may read it: up to the high watermark, what every in-sync
+    replica holds (a follower's log end may hold records the leader has not committed)."""
+
+    def __init__(self, plog):
+        self.replica = plog
+
+    @property
+    def next_offset(self) -> int:
+        return self.replica.high_watermark
+
+    def __getattr__(self, name):
+        return getattr(self.replica, name)
 
 
 class RemoteQueue(Queue):
@@ -18,6 +39,9 @@ class RemoteQueue(Queue):
     # set by the gateway: (queue, consumer) -> a link serving that consumer from the leader, with
     # poke() (credit may have grown), acknowledge(offsets, kind) and close()
     link_factory = None
+    # set by the gateway: figures(queue) and purge(queue), asked of the leader (and, for the
+    # consumers, every broker), each a Deferred (gateway.cluster.amqp_queue_ops)
+    ops = None
 
     def __init__(self, *args, leader: int = -1, **kwargs):
         super().__init__(*args, **kwargs)
@@ -25,11 +49,29 @@ class RemoteQueue(Queue):
         self.links: dict = {}  # consumer -> its link to the leader
         self._by_offset: dict[int, object] = {}  # delivered and unsettled offset -> the link it came by
         self.getters: dict = {}  # channel -> the link its basic.get calls are served by
+        self.replica = None  # a stream queue's replica on this broker, read by its consumers here
+
+    def read_replica(self, plog) -> None:
+        """Stream queues: serve consumers from this broker's replica ``plog`` (see the module doc)."""
+        if self.is_stream and self.replica is None:
+            self.replica = plog
+            self.plog = _Committed(plog)
+            self.reader = LogReader(self.plog)
+
+    @property
+    def reads_here(self) -> bool:
+        return self.replica is not None
+
+    def stream_start(self, spec) -> int:
+        if not self.reads_here:
+            raise ConnectionError(NOT_IMPLEMENTED, f"stream queue '{self.name}' in vhost '{self.vhost}' has no "
+                                                   f"replica on this broker: consume it on one that has")
+        return super().stream_start(spec)
 
     # --- consumers: each is served by its own link to the leader (gateway.cluster.amqp_consume) ---
     def add_consumer(self, consumer) -> None:
         super().add_consumer(consumer)
-        if self.link_factory is None:
+        if self.link_factory is None or self.reads_here:
             return
         link = self.links[consumer] = self.link_factory(self, consumer)
         link.poke()
@@ -92,6 +134,8 @@ class RemoteQueue(Queue):
         return []
 
     def dispatch(self) -> int:
+        if self.reads_here:
+            return super().dispatch()
         for link in list(self.links.values()):
             link.poke()
         return 0
@@ -119,7 +163,7 @@ class RemoteQueue(Queue):
         return 0
 
     def may_deliver(self) -> bool:
-        return False
+        return self.reads_here
 
     def purge(self) -> int:
         return 0

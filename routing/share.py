@@ -93,7 +93,9 @@ class SharePartition:
         return 2 if redelivered else 1
 
     def acquire(self, owner: ShareOwner, max_records: int, max_bytes: int, deadline: float) -> list[tuple[int, int]]:
-        """Acquire up to ``max_records`` for ``owner``: [(offset, delivery count)] in offset order.
+        """Acquire up to ``max_records`` for ``owner``: [(offset, delivery count)] in offset order,
+        but in the queue's delivery order for an AMQP queue that orders by priority (a consumer on
+        another broker delivers them in the order of the acquired ranges, gateway.cluster.amqp_consume).
 
         As in Kafka, ``max_records`` is soft: the stored batch the limit falls in is handed over
         whole (the client receives whole batches anyway; cutting one would leave its tail to
@@ -117,7 +119,8 @@ class SharePartition:
             out.append((offset, self.delivery_count(offset, redelivered)))
             self.locks[offset] = deadline
             size += len(record.value or b"") + len(record.key or b"") + 70
-        out.sort()
+        if not (self.shared and queue.stage is not None):
+            out.sort()
         return out
 
     def _batch_end(self, offset: int) -> int:
@@ -249,6 +252,10 @@ class SharePartitions:
         if sp is not None:  # its queue was deleted or declared, or the log replaced: let go of it
             self._drop(sp)
         queue = self._queue_for(group, topic, index)
+        if queue is not None and queue.remote:
+            # cluster mode 'spread': this broker leads the topic but has not made the queue its own
+            # yet (it does at its next tick): ask again later, as while a start offset is read
+            return None
         if queue is not None:
             sp = SharePartition(group, queue, True)
         else:

@@ -32,6 +32,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 from kio.static.primitive import i32Timedelta, i64Timedelta
 
+from wire import kafka_private
 from wire.errors import RequestError  # noqa: F401 (raised here; importers name it wire.kafka.RequestError)
 from wire.kafka_guard import check_request
 from wire.varint import decode_uvarint
@@ -142,6 +143,9 @@ def response_class(api_key: int, version: int):
 
 
 def _entity_class(api_key: int, version: int, kind: EntityType):
+    private = kafka_private.ENTITIES.get(api_key, {}).get(version)
+    if private is not None:  # the brokers' own API (wire.kafka_private)
+        return private[0 if kind == EntityType.request else 1]
     module = load_payload_module(api_key, version, kind)
     for value in vars(module).values():
         if isinstance(value, type) and getattr(value, "__type__", None) == kind:
@@ -152,6 +156,8 @@ def _entity_class(api_key: int, version: int, kind: EntityType):
 @cache
 def api_name(api_key: int) -> str:
     """Kafka's name of an API (``Produce``, ``Fetch``...), from kio's request class."""
+    if api_key in kafka_private.NAMES:
+        return kafka_private.NAMES[api_key]
     high = ADVERTISED.get(api_key, (0, 0))[1]
     try:
         return request_class(api_key, high).__name__.removesuffix("Request")
@@ -160,7 +166,8 @@ def api_name(api_key: int) -> str:
 
 
 def supported(api_key: int, version: int) -> bool:
-    low, high = ADVERTISED.get(api_key, (1, 0))
+    """Advertised, or one of the brokers' own APIs (parsed here; who may call it is authz's business)."""
+    low, high = ADVERTISED.get(api_key) or kafka_private.VERSIONS.get(api_key, (1, 0))
     return low <= version <= high and version not in REJECTED.get(api_key, ())
 
 

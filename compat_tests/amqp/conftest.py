@@ -1,13 +1,19 @@
 """Fixtures of the AMQP suite: the same tests against our broker and against a real RabbitMQ.
 
 ``amqp_broker`` is module-scoped and parametrized over the targets, so one plain
-``python -m pytest`` runs every test twice, with ids ending ``[gateway]`` and ``[rabbitmq]``:
+``python -m pytest`` runs every test once per target, with ids ending ``[gateway]``, ``[rabbitmq]`` and ``[cluster]``:
 
 * ``gateway``: a ``python -m gateway serve`` process per test module (port-0 listeners, its own
   data directory). Its AMQP port is kept across :meth:`restart` and :meth:`kill`/:meth:`start`.
 * ``rabbitmq``: Debian's ``rabbitmq-server`` as a private node (``compat_tests/rabbitmq.py``),
   started once per run and shared by the modules (a start costs ~4-5 s; every test uses its own
   unique names). If RabbitMQ is not installed these tests fail, naming the package to install.
+
+* ``cluster``: three brokers in cluster mode ``spread`` (RabbitMQ's cluster model), started once
+  per run and shared by the modules; the clients are on a broker that leads none of their
+  durable, non-exclusive queues (how, and how that is checked: ``cluster_target.py``). Tests
+  marked ``restarts_broker`` are deselected for it at collection (listed in the summary): one
+  broker's restart or crash is another test against a cluster (compat_tests/cluster/).
 
 ``AMQP_COMPAT_TARGETS=gateway`` (a comma list) limits the targets; ``AMQP_COMPAT_URL=amqp://...``
 runs the suite against that external broker instead (target ``external``), where the tests that
@@ -22,12 +28,13 @@ from pathlib import Path
 
 import pytest
 
+from compat_tests.amqp.cluster_target import ClusterTarget, start_cluster
 from compat_tests.rabbitmq import INSTALL_HINT, RabbitMQNode, RabbitMQUnavailable, installed_version
 from tests.brokerproc import BrokerProcess, start_broker
 
 from .helpers import connect, unique
 
-TARGETS = ("gateway", "rabbitmq")
+TARGETS = ("gateway", "rabbitmq", "cluster")
 TARGETS_ENV = "AMQP_COMPAT_TARGETS"
 URL_ENV = "AMQP_COMPAT_URL"
 
@@ -43,29 +50,39 @@ def selected_targets() -> list[str]:
 
 
 MIN_VERSION_MARK = "rabbitmq_min_version"
+RESTARTS_MARK = "restarts_broker"
 _too_new: list[str] = []
+_restarts: list[str] = []
 
 
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", f"{MIN_VERSION_MARK}(major, minor): a RabbitMQ feature newer than some releases; the "
         "[rabbitmq] case is deselected (not skipped) when the installed RabbitMQ is older")
+    config.addinivalue_line(
+        "markers", f"{RESTARTS_MARK}: the test restarts or kills the broker; its [cluster] case is deselected "
+        "(not skipped): one broker of a cluster going away is what compat_tests/cluster/ tests")
 
 
 def pytest_collection_modifyitems(config, items):
     # The installed RabbitMQ's version is known from its files, so a [rabbitmq] case of a feature
     # it predates is left out at collection and named in the summary: a skip would fail the run.
+    # A [cluster] case of a test that restarts "the broker" is left out the same way.
     installed = installed_version()
-    if installed is None:
-        return
     keep, drop = [], []
     for item in items:
         mark = item.get_closest_marker(MIN_VERSION_MARK)
         callspec = getattr(item, "callspec", None)
         target = callspec.params.get("amqp_broker") if callspec else None
-        (drop if mark and target == "rabbitmq" and installed < tuple(mark.args) else keep).append(item)
+        if mark and target == "rabbitmq" and installed is not None and installed < tuple(mark.args):
+            _too_new.append(item.nodeid)
+        elif target == "cluster" and item.get_closest_marker(RESTARTS_MARK):
+            _restarts.append(item.nodeid)
+        else:
+            keep.append(item)
+            continue
+        drop.append(item)
     if drop:
-        _too_new.extend(item.nodeid for item in drop)
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
 
@@ -77,6 +94,12 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line(
             f"the installed RabbitMQ is {version}, older than these features; their [gateway] cases ran:")
         for nodeid in _too_new:
+            terminalreporter.write_line(f"  {nodeid}")
+    if _restarts:
+        terminalreporter.write_sep("-", f"{len(_restarts)} [cluster] test(s) deselected, not run")
+        terminalreporter.write_line("they restart or kill the broker, which a cluster target cannot mean "
+                                    "(compat_tests/cluster/ tests broker failures); their other cases ran:")
+        for nodeid in _restarts:
             terminalreporter.write_line(f"  {nodeid}")
 
 
@@ -169,6 +192,20 @@ class RabbitMQBroker(AmqpBroker):
         return self.node.output()
 
 
+class ClusterBroker(ClusterTarget, AmqpBroker):
+    def _cannot(self, what: str):
+        pytest.fail(f"cannot {what} a cluster target: mark the test {RESTARTS_MARK}", pytrace=False)
+
+    def restart(self) -> None:
+        self._cannot("restart")
+
+    def kill(self) -> None:
+        self._cannot("kill")
+
+    def start(self) -> None:
+        self._cannot("start")
+
+
 class ExternalBroker(AmqpBroker):
     target = "external"
 
@@ -214,12 +251,31 @@ def rabbitmq_node(tmp_path_factory):
         node.close()
 
 
+@pytest.fixture(scope="session")
+def amqp_cluster(tmp_path_factory):
+    """One 3-broker spread cluster for the whole run (started on first use), on its own ZooKeeper."""
+    from gateway.zookeeper_node import ZooKeeperNode, ensure_chroot
+    zookeeper = ZooKeeperNode(tmp_path_factory.mktemp("amqp-zookeeper"))
+    zookeeper.start()
+    try:
+        ensure_chroot(zookeeper.hosts, "/amqp-suite")
+        cluster = start_cluster(tmp_path_factory.mktemp("amqp-cluster"), zookeeper.hosts + "/amqp-suite")
+        try:
+            yield ClusterBroker(cluster)
+        finally:
+            cluster.close()
+    finally:
+        zookeeper.close()
+
+
 @pytest.fixture(scope="module", params=selected_targets())
 def amqp_broker(request, tmp_path_factory):
     """The broker under test (see the module docstring), shared by one test module."""
     target = request.param
     if target == "rabbitmq":
         yield RabbitMQBroker(request.getfixturevalue("rabbitmq_node"))
+    elif target == "cluster":
+        yield request.getfixturevalue("amqp_cluster")
     elif target == "external":
         yield ExternalBroker(os.environ[URL_ENV].strip())
     else:
@@ -234,7 +290,14 @@ def amqp_broker(request, tmp_path_factory):
 @pytest.fixture(autouse=True)
 def _broker_running(request):
     if "amqp_broker" in request.fixturenames:
-        request.getfixturevalue("amqp_broker").ensure_running()
+        broker = request.getfixturevalue("amqp_broker")
+        broker.ensure_running()
+        yield
+        if broker.target == "cluster":  # the target's premise: see cluster_target.py
+            misplaced = broker.misplaced()
+            assert not misplaced, f"queues led by the client's broker, not another: {misplaced}"
+    else:
+        yield
 
 
 @pytest.fixture

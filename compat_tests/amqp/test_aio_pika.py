@@ -80,6 +80,7 @@ def test_aio_pika_reject_requeue_and_nack(amqp_broker, name):
     _run(main())
 
 
+@pytest.mark.restarts_broker
 def test_aio_pika_robust_connection_survives_restart(amqp_broker, name):
     async def main():
         loop = asyncio.get_running_loop()

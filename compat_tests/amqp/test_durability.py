@@ -20,6 +20,7 @@ def _confirming(conn):
     return ch
 
 
+@pytest.mark.restarts_broker
 def test_definitions_survive_restart(amqp_broker, name):
     conn = connect(amqp_broker)
     ch = conn.channel()
@@ -74,6 +75,7 @@ def test_definitions_survive_restart(amqp_broker, name):
         conn.close()
 
 
+@pytest.mark.restarts_broker
 def test_persistent_messages_and_unacked_survive_restart(amqp_broker, name):
     conn = connect(amqp_broker)
     pub = _confirming(conn)
@@ -108,6 +110,7 @@ def test_persistent_messages_and_unacked_survive_restart(amqp_broker, name):
         conn.close()
 
 
+@pytest.mark.restarts_broker
 def test_confirmed_persistent_messages_survive_kill_9(amqp_broker, name):
     conn = connect(amqp_broker)
     conn.channel().queue_declare(name, durable=True)
@@ -167,6 +170,7 @@ def test_unacked_return_in_order_redelivered(amqp_broker, connection, close):
         reader.queue_delete(q)
 
 
+@pytest.mark.restarts_broker
 def test_durable_queue_unacked_survive_consumer_crash_and_restart(amqp_broker, name):
     """Deliveries in flight when the broker stops cleanly come back after the restart."""
     conn = connect(amqp_broker)

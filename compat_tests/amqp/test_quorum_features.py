@@ -123,6 +123,7 @@ def test_priority_is_kept_across_a_requeue(channel):
     assert _get_all(channel, q, 1) == [b"normal"]
 
 
+@pytest.mark.restarts_broker
 @priorities
 def test_priority_is_kept_across_a_restart(amqp_broker, channel):
     q = unique("qq-prio")
@@ -227,6 +228,7 @@ def test_a_policy_turns_it_on(amqp_broker, channel):
         undo()
 
 
+@pytest.mark.restarts_broker
 def test_held_dead_letters_survive_a_crash(amqp_broker, channel):
     dlx, q = _source(channel, **ALO)
     _reject_one(channel, q)

@@ -110,6 +110,7 @@ def _set_policy(amqp_broker, name: str, pattern: str, definition: dict):
     return lambda: requests.delete(url, auth=("guest", "guest"), timeout=10)
 
 
+@pytest.mark.restarts_broker
 def test_counts_survive_a_restart(amqp_broker):
     conn = connect(amqp_broker)
     ch = conn.channel()

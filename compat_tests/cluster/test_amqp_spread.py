@@ -313,3 +313,60 @@ def test_every_broker_lists_every_queue_with_its_leader_node(spread):
     for broker in (b1, b2, b3):
         nodes = wait_until(lambda: listed(broker), timeout=30, what=f"broker {broker.node_id} listing both queues")
         assert nodes["led-by-1"] == "gateway@1" and nodes["led-by-2"] == "gateway@2", (broker.node_id, nodes)
+
+
+def test_declare_purge_and_delete_from_a_broker_that_does_not_lead_the_queue(spread):
+    """Declare-ok and delete-ok figures, if-unused / if-empty and purge of a queue led by broker 2,
+    asked on broker 1, with consumers on brokers 2 and 3: as if the queue were local."""
+    b1, b2, b3 = spread.brokers
+    leader = _connect(b2)
+    leader.channel().queue_declare("figures", durable=True)  # client-local: led by broker 2
+    c1 = _connect(b1)
+    wait_until(lambda: _knows_queue(b1, "figures") and _knows_queue(b3, "figures"), timeout=30,
+               what="brokers 1 and 3 knowing queue figures")
+    ch = c1.channel()
+    ch.confirm_delivery()
+    for i in range(3):
+        ch.basic_publish("", "figures", b"f%d" % i, pika.BasicProperties(delivery_mode=2))
+    ok = ch.queue_declare("figures", durable=True).method
+    assert (ok.message_count, ok.consumer_count) == (3, 0)
+    api = f"http://{b1.ip}:{b1.ports['http']}/api/queues"
+    one = requests.get(f"{api}/%2F/figures", auth=("guest", "guest"), timeout=10).json()
+    listed = [q for q in requests.get(api, auth=("guest", "guest"), timeout=10).json() if q["name"] == "figures"]
+    for shown in (one, *listed):  # the management API of broker 1 shows the leader's figures
+        assert (shown["node"], shown["messages_ready"], shown["messages"], shown["consumers"]) == ("gateway@2", 3, 3, 0)
+    assert len(listed) == 1
+
+    consumers = []
+    for broker in (b2, b3):  # one consumer at the leader, one on the third broker: one message each
+        connection = _connect(broker)
+        cch = connection.channel()
+        cch.basic_qos(prefetch_count=1)
+        cch.basic_consume("figures", lambda *a: None)
+        consumers.append(connection)
+
+    def figures():
+        for connection in consumers:
+            if connection.is_open:
+                connection.process_data_events(0)
+        ok = ch.queue_declare("figures", passive=True).method
+        return ok.message_count, ok.consumer_count
+    wait_until(lambda: figures() == (1, 2), timeout=30, what="1 ready message and 2 consumers, seen on broker 1")
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+        c1.channel().queue_delete("figures", if_unused=True)
+    assert info.value.reply_code == 406 and "in use" in info.value.reply_text
+    for connection in consumers:
+        connection.close()
+    wait_until(lambda: figures() == (3, 0), timeout=30, what="the unacked messages back, no consumers")
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+        c1.channel().queue_delete("figures", if_empty=True)
+    assert info.value.reply_code == 406 and "not empty" in info.value.reply_text
+
+    assert ch.queue_purge("figures").method.message_count == 3
+    assert figures() == (0, 0)
+    assert leader.channel().basic_get("figures")[0] is None  # purged at the leader
+    ch.basic_publish("", "figures", b"last", pika.BasicProperties(delivery_mode=2))
+    assert ch.queue_delete("figures", if_unused=True).method.message_count == 1
+    wait_until(lambda: not _knows_queue(b2, "figures"), timeout=30, what="the leader dropping the queue")
+    leader.close()
+    c1.close()

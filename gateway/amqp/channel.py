@@ -17,6 +17,7 @@ from pamqp import commands as spec
 
 from gateway.amqp import permissions
 from gateway.amqp.counters import AMQP as COUNTS, BY_QUEUE_TYPE
+from gateway.amqp.remote_replies import RemoteReplies
 from routing import amqp_properties, mapping
 from routing.errors import (
     ACCESS_REFUSED, NOT_ALLOWED, NOT_FOUND, NOT_IMPLEMENTED, PRECONDITION_FAILED, ChannelError, ConnectionError,
@@ -90,7 +91,7 @@ class Consumer:
         self.channel.server_cancel(self)
 
 
-class Channel:
+class Channel(RemoteReplies):
     def __init__(self, connection: ChannelOwner, number: int):
         self.connection = connection
         self.number = number
@@ -162,8 +163,13 @@ class Channel:
                                          arguments=m.arguments or {})
         self.connection.last_queue = queue.name
         COUNTS.queues_declared += 1
-        if not m.nowait:
-            self.reply(unchecked(spec.Queue.DeclareOk, queue.name, queue.message_count(), queue.consumer_count()))
+        if m.nowait:
+            return
+        if queue.remote and queue.ops is not None:  # led by another broker: its figures, once it said
+            self._later(queue.ops.figures(queue), m, lambda f: self.reply(
+                unchecked(spec.Queue.DeclareOk, queue.name, f.ready, f.consumers)))
+            return
+        self.reply(unchecked(spec.Queue.DeclareOk, queue.name, queue.message_count(), queue.consumer_count()))
 
     def _queue_name(self, name: str) -> str:
         """An empty queue name means the last queue declared on this connection, as in AMQP."""
@@ -185,17 +191,26 @@ class Channel:
         self.reply(spec.Queue.UnbindOk())
 
     def queue_purge(self, m: spec.Queue.Purge) -> None:
-        count = self.vhost.purge_queue(self._queue_name(m.queue), self.connection)
+        queue = self.vhost.queue(self._queue_name(m.queue), self.connection)
+        if queue.remote and queue.ops is not None:  # purged by its leader
+            self._later(queue.ops.purge(queue), m, lambda count: None if m.nowait else self.reply(spec.Queue.PurgeOk(count)))
+            return
+        count = self.vhost.purge_queue(queue.name, self.connection)
         if not m.nowait:
             self.reply(spec.Queue.PurgeOk(count))
 
     def queue_delete(self, m: spec.Queue.Delete) -> None:
         # As RabbitMQ: this channel's own consumers of the queue hear of it after delete-ok (py-amqp
         # raises ConsumerCancelled if a cancel comes while it waits for delete-ok); others at once.
+        name = self._queue_name(m.queue)
+        queue = self.vhost.queues.get(name)
+        if queue is not None and queue.remote and queue.ops is not None:
+            self.vhost.queue(name, self.connection)  # 405 if exclusive to another connection
+            self._later(queue.ops.figures(queue), m, lambda f: self._delete_remote(m, name, f))
+            return
         self._held_cancels = []
         try:
-            count = self.vhost.delete_queue(self._queue_name(m.queue), owner=self.connection,
-                                            if_unused=m.if_unused, if_empty=m.if_empty)
+            count = self.vhost.delete_queue(name, owner=self.connection, if_unused=m.if_unused, if_empty=m.if_empty)
             if not m.nowait:
                 self.reply(spec.Queue.DeleteOk(count))
         finally:

@@ -169,25 +169,30 @@ class ShareLink:
         self.poke()
 
     def _deliver(self, p) -> None:
-        counts = {}
+        counts = {}  # in the order of the acquired ranges: the leader's order (priorities first)
         for run in p.acquired_records:
             for offset in range(run.first_offset, run.last_offset + 1):
                 counts[offset] = run.delivery_count
         buf = bytearray(p.records or b"")
+        records = {}
         for pos, _header in iter_batches(buf):
             for record in decode_batch(buf, pos).records:
-                count = counts.pop(record.offset, None)
-                if count is None:
-                    continue
-                if self.closed:
-                    self.acks[record.offset] = RELEASE
-                    continue
-                if self.consumer.no_ack:  # settled as it goes out
-                    self.acks[record.offset] = ACCEPT
-                else:
-                    self.held.add(record.offset)
-                    self.queue.delivered(record.offset, count, self)
-                self.consumer.deliver(self.queue, record.offset, record, count > 1)
+                if record.offset in counts:
+                    records[record.offset] = record
+        for offset in list(counts):
+            record = records.get(offset)
+            if record is None:
+                continue
+            count = counts.pop(offset)
+            if self.closed:
+                self.acks[offset] = RELEASE
+                continue
+            if self.consumer.no_ack:  # settled as it goes out
+                self.acks[offset] = ACCEPT
+            else:
+                self.held.add(offset)
+                self.queue.delivered(offset, count, self)
+            self.consumer.deliver(self.queue, offset, record, count > 1)
         for offset in counts:  # acquired but not in the batches (a gap): give it back
             self.acks[offset] = RELEASE
 

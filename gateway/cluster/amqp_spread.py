@@ -24,8 +24,10 @@ Non-durable exchanges, queues and bindings are stored too (flagged, with the bro
 to), so that a publish on any broker reaches, say, an RPC client's exclusive reply queue on
 another; a broker's own are removed when it starts again.
 
-Not yet: message counts of queues led elsewhere (declare-ok, the management API), purging one
-from another broker, the non-durable definitions of a broker that never comes back.
+The figures of a queue led elsewhere (declare-ok, delete-ok and its if-empty / if-unused) and its
+purge are asked of the leader and the other brokers (gateway.cluster.amqp_queue_ops).
+
+Not yet: the non-durable definitions of a broker that never comes back.
 """
 from __future__ import annotations
 
@@ -40,6 +42,7 @@ from core.cluster.view import Reassignment
 from core.replication import LEADER
 from gateway.cluster.amqp_consume import ShareLink
 from gateway.cluster.amqp_home import AmqpHome
+from gateway.cluster.amqp_queue_ops import QueueOps
 from gateway.logs import fields
 from routing.broker import Router
 from routing.delayed import DelayLog, RemoteDelayLog
@@ -148,6 +151,8 @@ class AmqpSpread(AmqpHome):
         router.share_transient, router.node_id = True, self.node_id  # other brokers route to our transient queues
         # one broker per process: every RemoteQueue's consumers are served over links from here
         RemoteQueue.link_factory = self._link
+        RemoteQueue.ops = QueueOps(broker.reactor, self.forwarder.peers, lambda: sorted(self.node.view.brokers),
+                                   self.node_id, self._replicated_here)
         broker.amqp.use_router(router)
         router.load()
         self.own_follower = DefinitionsFollower(router, plog, position=state.opened_at, own=state.origin)
@@ -179,6 +184,9 @@ class AmqpSpread(AmqpHome):
     def _link(self, queue: RemoteQueue, consumer) -> ShareLink:
         return ShareLink(self.broker.reactor, self.forwarder.peers, self.forwarder.leader_of, self._topic_id, queue,
                          consumer, self.node_id)
+
+    def _replicated_here(self, queue) -> bool:
+        return self.node_id in self.node.view.replicas(queue.topic, queue.partition)
 
     def _topic_id(self, topic: str) -> uuid.UUID | None:
         found = self.node.store.assignment(topic)
@@ -286,6 +294,8 @@ class AmqpSpread(AmqpHome):
                 leads = rep is not None and rep.role == LEADER
                 if queue.remote:
                     queue.leader = leader
+                    if rep is not None and not leads:
+                        queue.read_replica(rep.plog)  # a stream's consumers here read this replica
                     if leads:
                         if floors is None:
                             floors = router.state.latest_floors()

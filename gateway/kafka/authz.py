@@ -34,6 +34,7 @@ from twisted.internet import defer
 from gateway.logs import fields
 from gateway.security.acl import CLUSTER_NAME
 from wire.kafka import build, encode_response, response_class
+from wire.kafka_private import AMQP_QUEUE
 
 log = logging.getLogger(__name__)
 
@@ -583,5 +584,6 @@ RULES: dict[int, typing.Callable] = {
     31: lambda check, h, req: None,
     50: lambda check, h, req: None,
     51: lambda check, h, req: None,
+    AMQP_QUEUE: _cluster("cluster_action", {}),  # the brokers' own (wire.kafka_private)
 }
 WRITING_APIS = {21, 27, 33, 37, 44, 45, 51}  # 27: WriteTxnMarkers (Kafka: ClusterAction)

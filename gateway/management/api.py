@@ -17,11 +17,13 @@ import urllib.parse
 from typing import Any, Callable
 
 from pamqp.commands import Basic
-from twisted.web import resource
+from twisted.internet import defer
+from twisted.python.failure import Failure
+from twisted.web import resource, server
 
 from core.errors import LogError
 from gateway.logs import fields
-from gateway.management import authz, openapi, paging, schemas, views
+from gateway.management import authz, openapi, paging, remote_figures, schemas, views
 from gateway.management.amqp_objects import AmqpObjects
 from gateway.management.definitions import Definitions
 from gateway.management.errors import ApiError, bad as _bad, not_found as _not_found, truthy
@@ -56,8 +58,9 @@ class ManagementApi(resource.Resource):
             ("GET", ("overview",), self.get_overview),
             ("GET", ("whoami",), lambda user: {"name": user, "tags": self._tags(user)}),
             ("GET", ("vhosts",), lambda user: views.vhosts(self.broker)),
-            ("GET", ("queues",), lambda user: views.queues(self.broker)),
-            ("GET", ("queues", "*"), lambda user, v: views.queues(self.broker, self.vhost(v).name)),
+            ("GET", ("queues",), lambda user: remote_figures.queues(self.broker, None, self._request)),
+            ("GET", ("queues", "*"), lambda user, v: remote_figures.queues(self.broker, self.vhost(v).name,
+                                                                           self._request)),
             ("GET", ("queues", "*", "*"), self.get_queue),
             ("PUT", ("queues", "*", "*"), self.put_queue),
             ("DELETE", ("queues", "*", "*"), self.delete_queue),
@@ -125,13 +128,11 @@ class ManagementApi(resource.Resource):
                 args.append(body)
             self._request = request
             result = handler(user, *args)
-            if access is not None and method == "GET":
-                if isinstance(result, list):
-                    result = [item for item in result if access.sees(pattern, item)]
-                elif not access.sees(pattern, result):
-                    raise ApiError(401, "not_authorised", "Not authorised to see this object")
-            if method == "GET" and isinstance(result, list) and request.args:
-                result = paging.apply(result, request.args)
+            if isinstance(result, defer.Deferred):  # figures asked of other brokers (remote_figures)
+                result.addCallback(self._shaped, request, method, pattern, access)
+                result.addBoth(self._answer_later, request, method)
+                return server.NOT_DONE_YET
+            result = self._shaped(result, request, method, pattern, access)
         except ApiError as exc:
             if exc.status >= 500 or exc.status in (401, 403):
                 log.warning("management API %s %s: %s", method, request.path.decode("ascii", "replace"), exc.reason,
@@ -150,6 +151,38 @@ class ManagementApi(resource.Resource):
             return self._json(request, 500, {"error": "internal_error", "reason": "see the broker log"})
         finally:
             self._request = self._token_tags = None
+        return self._response(request, result)
+
+    @staticmethod
+    def _shaped(result, request, method: str, pattern: tuple, access):
+        """What a GET shows: the objects the user may see, paged and cut to the asked columns."""
+        if access is not None and method == "GET":
+            if isinstance(result, list):
+                result = [item for item in result if access.sees(pattern, item)]
+            elif not access.sees(pattern, result):
+                raise ApiError(401, "not_authorised", "Not authorised to see this object")
+        if method == "GET" and isinstance(result, list) and request.args:
+            result = paging.apply(result, request.args)
+        return result
+
+    def _answer_later(self, outcome, request, method: str) -> None:
+        if isinstance(outcome, Failure):
+            exc = outcome.value
+            if isinstance(exc, ApiError):
+                body = self._json(request, exc.status, {"error": exc.error, "reason": exc.reason})
+            elif isinstance(exc, paging.PagingError):
+                body = self._json(request, 400, {"error": "bad_request", "reason": str(exc)})
+            else:
+                log.error("management API %s %s failed: %s", method, request.path.decode("ascii", "replace"),
+                          outcome.getTraceback())
+                body = self._json(request, 500, {"error": "internal_error", "reason": "see the broker log"})
+        else:
+            body = self._response(request, outcome)
+        if not request.finished and not getattr(request, "_disconnected", False):
+            request.write(body)
+            request.finish()
+
+    def _response(self, request, result) -> bytes:
         if result is None or (isinstance(result, dict) and result.get("_created")):
             request.setResponseCode(204 if result is None else 201)  # RabbitMQ: no body for either
             if result is not None and "_location" in result:
@@ -283,7 +316,7 @@ class ManagementApi(resource.Resource):
         q = self.vhost(vhost).queues.get(name)
         if q is None:
             raise _not_found(f"queue '{name}' in vhost '{vhost}'")
-        return views.queue(self.broker, q)
+        return remote_figures.queue(self.broker, q)
 
     def put_queue(self, user, vhost, name, body):
         v = self.vhost(vhost)

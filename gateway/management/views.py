@@ -29,9 +29,13 @@ def _node(broker) -> str:
 
 # --- AMQP ---------------------------------------------------------------------------------
 
-def queue(broker, q) -> dict:
+def queue(broker, q, figures=None) -> dict:
+    """``figures`` (gateway.cluster.amqp_queue_ops.Figures): the leader's, for a queue led elsewhere."""
     unacked = q.unacked_count() if not q.is_stream else 0
     ready = q.message_count()
+    consumers = q.consumer_count()
+    if figures is not None:
+        ready, unacked, consumers = figures.ready, figures.unacked, figures.consumers
     publish = getattr(q, "stats", None)
     return {
         "name": q.name, "vhost": q.vhost, "durable": q.durable, "auto_delete": q.auto_delete,
@@ -40,7 +44,7 @@ def queue(broker, q) -> dict:
         # RabbitMQ's node of a queue is its leader's (cluster mode 'spread': often another broker)
         "node": node_name(q.leader) if q.remote else _node(broker),
         "messages": ready + unacked, "messages_ready": ready, "messages_unacknowledged": unacked,
-        "consumers": q.consumer_count(), "topic": q.topic,
+        "consumers": consumers, "topic": q.topic,
         "message_stats": publish.as_json() if publish is not None else {},
     }
 

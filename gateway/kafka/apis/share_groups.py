@@ -296,7 +296,7 @@ def _acquire(ctx, answer: _Answer, group: str, member: str, session: ShareSessio
             continue
         got = True
         entry = answer.entry(name, ctx.topic_id(name), index)
-        records = sp.read_batches([o for o, _n in acquired])
+        records = sp.read_batches(sorted(o for o, _n in acquired))
         entry["records"] = records
         entry["acquired_records"] = _ranges(acquired)
         budget -= len(acquired)

@@ -1,0 +1,60 @@
+"""Private inter-broker APIs: requests only the brokers of one cluster send each other.
+
+Kafka's protocol has no call for what an AMQP queue's leader alone knows (its ready and unacked
+messages, its consumers) nor for purging it, so the brokers' links (gateway.cluster.peers) carry
+one API of their own, framed and read as every Kafka API is (kio entities, header v1 / v0). Its
+key lies far above Kafka's (which stay below 100) and is never advertised in ApiVersions:
+clients do not see it, and a broker answers it only to a principal allowed CLUSTER_ACTION, as
+it does replica fetches.
+
+AmqpQueue (v0): ``op`` 0 asks a broker for its figures of one queue (the leader: ready and
+unacked messages; every broker: the consumers connected to it); ``op`` 1 purges the queue at its
+leader (the ready count is what was purged).
+"""
+# no "from __future__ import annotations": kio reads the field types themselves
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from kio.schema.errors import ErrorCode
+from kio.schema.request_header.v1.header import RequestHeader
+from kio.schema.response_header.v0.header import ResponseHeader
+from kio.static.constants import EntityType
+from kio.static.primitive import i8, i16, i32
+
+AMQP_QUEUE = 10000
+FIGURES, PURGE = 0, 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AmqpQueueRequest:
+    __type__: ClassVar = EntityType.request
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = False
+    __api_key__: ClassVar[i16] = i16(AMQP_QUEUE)
+    __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
+    vhost: str = field(metadata={"kafka_type": "string"})
+    queue: str = field(metadata={"kafka_type": "string"})
+    op: i8 = field(metadata={"kafka_type": "int8"})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AmqpQueueResponse:
+    __type__: ClassVar = EntityType.response
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = False
+    __api_key__: ClassVar[i16] = i16(AMQP_QUEUE)
+    __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
+    error_code: ErrorCode = field(metadata={"kafka_type": "error_code"})
+    error_message: str | None = field(metadata={"kafka_type": "string"}, default=None)
+    leads: bool = field(metadata={"kafka_type": "bool"}, default=False)
+    """Whether the answering broker leads the queue (only then are the message counts its own)."""
+    message_count: i32 = field(metadata={"kafka_type": "int32"}, default=i32(0))
+    unacked_count: i32 = field(metadata={"kafka_type": "int32"}, default=i32(0))
+    consumer_count: i32 = field(metadata={"kafka_type": "int32"}, default=i32(0))
+
+
+# api key -> version -> (request class, response class)
+ENTITIES = {AMQP_QUEUE: {0: (AmqpQueueRequest, AmqpQueueResponse)}}
+VERSIONS = {key: (min(v), max(v)) for key, v in ENTITIES.items()}
+NAMES = {AMQP_QUEUE: "AmqpQueue"}
