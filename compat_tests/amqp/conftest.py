@@ -51,8 +51,10 @@ def selected_targets() -> list[str]:
 
 MIN_VERSION_MARK = "rabbitmq_min_version"
 RESTARTS_MARK = "restarts_broker"
+CLUSTER_DIFFERS_MARK = "cluster_differs"
 _too_new: list[str] = []
 _restarts: list[str] = []
+_differs: list[tuple[str, str]] = []
 
 
 def pytest_configure(config):
@@ -62,6 +64,9 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", f"{RESTARTS_MARK}: the test restarts or kills the broker; its [cluster] case is deselected "
         "(not skipped): one broker of a cluster going away is what compat_tests/cluster/ tests")
+    config.addinivalue_line(
+        "markers", f"{CLUSTER_DIFFERS_MARK}(reason): our cluster does not yet behave as RabbitMQ's here; the "
+        "[cluster] case is deselected (not skipped) and the reason printed in the summary")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -78,6 +83,8 @@ def pytest_collection_modifyitems(config, items):
             _too_new.append(item.nodeid)
         elif target == "cluster" and item.get_closest_marker(RESTARTS_MARK):
             _restarts.append(item.nodeid)
+        elif target == "cluster" and item.get_closest_marker(CLUSTER_DIFFERS_MARK):
+            _differs.append((item.nodeid, item.get_closest_marker(CLUSTER_DIFFERS_MARK).args[0]))
         else:
             keep.append(item)
             continue
@@ -101,6 +108,10 @@ def pytest_terminal_summary(terminalreporter):
                                     "(compat_tests/cluster/ tests broker failures); their other cases ran:")
         for nodeid in _restarts:
             terminalreporter.write_line(f"  {nodeid}")
+    if _differs:
+        terminalreporter.write_sep("-", f"{len(_differs)} [cluster] test(s) deselected: a known difference")
+        for nodeid, reason in _differs:
+            terminalreporter.write_line(f"  {nodeid}: {reason}")
 
 
 class AmqpBroker:

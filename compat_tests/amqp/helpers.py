@@ -262,3 +262,8 @@ def header_frame(channel: int, body_size: int, class_id: int = 60) -> bytes:
 
 def body_frame(channel: int, data: bytes) -> bytes:
     return struct.pack(">BHI", 3, channel, len(data)) + data + bytes([FRAME_END])
+
+
+# why a test's [cluster] case is deselected (compat_tests/amqp/conftest.py, mark cluster_differs)
+POLICY_LAG = ("a policy set through one broker reaches a queue led by another at that broker's next tick "
+              "(up to about a second); the test acts at once")

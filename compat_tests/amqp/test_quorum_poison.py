@@ -12,7 +12,7 @@ import pika
 import pytest
 import requests
 
-from .helpers import connect, unique
+from .helpers import POLICY_LAG, connect, unique
 
 
 def _quorum(ch, name: str, dlx: str | None = None, **arguments) -> None:
@@ -81,6 +81,7 @@ def test_a_consumer_that_dies_holding_it_counts_too(amqp_broker, channel):
     channel.basic_ack(method.delivery_tag)
 
 
+@pytest.mark.cluster_differs(POLICY_LAG)
 def test_delivery_limit_from_a_policy(amqp_broker, channel):
     dlx, dlq = _dead_letter_target(channel)
     q = unique("polq")
