@@ -26,6 +26,19 @@ def amqp_connection(broker, timeout: float = 60) -> pika.BlockingConnection:
     return wait_until(attempt, timeout=timeout, what=f"an AMQP connection to broker {broker.node_id}")
 
 
+def amqp_knows(broker, passive_declare) -> bool:
+    """Whether ``passive_declare(channel)`` succeeds on the broker (it knows the queue or exchange)."""
+    connection = amqp_connection(broker)
+    try:
+        passive_declare(connection.channel())
+        return True
+    except pika.exceptions.ChannelClosedByBroker:
+        return False
+    finally:
+        if connection.is_open:
+            connection.close()
+
+
 def produce_one(bootstrap: str, topic: str, partition: int, value: bytes, timeout: float = 20, **conf):
     """Produce one record and wait for its delivery report: None on success, else the KafkaError."""
     producer = Producer({"bootstrap.servers": bootstrap, "message.timeout.ms": int(timeout * 1000) - 1000,

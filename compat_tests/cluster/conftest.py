@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from compat_tests.cluster.cluster import Cluster, make_cluster
+from compat_tests.cluster.cluster import LISTENERS, Cluster, make_cluster
 from gateway.zookeeper_node import ZooKeeperNode, ensure_chroot
 
 
@@ -49,7 +49,8 @@ def cluster(zk_connect, tmp_path, request) -> Cluster:
 @pytest.fixture
 def spread(zk_connect, tmp_path, request) -> Cluster:
     """Three brokers in AMQP cluster mode 'spread' (every broker serves AMQP; queues led anywhere)."""
-    c = make_cluster(tmp_path, zk_connect, n=3, extra_args=("--amqp-cluster-mode", "spread"))
+    c = make_cluster(tmp_path, zk_connect, n=3, extra_args=("--amqp-cluster-mode", "spread"),
+                     listeners=(*LISTENERS, "stream"))  # stream clients keep their address across restarts
     request.node.cluster = c
     try:
         c.start()

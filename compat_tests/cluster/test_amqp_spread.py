@@ -15,20 +15,12 @@ import pika
 import pytest
 import requests
 
-from compat_tests.cluster.clients import amqp_connection
+from compat_tests.cluster.clients import amqp_connection, amqp_knows
 from compat_tests.cluster.cluster import Cluster, metadata, partition_view
 from compat_tests.support import wait_until
 
 def _knows_queue(broker, name: str) -> bool:
-    connection = amqp_connection(broker)
-    try:
-        connection.channel().queue_declare(name, passive=True)
-        return True
-    except pika.exceptions.ChannelClosedByBroker:
-        return False
-    finally:
-        if connection.is_open:
-            connection.close()
+    return amqp_knows(broker, lambda ch: ch.queue_declare(name, passive=True))
 
 
 def _knows_binding(broker, exchange: str, queue: str) -> bool:
@@ -319,9 +311,9 @@ def test_declare_purge_and_delete_from_a_broker_that_does_not_lead_the_queue(spr
     """Declare-ok and delete-ok figures, if-unused / if-empty and purge of a queue led by broker 2,
     asked on broker 1, with consumers on brokers 2 and 3: as if the queue were local."""
     b1, b2, b3 = spread.brokers
-    leader = _connect(b2)
+    leader = amqp_connection(b2)
     leader.channel().queue_declare("figures", durable=True)  # client-local: led by broker 2
-    c1 = _connect(b1)
+    c1 = amqp_connection(b1)
     wait_until(lambda: _knows_queue(b1, "figures") and _knows_queue(b3, "figures"), timeout=30,
                what="brokers 1 and 3 knowing queue figures")
     ch = c1.channel()
@@ -339,7 +331,7 @@ def test_declare_purge_and_delete_from_a_broker_that_does_not_lead_the_queue(spr
 
     consumers = []
     for broker in (b2, b3):  # one consumer at the leader, one on the third broker: one message each
-        connection = _connect(broker)
+        connection = amqp_connection(broker)
         cch = connection.channel()
         cch.basic_qos(prefetch_count=1)
         cch.basic_consume("figures", lambda *a: None)

@@ -12,7 +12,7 @@ import time
 
 import pika
 
-from compat_tests.cluster.clients import amqp_connection
+from compat_tests.cluster.clients import amqp_connection, amqp_knows
 from compat_tests.cluster.cluster import metadata, partition_view
 from compat_tests.support import wait_until
 
@@ -64,15 +64,7 @@ def _drain(broker, queue: str, want: int, timeout: float) -> list[str]:
 
 
 def _knows_exchange(broker, name: str) -> bool:
-    connection = amqp_connection(broker)
-    try:
-        connection.channel().exchange_declare(name, passive=True)
-        return True
-    except pika.exceptions.ChannelClosedByBroker:
-        return False
-    finally:
-        if connection.is_open:
-            connection.close()
+    return amqp_knows(broker, lambda ch: ch.exchange_declare(name, passive=True))
 
 
 def _exchange_on_broker_1(spread, queue: str) -> None:

@@ -18,22 +18,8 @@ from rstream import (AMQPMessage, ConfirmationStatus, Consumer, ConsumerOffsetSp
                      OffsetType, Producer, amqp_decoder)
 from rstream.exceptions import StreamDoesNotExist, StreamNotAvailable
 
-from compat_tests.cluster.cluster import LISTENERS, Cluster, make_cluster, metadata, partition_view
+from compat_tests.cluster.cluster import Cluster, metadata, partition_view
 from compat_tests.stream.helpers import numbered, run
-
-SPREAD = ("--amqp-cluster-mode", "spread")
-
-
-@pytest.fixture
-def spread(zk_connect, tmp_path, request) -> Cluster:
-    c = make_cluster(tmp_path, zk_connect, n=3, extra_args=SPREAD, listeners=(*LISTENERS, "stream"))
-    request.node.cluster = c
-    try:
-        c.start()
-        yield c
-    finally:
-        c.close()
-
 
 def _args(broker, **kw) -> dict:
     return {"host": broker.ip, "port": broker.ports["stream"], "username": "guest", "password": "guest", **kw}
