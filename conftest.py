@@ -5,7 +5,8 @@ group runs on one worker, so
 
 * a module's tests stay together and its module-scoped broker starts once;
 * every test against a reference peer (RabbitMQ, Apache Kafka, Spark's session) is in that peer's
-  group, so each peer starts once per run, as it would without workers;
+  group, so each peer starts once per run, as it would without workers; so is the AMQP suite's
+  [cluster] target (a 3-broker cluster);
 * tests that take fixed ports on 127.0.0.1 (the documentation's own examples) or build network
   namespaces share one group, so two of them never run at once.
 
@@ -30,6 +31,8 @@ def _group(item: pytest.Item) -> str:
         return "peer:rabbitmq"
     if path.startswith("compat_tests/kafka/") and "kafka" in targets:
         return "peer:kafka"
+    if path.startswith("compat_tests/amqp/") and "cluster" in targets:
+        return "peer:amqp-cluster"  # one 3-broker cluster per run, as a peer is
     if path.startswith("compat_tests/spark/") or path in FIXED_PORTS:
         return "peer:spark"
     if path in NETNS:
