@@ -382,12 +382,16 @@ class PeerClients(PeerApis):
     def close_lane(self, lane: str) -> None:
         """Close every connection of ``lane`` (its user is done: a share session that ended)."""
         for key in [k for k in self.clients if k[1] == lane]:
-            self.clients.pop(key).close()
+            client = self.clients.pop(key, None)  # a close's failed calls may have closed the lane already
+            if client is not None:
+                client.close()
 
     def forget(self, node_id: int) -> None:
         """The broker left the cluster: close its connections (their calls fail)."""
         for key in [k for k in self.clients if k[0] == node_id]:
-            self.clients.pop(key).close()
+            client = self.clients.pop(key, None)
+            if client is not None:
+                client.close()
 
     def close(self) -> None:
         self.closed = True
