@@ -39,7 +39,7 @@ from typing import Callable
 from kio.schema.errors import ErrorCode
 
 from core.errors import LogError
-from core.groups import consumer_state
+from core.groups.consumer_state import keep as keep_consumer_group, restore_groups as restore_consumer_groups
 from core.groups.consumer_group import ConsumerGroups
 from core.groups.migration import Migration
 from core.groups.share_group import ShareGroups
@@ -115,12 +115,12 @@ class GroupCoordinator(OffsetCommits):
         return replayed
 
     def _restore_consumer_groups(self, partition: int | None) -> None:
-        consumer_state.restore_groups(self.consumer.groups, self._groups, self.offsets, partition, self.clock())
+        restore_consumer_groups(self.consumer.groups, self._groups, self.offsets, partition, self.clock())
 
     def _consumer_group_changed(self, group_id: str) -> None:
         """Keep a KIP-848 group's newest state in __consumer_offsets (only where it is coordinated)."""
         if self.retention.leads(self.offsets.partition_for(group_id)):
-            consumer_state.keep(self.consumer.groups.get(group_id), group_id, self.offsets)
+            keep_consumer_group(self.consumer.groups.get(group_id), group_id, self.offsets)
 
     def _ensure_loaded(self) -> None:
         if not self._loaded:
