@@ -203,9 +203,8 @@ class RabbitMQBroker(AmqpBroker):
         return self.node.output()
 
 
-class ClusterBroker(ClusterTarget, AmqpBroker):
-    def _cannot(self, what: str):
-        pytest.fail(f"cannot {what} a cluster target: mark the test {RESTARTS_MARK}", pytrace=False)
+class _NotRestartable:
+    """A target the tests cannot restart or kill; ``_cannot(what)`` says what happens instead."""
 
     def restart(self) -> None:
         self._cannot("restart")
@@ -217,7 +216,12 @@ class ClusterBroker(ClusterTarget, AmqpBroker):
         self._cannot("start")
 
 
-class ExternalBroker(AmqpBroker):
+class ClusterBroker(_NotRestartable, ClusterTarget, AmqpBroker):
+    def _cannot(self, what: str):
+        pytest.fail(f"cannot {what} a cluster target: mark the test {RESTARTS_MARK}", pytrace=False)
+
+
+class ExternalBroker(_NotRestartable, AmqpBroker):
     target = "external"
 
     def __init__(self, url: str):
@@ -231,15 +235,6 @@ class ExternalBroker(AmqpBroker):
 
     def _cannot(self, what: str):
         pytest.skip(f"cannot {what} the external broker {self._url} ({URL_ENV} is set)")
-
-    def restart(self) -> None:
-        self._cannot("restart")
-
-    def kill(self) -> None:
-        self._cannot("kill")
-
-    def start(self) -> None:
-        self._cannot("start")
 
 
 @pytest.fixture(scope="session")

@@ -45,11 +45,7 @@ def test_exactly_once_v2_count_survives_kill_9_of_its_brokers(cluster, tmp_path)
         app.start()
         app.wait_running(120)
         for i, (what, victim) in enumerate(victims):
-            deadline = time.monotonic() + 180
-            while reader.total() < len(words) * (i + 1) // (len(victims) + 2):
-                assert time.monotonic() < deadline, \
-                    f"only {reader.total()} outputs before killing {what}:\n" + "\n".join(app.lines[-40:])
-                time.sleep(0.1)
+            reader.wait_total(len(words) * (i + 1) // (len(victims) + 2), app, 180, f"before killing {what}")
             broker = cluster.by_id(victim())
             broker.kill()
             killed.append((what, broker.node_id))
@@ -58,17 +54,8 @@ def test_exactly_once_v2_count_survives_kill_9_of_its_brokers(cluster, tmp_path)
             cluster.wait_registered(60)
             for topic in (source, sink) + INTERNAL:
                 cluster.wait_isr_full(topic, 60)
-        deadline = time.monotonic() + 240
-        while not reader.complete():
-            assert time.monotonic() < deadline, \
-                f"{reader.total()} outputs of {len(words)} after killing {killed}:\n" + "\n".join(app.lines[-40:])
-            time.sleep(0.2)
-        time.sleep(1.0)  # anything more (a repeat) would arrive now
+        reader.wait_complete(app, 240, f" after killing {killed}")
     finally:
         app.stop()
-        reader.stopping.set()
-        reader.join(30)
-    wrong = {w: c for w, c in reader.counts.items() if c != list(range(1, PER_WORD + 1))}
-    assert not wrong, f"counts not exactly once for {len(wrong)} word(s) after killing {killed}, " \
-                      f"e.g. {next(iter(wrong.items()))}"
-    assert set(reader.counts) == set(WORDS)
+        reader.stop()
+    reader.assert_exactly_once(f" after killing {killed}")

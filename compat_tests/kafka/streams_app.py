@@ -83,6 +83,33 @@ class OutputReader(threading.Thread):
     def complete(self) -> bool:
         return all(self.counts.get(w, [0])[-1] >= PER_WORD for w in WORDS)
 
+    def wait_total(self, at_least: int, app: StreamsApp, timeout: float, what: str) -> None:
+        """Until ``at_least`` outputs were read; fail with the app's last lines after ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while self.total() < at_least:
+            assert time.monotonic() < deadline, \
+                f"only {self.total()} outputs {what}:\n" + "\n".join(app.lines[-40:])
+            time.sleep(0.1)
+
+    def wait_complete(self, app: StreamsApp, timeout: float, what: str) -> None:
+        """Until every word reached its last count, then a second more: a repeat would arrive now."""
+        deadline = time.monotonic() + timeout
+        while not self.complete():
+            assert time.monotonic() < deadline, \
+                f"{self.total()} outputs of {len(WORDS) * PER_WORD}{what}:\n" + "\n".join(app.lines[-40:])
+            time.sleep(0.2)
+        time.sleep(1.0)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(30)
+
+    def assert_exactly_once(self, what: str = "") -> None:
+        """Each word's counts are 1, 2, ..., PER_WORD: none lost, none repeated, none aborted visible."""
+        wrong = {w: c for w, c in self.counts.items() if c != list(range(1, PER_WORD + 1))}
+        assert not wrong, f"counts not exactly once for {len(wrong)} word(s){what}, e.g. {next(iter(wrong.items()))}"
+        assert set(self.counts) == set(WORDS)
+
 
 def produce(bootstrap: str, topic: str, words: list[str]) -> None:
     p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 20})

@@ -10,7 +10,6 @@ Kafka Streams 4.1 comes from Maven Central (``compat_tests.tools.maven_classpath
 """
 from __future__ import annotations
 
-import time
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -37,24 +36,13 @@ def test_exactly_once_v2_count_survives_kill_9(bootstrap, tmp_path):
     try:
         app.start()
         app.wait_running(120)
-        deadline = time.monotonic() + 120
-        while reader.total() < half // 3:  # part of the first half is through: kill it mid-run
-            assert time.monotonic() < deadline, f"only {reader.total()} outputs:\n" + "\n".join(app.lines[-40:])
-            time.sleep(0.1)
+        reader.wait_total(half // 3, app, 120, "before the kill")  # part of the first half is through
         app.kill()
         produce(bootstrap, source, words[half:])
         app.start()
         app.wait_running(120)
-        deadline = time.monotonic() + 180
-        while not reader.complete():
-            assert time.monotonic() < deadline, \
-                f"{reader.total()} outputs of {len(words)}:\n" + "\n".join(app.lines[-40:])
-            time.sleep(0.2)
-        time.sleep(1.0)  # anything more (a repeat) would arrive now
+        reader.wait_complete(app, 180, "")
     finally:
         app.stop()
-        reader.stopping.set()
-        reader.join(30)
-    wrong = {w: c for w, c in reader.counts.items() if c != list(range(1, PER_WORD + 1))}
-    assert not wrong, f"counts not exactly once for {len(wrong)} word(s), e.g. {next(iter(wrong.items()))}"
-    assert set(reader.counts) == set(WORDS)
+        reader.stop()
+    reader.assert_exactly_once()
