@@ -103,7 +103,7 @@ class GroupCoordinator(OffsetCommits):
         for group_id in self.offsets.groups():
             if not is_share_state(group_id):  # share groups' start offsets are not a group
                 self._groups.setdefault(group_id, Group(group_id))
-        self._restore_consumer_groups(None)
+        restore_consumer_groups(self.consumer.groups, self._groups, self.offsets, None, self.clock())
         self._loaded = True
         log.info("loaded %d offset record(s) of %d group(s)", replayed, len(self.offsets.groups()))
 
@@ -111,11 +111,8 @@ class GroupCoordinator(OffsetCommits):
         """Cluster mode: this broker leads an offsets partition now; its offsets and KIP-848 groups
         come back from its replica, so members go on with their ids and epochs."""
         replayed = self.offsets.reload(partition)
-        self._restore_consumer_groups(partition)
-        return replayed
-
-    def _restore_consumer_groups(self, partition: int | None) -> None:
         restore_consumer_groups(self.consumer.groups, self._groups, self.offsets, partition, self.clock())
+        return replayed
 
     def _consumer_group_changed(self, group_id: str) -> None:
         """Keep a KIP-848 group's newest state in __consumer_offsets (only where it is coordinated)."""
