@@ -5,6 +5,7 @@ consumer that reads slowly (the socket fills and the rest of an answer is copied
 broker's /metrics must show that the bytes really took the sendfile path."""
 from __future__ import annotations
 
+import hashlib
 import re
 import time
 import urllib.request
@@ -24,7 +25,10 @@ def _fetched(broker) -> dict[str, int]:
 
 def _produce(bootstrap: str, topic: str, partitions: int) -> dict[int, list[tuple[bytes, bytes]]]:
     failed = []
+    # idempotent: on a loaded machine a produce request can time out and be retried, and without
+    # sequence numbers the retry would store its batch twice
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 1 << 20,
+                         "enable.idempotence": True,
                          "message.max.bytes": 2_000_000,
                          "on_delivery": lambda err, msg: err is not None and failed.append(err)})
     sent: dict[int, list[tuple[bytes, bytes]]] = {p: [] for p in range(partitions)}
@@ -39,6 +43,27 @@ def _produce(bootstrap: str, topic: str, partitions: int) -> dict[int, list[tupl
     assert producer.flush(60) == 0
     assert not failed, f"{len(failed)} records not delivered, e.g. {failed[0]}"
     return sent
+
+
+def _digest(records: dict[int, list[tuple[bytes, bytes]]]) -> dict[int, list[tuple[bytes, str]]]:
+    """Each record as its key and a hash of its value: a mismatch then prints in a few lines (pytest's
+    diff of 800 MB of values ran past the test's time-out)."""
+    return {p: [(k, f"{len(v)}:{hashlib.blake2b(v, digest_size=8).hexdigest()}") for k, v in values]
+            for p, values in records.items()}
+
+
+def _same(got, sent) -> str:
+    """'' when got equals sent, else where the first difference is in each partition."""
+    got, sent = _digest(got), _digest(sent)
+    differences = []
+    for p in sent:
+        mine, theirs = got.get(p, []), sent[p]
+        if mine != theirs:
+            first = next((i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b), min(len(mine), len(theirs)))
+            differences.append(f"partition {p}: read {len(mine)} of {len(theirs)} records, first difference "
+                               f"at #{first}: read {mine[first] if first < len(mine) else None}, "
+                               f"sent {theirs[first] if first < len(theirs) else None}")
+    return "; ".join(differences)
 
 
 def test_consumers_read_exactly_what_was_produced_through_sendfile(kafka_broker):
@@ -66,7 +91,7 @@ def test_consumers_read_exactly_what_was_produced_through_sendfile(kafka_broker)
             assert message.error() is None, message.error()
             got[message.partition()].append((message.key(), message.value()))
     consumer.close()
-    assert got == sent, "confluent-kafka read something else than was produced"
+    assert not (difference := _same(got, sent)), f"confluent-kafka read something else than was produced: {difference}"
 
     # kafka-python, reading slowly: answers pile up in the socket, the rest of each is copied
     slow = KafkaConsumer(topic, bootstrap_servers=kafka_broker.bootstrap, group_id=unique_name("zc-slow"),
@@ -81,7 +106,7 @@ def test_consumers_read_exactly_what_was_produced_through_sendfile(kafka_broker)
         if sum(map(len, got.values())) >= 3000:
             break
     slow.close()
-    assert got == sent, "kafka-python read something else than was produced"
+    assert not (difference := _same(got, sent)), f"kafka-python read something else than was produced: {difference}"
 
     if not metrics:
         return
