@@ -24,7 +24,14 @@ partition (``leads``): markers for partitions led by other brokers come back as
 ``Step.remote`` for the gateway to send (WriteTxnMarkers), Complete* follows once they are
 durable, and a new leader of the partition reloads it (:meth:`load_partition`) and finishes
 what was prepared. A data partition's leader does not know the producer's transaction
-(``coordinates_all`` False): as in Kafka before KIP-890 it fences by producer epoch only.
+(``coordinates_all`` False); before a transaction's first batch there it asks the
+coordinator (:meth:`verify`, or :meth:`add_partitions` for a version 2 producer, which adds
+partitions by producing to them), so no batch opens a transaction its coordinator does not know.
+
+Transaction version 2 (KIP-890): a producer that learnt the broker finalizes
+``transaction.version`` 2 adds partitions implicitly (its first Produce to a partition, its
+TxnOffsetCommit) and every EndTxn bumps its epoch: the markers carry the new epoch, so a late
+batch of the old transaction is refused as from a fenced producer.
 
 ``__transaction_state`` is compacted and keyed by transactional id, in Kafka's own record
 format (TransactionLogKey v0, TransactionLogValue v0), so Kafka tools can read it::
@@ -324,6 +331,19 @@ class TransactionCoordinator:
                 for tp in partitions})
         return self._add(txn, partitions)
 
+    def verify(self, transactional_id: str, producer_id: int, epoch: int,
+               partitions: Iterable[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
+        """KIP-890's check for a partition leader about to take a transaction's first batch (from a
+        transaction version 1 producer, which added the partition itself): is the partition in
+        the producer's ongoing transaction? Otherwise the batch could open a transaction there
+        that no marker would ever close."""
+        partitions = list(partitions)
+        txn, error = self._check(transactional_id, producer_id, epoch)
+        if txn is None:
+            return {tp: error for tp in partitions}
+        return {tp: ErrorCode.none if txn.state == ONGOING and tp in txn.partitions else ErrorCode.invalid_txn_state
+                for tp in partitions}
+
     def _exists(self, tp: TopicPartition) -> bool:
         topic = self.logs.store.get_topic(tp[0])
         return topic is not None and 0 <= tp[1] < topic.partitions
@@ -344,8 +364,18 @@ class TransactionCoordinator:
         return Step(durable=[self._persist(txn)], partition_errors=ok)
 
     def commit_offsets(self, transactional_id: str, group_id: str, producer_id: int, epoch: int,
-                       offsets: dict[TopicPartition, OffsetAndMetadata]) -> Step:
-        """TxnOffsetCommit: offsets that apply when the transaction commits."""
+                       offsets: dict[TopicPartition, OffsetAndMetadata], add: bool = False) -> Step:
+        """TxnOffsetCommit: offsets that apply when the transaction commits. ``add`` (v5+,
+        transaction version 2): the group's partition joins the transaction here, as
+        AddOffsetsToTxn would have added it (the gateway has done that already when the
+        coordinator is another broker)."""
+        if add and self.coordinates(transactional_id):
+            added = self.add_offsets(transactional_id, producer_id, epoch, group_id)
+            if added.error:
+                return added
+            committed = self.commit_offsets(transactional_id, group_id, producer_id, epoch, offsets)
+            committed.durable = added.durable + committed.durable
+            return committed
         if not self.coordinates(transactional_id):
             # cluster mode: the group's coordinator is not the transaction's, which checked the
             # producer when the group was added (Kafka's group coordinator does not check either)
@@ -358,15 +388,35 @@ class TransactionCoordinator:
         durable_at = self.offsets.commit_in_txn(group_id, producer_id, epoch, offsets)
         return Step(durable=[durable_at] if durable_at else [])
 
-    def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> Step:
+    def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool, v2: bool = False) -> Step:
+        """EndTxn. ``v2`` (transaction version 2, KIP-890, EndTxn v5+): the end bumps the epoch,
+        its markers carry the new one (fencing every batch of the old), and the answer names it."""
+        if v2 and (retried := self._retried_end(transactional_id, producer_id, epoch, commit)) is not None:
+            return retried
         txn, error = self._check(transactional_id, producer_id, epoch)
         if txn is None:
             return Step(error)
-        if txn.state == (COMPLETE_COMMIT if commit else COMPLETE_ABORT):
+        if not v2 and txn.state == (COMPLETE_COMMIT if commit else COMPLETE_ABORT):
             return Step()  # a retry of an end that already happened
         if txn.state != ONGOING:
-            return Step(ErrorCode.invalid_txn_state)
-        return self._prepare(txn, commit)
+            if not v2 or commit:
+                return Step(ErrorCode.invalid_txn_state)
+            txn.partitions = set()  # v2: an abort with nothing open still fences the epoch (Kafka's rule)
+        if v2:
+            txn.epoch += 1  # may reach MAX_EPOCH: the producer id changes once the end is complete
+        return self._prepare(txn, commit, answer_producer=v2)
+
+    def _retried_end(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> Step | None:
+        """A v2 EndTxn sent again by a producer that did not get the answer: it still has the epoch
+        the end replaced. Finished: answer as before; still preparing: the client retries."""
+        txn = self.txns.get(transactional_id)
+        if txn is None or txn.producer_id != producer_id or epoch != txn.epoch - 1:
+            return None
+        if txn.state == (PREPARE_COMMIT if commit else PREPARE_ABORT):
+            return Step(ErrorCode.concurrent_transactions)
+        if txn.state == (COMPLETE_COMMIT if commit else COMPLETE_ABORT):
+            return Step(producer_id=txn.producer_id, epoch=txn.epoch)
+        return None
 
     def _prepare(self, txn: Transaction, commit: bool, answer_producer: bool = False) -> Step:
         txn.state = PREPARE_COMMIT if commit else PREPARE_ABORT
@@ -403,8 +453,10 @@ class TransactionCoordinator:
                 return Step(ErrorCode.not_coordinator)  # its log is a follower's now: never append to it
             txn.state = COMPLETE_COMMIT if commit else COMPLETE_ABORT
             txn.partitions = set()
-            return Step(durable=[self._persist(txn)], producer_id=pid if answer_producer else -1,
-                        epoch=epoch if answer_producer else -1)
+            if txn.epoch >= MAX_EPOCH:  # v2 ends bumped the epoch to its last value: a new producer id
+                self._bump_epoch(txn)
+            return Step(durable=[self._persist(txn)], producer_id=txn.producer_id if answer_producer else -1,
+                        epoch=txn.epoch if answer_producer else -1)
         if not remote and self.coordinates_all:
             done = finish()
             done.durable = durable + done.durable

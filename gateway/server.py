@@ -56,7 +56,7 @@ from gateway.cluster.share_state import RemoteShareState
 from gateway.config import HostPort, Settings
 from gateway.fsync_thread import FsyncThread
 from gateway.kafka.apis import share_groups
-from gateway.kafka.apis import txn as txn_api
+from gateway.kafka import txn_steps
 from gateway.kafka.connection import KafkaFactory
 from gateway.kafka.context import KafkaContext, group_config
 from gateway.kafka.waiters import Waiters
@@ -205,8 +205,10 @@ class Broker:
         groups.share_deleted = lambda group: self.amqp.router.shares.forget_group(group)
         self._configure_group_settings(groups)
         self.kafka.storage_failed = self.amqp.storage_failed
+        if self.cluster is not None:
+            peers = self.kafka.peers = PeerClients(self.reactor, self.cluster.leader_address,
+                                                   f"gateway-{self.settings.node_id}")
         if self.cluster is not None and self.settings.amqp_cluster_mode == "spread":
-            peers = PeerClients(self.reactor, self.cluster.leader_address, f"gateway-{self.settings.node_id}")
             forwarder = PublishForwarder(self.reactor, peers, self._leader_of, self._forwards_answered)
             self.amqp_home = AmqpSpread(self, self.cluster, forwarder)
             self.streams.cluster = StreamCluster(self.cluster, peers, self.settings.node_id)
@@ -286,7 +288,7 @@ class Broker:
             self.kafka.groups.reload(partition)  # committed offsets and KIP-848 groups
         elif topic == TXN_TOPIC:  # this broker now coordinates its transactional ids: finish prepared ones
             for step in self.kafka.transactions.load_partition(partition):
-                txn_api.run(self.kafka, step)
+                txn_steps.run(self.kafka, step)
         self.amqp.router.shares.forget_partition(topic, partition)  # share state: read it again
 
     def _leader_of(self, topic: str, partition: int) -> int:
@@ -522,7 +524,7 @@ class Broker:
     def _txn_tick(self) -> None:
         try:
             for step in self.kafka.transactions.expire():
-                txn_api.run(self.kafka, step)
+                txn_steps.run(self.kafka, step)
         except Exception:
             log.exception("transaction timeout check failed")
 

@@ -30,7 +30,7 @@ from core.errors import StorageError
 from core.log import PartitionLog
 from core.log_manager import LogManager
 from routing import definitions, definitions_follower, mapping, message_fields
-from routing.dead_letter import DeadLetterForwarder, dead_letter_copy
+from routing.dead_letter import DeadLetterCopy, DeadLetterForwarder, dead_letter_copy
 from routing.dedup import Deduplicator, recent_records
 from routing.delayed import DelayLog, delay_of
 from routing.errors import FRAME_ERROR, NOT_ALLOWED, PRECONDITION_FAILED, ChannelError, ConnectionError
@@ -370,22 +370,25 @@ class Router:
         now_ms, released = int(self.clock() * 1000), 0
         for vhost in self.vhosts.values():
             for delay_log in list(vhost.delay_logs.values()):
-                for record in delay_log.take_due(now_ms):
-                    if not self._route_stored(vhost, delay_log.name, record):
-                        break
-                    released += 1
+                delay_log.settle(now_ms)
+                for offset, record in delay_log.take_due(now_ms):
+                    copy = self._route_stored(vhost, delay_log.name, record, track=True)
+                    delay_log.routing(offset, copy or None)  # False: the exchange is gone, nothing to route
+                    released += copy is not False
         return released
 
-    def _route_stored(self, vhost: VirtualHost, exchange: str, record: Record) -> bool:
-        """Publish a stored record (AMQP form) through ``exchange``; False if the exchange is gone."""
+    def _route_stored(self, vhost: VirtualHost, exchange: str, record: Record, track: bool = False):
+        """Publish a stored record (AMQP form) through ``exchange``; False if the exchange is gone.
+        ``track``: a DeadLetterCopy that learns when every target queue stored it (None: no target)."""
         _, routing_key, properties_raw = mapping.amqp_from_record(record)
         try:
             queues = vhost.route(exchange, routing_key, message_fields.headers_table(properties_raw))
         except Exception:  # the exchange went away meanwhile
             return False
+        copy = DeadLetterCopy(list(queues)) if track and queues else None
         for queue in queues:
-            self.stage_record(queue, Record(0, record.timestamp, record.key, record.value, record.headers))
-        return True
+            self.stage_record(queue, Record(0, record.timestamp, record.key, record.value, record.headers), copy)
+        return copy if track else True
 
     @staticmethod
     def _admitted(vhost: VirtualHost, exchange: str | None, dedup: Deduplicator, properties_raw: bytes,

@@ -10,8 +10,10 @@ and its fsync, as for a queue. Nothing polls: a heap of (due, offset) says when 
 release is, and the AMQP service sets one reactor timer for it
 (:meth:`gateway.amqp.service.AmqpService.schedule_delayed`).
 
-Released offsets are remembered as a floor plus the released ones above it, saved with the
-queues' ack floors; after a restart the log from the floor on is read back into the heap and
+A due message is released (its offset remembered as released) once every queue it was routed
+to has stored it; a copy refused on the way (in a cluster, a target queue's leader could not
+be reached) is routed again a second later. Released offsets are remembered as a floor plus
+the released ones above it, saved with the queues' ack floors; after a restart the log from the floor on is read back into the heap and
 whatever came due while the broker was down is routed at once. A crash between a release and
 the next checkpoint can release a message twice (at least once, never lost). Equal due times
 release in publish order; precision is the reactor's timer (milliseconds), a release may come
@@ -28,6 +30,7 @@ from routing.reader import LogReader
 from wire.records import Record
 
 DELAYED_TYPE = "x-delayed-message"
+RETRY_MS = 1000  # a released message whose copy was refused (a target's leader unreachable) goes again
 
 
 def delay_of(headers: dict | None) -> int:
@@ -64,6 +67,7 @@ class DelayLog:
         self._due: list[tuple[int, int]] = []  # (due ms, offset), the held messages
         self._pending: list[int] = []  # due times of staged messages, in staging order, until appended
         self._end = self.floor  # every offset below is in the heap or released
+        self._routing: dict[int, object] = {}  # offset -> copy on its way to the target queues
         self._load()
 
     def __repr__(self) -> str:
@@ -115,8 +119,10 @@ class DelayLog:
         pass
 
     # --- releasing ------------------------------------------------------------------
-    def take_due(self, now_ms: int) -> list[Record]:
-        """The held messages due by ``now_ms`` that are durable (below the high watermark), in due order."""
+    def take_due(self, now_ms: int) -> list[tuple[int, Record]]:
+        """The held messages due by ``now_ms`` that are durable (below the high watermark), in due
+        order, as (offset, record). Each stays held until :meth:`routing` says where it went and
+        :meth:`settle` sees it stored there."""
         if self._end < self.plog.next_offset:
             self._read_to(self.plog.next_offset)
         out = []
@@ -124,11 +130,35 @@ class DelayLog:
         while self._due and self._due[0][0] <= now_ms and self._due[0][1] < durable_end:
             _, offset = heapq.heappop(self._due)
             record = self.reader.get(offset)
-            self.released.add(offset)
-            if record is not None:
-                out.append(record)
+            if record is None:
+                self.released.add(offset)  # gone from the log: nothing left to route
+            else:
+                out.append((offset, record))
         self._advance_floor()
         return out
+
+    def routing(self, offset: int, copy) -> None:
+        """A taken message was routed: ``copy`` (a routing.dead_letter.DeadLetterCopy, None when no
+        queue is bound) says when every target queue has it."""
+        if copy is None:
+            self.released.add(offset)  # unroutable: dropped, as RabbitMQ's plugin drops it
+            self._advance_floor()
+        else:
+            self._routing[offset] = copy
+
+    def settle(self, now_ms: int) -> None:
+        """Released: what every target queue has stored (in-sync replicas, or the leader's answer
+        for a queue led by another broker). A copy a target refused or could not be sent to (its
+        leader unreachable) is held again and routed once more a moment later: a due message is
+        routed at least once, never lost on the way."""
+        for offset, copy in list(self._routing.items()):
+            if copy.rejected:
+                del self._routing[offset]
+                heapq.heappush(self._due, (now_ms + RETRY_MS, offset))
+            elif copy.stored():
+                del self._routing[offset]
+                self.released.add(offset)
+        self._advance_floor()
 
     def _advance_floor(self) -> None:
         while self.floor in self.released:
@@ -164,8 +194,11 @@ class RemoteDelayLog:
     def next_due(self) -> None:
         return None
 
-    def take_due(self, now_ms: int) -> list[Record]:
+    def take_due(self, now_ms: int) -> list[tuple[int, Record]]:
         return []
+
+    def settle(self, now_ms: int) -> None:
+        pass
 
 
 def due_time(record: Record) -> int:

@@ -57,17 +57,17 @@ ADVERTISED: dict[int, tuple[int, int]] = {
     15: (0, 6),   # DescribeGroups (v6: GROUP_ID_NOT_FOUND with a reason, KIP-1043)
     16: (0, 5),   # ListGroups (v5: group types)
     17: (0, 1),   # SaslHandshake
-    18: (0, 4),   # ApiVersions (v4 only lets a listed feature's minimum be 0; this broker lists none)
+    18: (0, 4),   # ApiVersions (v4 only lets a listed feature's minimum be 0: see apis/session.py)
     19: (2, 7),   # CreateTopics
     20: (1, 6),   # DeleteTopics
     21: (0, 2),   # DeleteRecords
-    22: (0, 4),   # InitProducerId
+    22: (0, 5),   # InitProducerId (v5: may answer TRANSACTION_ABORTABLE)
     23: (2, 4),   # OffsetForLeaderEpoch
-    24: (0, 3),   # AddPartitionsToTxn (v4+ is broker-to-broker)
+    24: (0, 5),   # AddPartitionsToTxn (v4+ is broker-to-broker: a partition leader's KIP-890 check)
     25: (0, 3),   # AddOffsetsToTxn
-    26: (0, 3),   # EndTxn
+    26: (0, 5),   # EndTxn (v5: transaction version 2 bumps the epoch per transaction and answers it)
     27: (1, 1),   # WriteTxnMarkers (broker to broker: a transaction coordinator's commit/abort markers)
-    28: (0, 3),   # TxnOffsetCommit
+    28: (0, 5),   # TxnOffsetCommit (v5: transaction version 2 adds the group's partition itself)
     29: (1, 3),   # DescribeAcls
     30: (1, 3),   # CreateAcls
     31: (1, 3),   # DeleteAcls

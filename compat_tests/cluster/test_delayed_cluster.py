@@ -110,3 +110,28 @@ def test_held_messages_survive_the_kill_of_the_delay_logs_leader_and_come_once(s
     assert wait_until(lambda: _leader(spread, DELAY_TOPIC) in (2, 3), 60, "a new leader of the delay log")
     got = _drain(b3, "after-kill", 20, 90)
     assert sorted(got) == sorted(f"late{i}" for i in range(20)), got
+
+
+def test_a_due_message_waits_for_its_queues_unreachable_leader(spread):
+    """Released while the only broker of its target queue is down: the copy cannot be forwarded,
+    so the message stays held and is routed again until the queue's broker is back; then it
+    comes once."""
+    b1, b2, b3 = spread.brokers
+    connection = amqp_connection(b1)
+    ch = connection.channel()
+    ch.exchange_declare("later", "x-delayed-message", durable=True, arguments={"x-delayed-type": "direct"})
+    connection.close()
+    wait_until(lambda: _knows_exchange(b2, "later"), 30, "broker 2 knowing the exchange")
+    _declare(b2, "one-replica")  # a classic queue: led by broker 2 (client-local), its only replica
+    connection = amqp_connection(b2)
+    connection.channel().queue_bind("one-replica", "later", "k")
+    connection.close()
+    assert wait_until(lambda: _leader(spread, DELAY_TOPIC) == 1, 30, "broker 1 leading the delay log")
+    wait_until(lambda: _leader(spread, "one-replica") == 2, 30, "broker 2 leading one-replica")
+    time.sleep(1)  # broker 1 applies the binding from its replica of the state topic
+    _publish(b3, [(f"held{i}", 2000) for i in range(10)])
+    b2.kill()
+    time.sleep(5)  # due meanwhile: broker 1 routes them, the forwards to broker 2 fail
+    b2.start()
+    got = _drain(b2, "one-replica", 10, 60)
+    assert sorted(got) == sorted(f"held{i}" for i in range(10)), got

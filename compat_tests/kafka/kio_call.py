@@ -13,8 +13,10 @@ from kio.schema.request_header.v2.header import RequestHeader
 from kio.serial import entity_reader, entity_writer
 
 
-def kio_call(address, api_key: int, request, response_cls, correlation_id: int = 1, api_version: int = 0):
-    """Send ``request`` (a kio request entity of ``api_version``) and read one ``response_cls``."""
+def kio_call(address, api_key: int, request, response_cls, correlation_id: int = 1, api_version: int = 0,
+             header_tags: bool = True):
+    """Send ``request`` (a kio request entity of ``api_version``) and read one ``response_cls``.
+    ``header_tags`` False: the response header has no tagged fields (ApiVersions, whatever its version)."""
     out = io.BytesIO()
     entity_writer(RequestHeader)(out, RequestHeader(request_api_key=api_key, request_api_version=api_version,
                                                     correlation_id=correlation_id, client_id="kio-test"))
@@ -25,7 +27,7 @@ def kio_call(address, api_key: int, request, response_cls, correlation_id: int =
         head = _read(s, 4)
         data = _read(s, struct.unpack(">i", head)[0])
     assert struct.unpack_from(">i", data)[0] == correlation_id
-    response, _ = entity_reader(response_cls)(data, 5)  # correlation id, empty header tags
+    response, _ = entity_reader(response_cls)(data, 5 if header_tags else 4)  # correlation id, empty header tags
     return response
 
 

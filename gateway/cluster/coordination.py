@@ -66,6 +66,8 @@ def _txn_misdirected(ctx, h, req) -> bytes | None:
         if req.transactional_id is None or _coordinates(ctx, req.transactional_id):
             return None
         return _answer(h, {"error_code": NOT_COORDINATOR, "producer_id": -1, "producer_epoch": -1})
+    if key == 24 and h.api_version >= 4:  # the brokers' batched form: answered per transaction
+        return None
     if key == 24:  # AddPartitionsToTxn (v0-3: one transaction)
         if _coordinates(ctx, req.v3_and_below_transactional_id):
             return None

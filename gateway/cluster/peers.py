@@ -32,8 +32,8 @@ log = logging.getLogger(__name__)
 PRODUCE = 0
 # api key -> the highest version this module's callers fill in (fields of later versions would be
 # left at their defaults): Produce, Fetch (12: topics by name), ListOffsets, Metadata, FindCoordinator,
-# share groups.
-CAPS = {0: 9, 1: 12, 2: 7, 3: 12, 10: 4, 76: 1, 77: 1, 78: 1, 79: 1}
+# AddPartitionsToTxn (the brokers' form), share groups.
+CAPS = {0: 9, 1: 12, 2: 7, 3: 12, 10: 4, 24: 5, 76: 1, 77: 1, 78: 1, 79: 1}
 DEFAULT_TIMEOUT_S = 30.0
 CONNECT_TIMEOUT_S = 5.0
 BACKOFF_S = (0.05, 2.0)  # first and longest wait before reconnecting to a broker that went away

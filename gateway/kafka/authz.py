@@ -447,6 +447,12 @@ def _txn_only(data_of):
     return rule
 
 
+_add_partitions = _txn_only(lambda req: {"results_by_topic_v3_and_below": [
+    {"name": t.name, "results_by_partition": [{"partition_index": p, "partition_error_code": TXN_DENIED}
+                                              for p in t.partitions]}
+    for t in req.v3_and_below_topics]})
+
+
 def _cluster(operation: str, data: dict):
     def rule(check, h, req):
         if check(operation, "cluster", CLUSTER_NAME):
@@ -540,10 +546,8 @@ RULES: dict[int, typing.Callable] = {
     21: _delete_records,
     22: _init_producer_id,
     23: _offset_for_leader_epoch,
-    24: _txn_only(lambda req: {"results_by_topic_v3_and_below": [
-        {"name": t.name, "results_by_partition": [{"partition_index": p, "partition_error_code": TXN_DENIED}
-                                                  for p in t.partitions]}
-        for t in req.v3_and_below_topics]}),
+    24: lambda check, h, req: (_cluster("cluster_action", {"results_by_transaction": []}) if h.api_version >= 4
+                               else _add_partitions)(check, h, req),  # v4+: brokers only (Kafka: ClusterAction)
     25: _txn_only(lambda req: {"error_code": TXN_DENIED}),
     26: _txn_only(lambda req: {"error_code": TXN_DENIED}),
     28: _txn_only(lambda req: {"topics": [

@@ -73,6 +73,9 @@ class KafkaConnection(protocol.Protocol):
         self.sasl_mechanism: str | None = None  # chosen by SaslHandshake
         self.sasl_state = None  # a ScramServer while a SCRAM exchange runs
         self.sasl_done = False
+        # fires once the last Produce that waited for a transaction coordinator has appended:
+        # later Produce requests of this connection append after it (apis.produce)
+        self.txn_gate = None
         self.reauthenticating = False  # a second SaslHandshake after a login (KIP-368)
         self.session_deadline: float | None = None  # Unix time the SASL session ends (OAUTHBEARER)
         self.require_auth = require_auth

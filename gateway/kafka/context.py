@@ -49,6 +49,7 @@ class KafkaContext:
     # topic -> [records in, bytes in, bytes out]: running totals for the management API and /metrics
     traffic: dict[str, list[int]] = field(default_factory=dict)
     cluster: object = None  # gateway.cluster.node.ClusterNode in cluster mode; None on a single node
+    peers: object = None  # cluster mode: gateway.cluster.peers.PeerClients, calls to other brokers
     quotas: object = None  # gateway.kafka.quotas.Quotas, made on first use (its file is in the data dir)
     group_configs: object = None  # core.group_configs.GroupConfigs, made on first use: see group_configs()
     router: Callable[[], object] = lambda: None  # the AMQP model (routing.broker.Router): share partitions live there

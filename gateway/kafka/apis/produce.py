@@ -14,21 +14,25 @@ high watermark (every in-sync replica has it), and is refused with NOT_ENOUGH_RE
 the ISR is smaller than the topic's ``min.insync.replicas`` (NOT_ENOUGH_REPLICAS_AFTER_APPEND
 if it shrank below it while the batch was replicated).
 
+A transaction's first batch on a partition is checked with the transaction's coordinator
+before it is written (KIP-890, gateway.kafka.txn_steps): from a transaction version 2 producer
+(Produce v12+) that first batch is what adds the partition to the transaction.
+
 Versions: v10 and v11 only add optional hints to a NOT_LEADER_OR_FOLLOWER answer (KIP-951: the
 new leader and its endpoint, tagged fields this broker leaves out, so the client refreshes its
-metadata as before) and the TRANSACTION_ABORTABLE code it may use; v12 marks support of
-transactions v2 (KIP-890), which a client uses only when the broker finalizes the
-transaction.version feature, and this one finalizes none; v13 names topics by id (KIP-516).
+metadata as before) and the TRANSACTION_ABORTABLE code it may use; v12 is transaction version 2
+(KIP-890), which a client uses when the broker finalizes the transaction.version feature at 2
+(ApiVersions); v13 names topics by id (KIP-516).
 """
 from __future__ import annotations
 
 import logging
 
 from kio.schema.errors import ErrorCode
-from twisted.internet import task
+from twisted.internet import defer, task
 
 from core.errors import InvalidRecordError, RecordTooLargeError, StorageError
-from gateway.kafka import quotas
+from gateway.kafka import quotas, txn_steps
 from gateway.kafka.apis.registry import handles
 from gateway.logs import fields
 from wire.errors import CorruptBatchError
@@ -99,8 +103,71 @@ def topic_of(ctx, td) -> tuple[str | None, object]:
     return td.name, None
 
 
+def _first_batches(ctx, req) -> tuple[int, int, list[tuple[str, int]]] | None:
+    """(producer id, epoch, partitions): where this request's transactional batches would open
+    the producer's transaction (KIP-890: those are checked with its coordinator first)."""
+    found, producer = [], (-1, -1)
+    for td in req.topic_data:
+        name, topic_id = topic_of(ctx, td)
+        if name is None:
+            continue
+        for pd in td.partition_data:
+            data = pd.records or b""
+            try:
+                header = read_batch_header(bytes(data[:61]))
+            except (CorruptBatchError, ValueError, IndexError):
+                continue  # refused with its own error by the append
+            if not header.is_transactional or header.is_control or header.producer_id < 0:
+                continue
+            plog, _, error = ctx.leader_log(name, pd.index)
+            if error or plog is None:
+                continue
+            state = ctx.producers.partition(name, pd.index, plog)
+            known = state.producers.get(header.producer_id)
+            if header.producer_id in state.open_txns and known is not None and known.epoch == header.producer_epoch:
+                continue  # its transaction is open here already, and was checked when it opened
+            producer = (header.producer_id, header.producer_epoch)
+            found.append((name, pd.index))
+    return (*producer, found) if found else None
+
+
 @handles(0)
 def produce(ctx, conn, h, req):
+    transactional = getattr(req, "transactional_id", None) is not None
+    previous = conn.txn_gate
+    if previous is None or previous.called:
+        if not transactional or _first_batches(ctx, req) is None:
+            return _produce(ctx, conn, h, req, {})
+        start = defer.succeed(None)
+    else:  # an earlier request of this connection still waits for the coordinator: append after it
+        start = defer.Deferred()
+        previous.addBoth(lambda result: start.callback(None) or result)
+    gate = conn.txn_gate = defer.Deferred()
+
+    def checked(errors: dict) -> defer.Deferred:
+        try:
+            return _produce(ctx, conn, h, req, {tp: txn_steps.for_produce(e) for tp, e in errors.items() if e})
+        finally:
+            gate.callback(None)
+
+    def check(_) -> defer.Deferred:
+        first = _first_batches(ctx, req) if transactional else None  # the earlier request may have opened it
+        if first is None:
+            return checked({})
+        producer_id, epoch, partitions = first
+        # v12+ producers use transaction version 2: their first batch adds the partition
+        return txn_steps.check(ctx, req.transactional_id, producer_id, epoch, partitions,
+                               add=h.api_version >= 12).addCallback(checked)
+
+    def failed(failure):
+        if not gate.called:
+            gate.callback(None)
+        return failure
+    return start.addCallback(check).addErrback(failed)
+
+
+def _produce(ctx, conn, h, req, refused: dict[tuple[str, int], ErrorCode]):
+    """Append and answer; ``refused`` partitions get their error instead (the coordinator said no)."""
     acks = req.acks
     results: list[tuple[str, list[dict]]] = []
     # (log, last offset, topic, partition, leader epoch at append): what must get under the HW, and
@@ -119,6 +186,8 @@ def produce(ctx, conn, h, req):
                 error, base, last, message = ErrorCode.invalid_required_acks, -1, -1, None
             elif topic is None:
                 error, base, last, message = missing, -1, -1, None
+            elif (name, pd.index) in refused:
+                error, base, last, message = refused[(name, pd.index)], -1, -1, None
             else:
                 error, base, last, message, epoch = _append(ctx, name, pd.index, bytes(pd.records or b""), acks)
             plog = ctx.partition(name, pd.index) if topic is not None else None

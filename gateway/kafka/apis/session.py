@@ -39,10 +39,25 @@ _API_LIST = [{"api_key": k, "min_version": lo, "max_version": hi} for k, (lo, hi
 _CLUSTER_API_LIST = [api for api in _API_LIST if api["api_key"] not in KRAFT_ONLY]
 
 
+# Feature flags (KIP-584), as Kafka 4 brokers list them: transaction.version 2 makes Kafka 4
+# clients use transactions v2 (KIP-890: partitions added by producing, an epoch per transaction).
+# Kafka leaves a feature whose lowest level is 0 out of the supported list below ApiVersions v4
+# (older clients cannot read a 0 there); a finalized level is listed at every version from v3.
+SUPPORTED_FEATURES = {"transaction.version": (0, 2)}
+FINALIZED_FEATURES = {"transaction.version": 2}
+FEATURES_EPOCH = 1  # the finalized levels never change while a broker runs
+
+
 @handles(18)
 def api_versions(ctx, conn, h, req):
     listed = _API_LIST if ctx.cluster is None else _CLUSTER_API_LIST
-    return respond(h, {"error_code": ErrorCode.none, "api_keys": listed, "throttle_time": 0})
+    supported = [{"name": name, "min_version": low, "max_version": high}
+                 for name, (low, high) in SUPPORTED_FEATURES.items() if low > 0 or h.api_version >= 4]
+    finalized = [{"name": name, "min_version_level": level, "max_version_level": level}
+                 for name, level in FINALIZED_FEATURES.items()]
+    return respond(h, {"error_code": ErrorCode.none, "api_keys": listed, "throttle_time": 0,
+                       "supported_features": supported, "finalized_features_epoch": FEATURES_EPOCH,
+                       "finalized_features": finalized})
 
 
 def api_versions_unsupported(h: RequestHeader) -> bytes:

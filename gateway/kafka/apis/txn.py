@@ -1,8 +1,9 @@
 """Transactions: InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit, EndTxn,
 and the operator views DescribeTransactions, ListTransactions, DescribeProducers.
 
-core.transactions decides; this module maps requests onto it and runs its Steps: wait until
-a step's appends are durable (under the high watermark), then run the next phase or answer.
+core.transactions decides; this module maps requests onto it and runs its Steps
+(gateway.kafka.txn_steps). AddPartitionsToTxn v4+ is the partition leaders' question before a
+transaction's first batch (KIP-890, txn_steps.check).
 """
 from __future__ import annotations
 
@@ -13,43 +14,14 @@ import re
 from kio.schema.errors import ErrorCode
 from twisted.internet import defer
 
-from core.offsets import MAX_METADATA_BYTES, OffsetAndMetadata
+from core.offsets import MAX_METADATA_BYTES, OFFSETS_TOPIC, OffsetAndMetadata
 from core.transactions import Step
-from gateway.cluster import txn_markers
+from gateway.kafka import txn_steps
 from gateway.kafka.apis.registry import handles
+from gateway.kafka.txn_steps import run
 from wire.kafka import respond
 
 log = logging.getLogger(__name__)
-
-DURABLE_WAIT_S = 30.0
-
-
-def run(ctx, step: Step) -> defer.Deferred:
-    """Fires with the last Step once every phase's appends are durable (error REQUEST_TIMED_OUT if not).
-
-    Cluster mode: a step's markers for partitions led elsewhere are sent (WriteTxnMarkers)
-    and answered before its next phase."""
-    if step.remote is not None:
-        remote, step.remote = step.remote, None
-
-        def unsent(failure):
-            log.warning("transaction markers not delivered: %s", failure.getErrorMessage())
-            return Step(ErrorCode.request_timed_out)
-        return txn_markers.send(ctx, remote).addCallbacks(lambda _: run(ctx, step), unsent)
-    if not step.durable:
-        return run(ctx, step.then()) if step.then else defer.succeed(step)
-    logs = [(ctx.partition(topic, partition), last) for topic, partition, last in step.durable]
-    logs = [(plog, last) for plog, last in logs if plog is not None]
-    ctx.request_flush()
-    ctx.waiters.notify()  # a marker may have moved a last stable offset: parked read_committed fetches look again
-
-    def durable(in_time: bool):
-        if not in_time:
-            log.warning("transaction step not durable within %.0f s", DURABLE_WAIT_S)
-            return Step(ErrorCode.request_timed_out)
-        return run(ctx, step.then()) if step.then else step
-    return ctx.waiters.wait(lambda: all(plog.high_watermark > last for plog, last in logs),
-                            DURABLE_WAIT_S).addCallback(durable)
 
 
 @handles(22)
@@ -71,6 +43,9 @@ def init_producer_id(ctx, conn, h, req):
 
 @handles(24)
 def add_partitions_to_txn(ctx, conn, h, req):
+    if h.api_version >= 4:  # a partition leader asking for its producers (txn_verify)
+        return txn_steps.answer_brokers(ctx, req).addCallback(lambda results: respond(h, {
+            "throttle_time": 0, "error_code": ErrorCode.none, "results_by_transaction": results}))
     topics = [(t.name, list(t.partitions)) for t in req.v3_and_below_topics]
     wanted = [(name, p) for name, parts in topics for p in parts]
     step = ctx.transactions.add_partitions(req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
@@ -109,21 +84,35 @@ def txn_offset_commit(ctx, conn, h, req):
     # KIP-447: a zombie member of an older generation (or member epoch) must not commit.
     member_error = ctx.groups.check_txn_member(req.group_id, getattr(req, "generation_id", -1),
                                                getattr(req, "member_id", ""), getattr(req, "group_instance_id", None))
-    step = Step(member_error) if member_error else ctx.transactions.commit_offsets(
-        req.transactional_id, req.group_id, req.producer_id, req.producer_epoch, offsets)
 
     def answer(final: Step) -> bytes:
         topics = [{"name": t.name, "partitions": [
             {"partition_index": p.partition_index, "error_code": errors.get((t.name, p.partition_index), final.error)}
             for p in t.partitions]} for t in req.topics]
         return respond(h, {"throttle_time": 0, "topics": topics})
-    return run(ctx, step).addCallback(answer)
+
+    def commit(error: ErrorCode = ErrorCode.none) -> defer.Deferred:
+        step = Step(member_error or error) if member_error or error else ctx.transactions.commit_offsets(
+            req.transactional_id, req.group_id, req.producer_id, req.producer_epoch, offsets, add=implicit)
+        return run(ctx, step).addCallback(answer)
+    # v5 (transaction version 2): no AddOffsetsToTxn came first; the group's partition joins the
+    # transaction now, at its coordinator (here: commit_offsets does it; elsewhere: asked first)
+    implicit = h.api_version >= 5
+    if implicit and not member_error and not ctx.transactions.coordinates(req.transactional_id):
+        tp = (OFFSETS_TOPIC, ctx.groups.offsets.partition_for(req.group_id))
+        return txn_steps.check(ctx, req.transactional_id, req.producer_id, req.producer_epoch, [tp], add=True
+                                ).addCallback(lambda found: commit(found[tp]))
+    return commit()
 
 
 @handles(26)
 def end_txn(ctx, conn, h, req):
-    step = ctx.transactions.end_txn(req.transactional_id, req.producer_id, req.producer_epoch, req.committed)
-    return run(ctx, step).addCallback(lambda final: respond(h, {"throttle_time": 0, "error_code": final.error}))
+    v2 = h.api_version >= 5  # transaction version 2: the end bumps the epoch and answers the new one
+    step = ctx.transactions.end_txn(req.transactional_id, req.producer_id, req.producer_epoch, req.committed, v2)
+    return run(ctx, step).addCallback(lambda final: respond(h, {
+        "throttle_time": 0, "error_code": final.error,
+        "producer_id": final.producer_id if not final.error else -1,
+        "producer_epoch": final.epoch if not final.error else -1}))
 
 
 @handles(27)
