@@ -92,19 +92,32 @@ def _shifted(host_port, offset: int) -> str:
     return f"{host}:{port}"
 
 
-def _replication_given(args: list[str], settings_file: str | None) -> bool:
-    if any(a == "--default-replication-factor" or a.startswith("--default-replication-factor=") for a in args):
+def _given(name: str, args: list[str], settings_file: str | None) -> bool:
+    """Whether the user set setting ``name`` (a Settings field): option, environment or file."""
+    flag = "--" + name.replace("_", "-")
+    if any(a == flag or a.startswith(flag + "=") for a in args):
         return True
-    if os.environ.get("GATEWAY_DEFAULT_REPLICATION_FACTOR"):
+    if os.environ.get("GATEWAY_" + name.upper()):
         return True
     config = settings_file or os.environ.get("GATEWAY_CONFIG")
-    return bool(config) and "default_replication_factor" in read_toml(Path(config))
+    return bool(config) and name in read_toml(Path(config))
 
 
-def node_args(settings: Settings, serve_args: list[str], index: int, zookeeper: str) -> list[str]:
+# What --processes changes from a cluster's defaults, unless the user set it: AMQP queues led
+# by every process (cluster mode 'spread') and placed on the one leading the fewest partitions,
+# since clients of one machine mostly connect to the first port and 'client-local' would put
+# every queue there.
+PROCESSES_DEFAULTS = {"amqp_cluster_mode": "spread", "queue_leader_locator": "balanced"}
+
+
+def node_args(settings: Settings, serve_args: list[str], index: int, zookeeper: str,
+              settings_file: str | None = None) -> list[str]:
     """The ``gateway serve`` arguments of node ``index`` (1-based): the launcher's own, with this
     node's identity, directory and ports after them (the last occurrence of an option wins)."""
     args = _without(serve_args, "--processes")
+    for name, value in PROCESSES_DEFAULTS.items():
+        if not _given(name, serve_args, settings_file):
+            args += [f"--{name.replace('_', '-')}", value]
     args += ["--processes", "1", "--node-id", str(index), "--zookeeper", zookeeper,
              "--data-dir", str(Path(settings.data_dir) / f"node-{index}")]
     for name in LISTENERS:
@@ -137,7 +150,7 @@ def run(settings: Settings, serve_args: list[str], config_file: str | None = Non
             return 1
         zookeeper = f"{zk_node.hosts}/gateway"
         log.info("private ZooKeeper serving", extra=fields(zookeeper=zookeeper, seconds=round(seconds, 2)))
-    extra = [] if _replication_given(serve_args, config_file) else ["--default-replication-factor", "1"]
+    extra = [] if _given("default_replication_factor", serve_args, config_file) else ["--default-replication-factor", "1"]
     children: dict[int, subprocess.Popen] = {}
     stopping = {"signal": None}
 
@@ -149,7 +162,7 @@ def run(settings: Settings, serve_args: list[str], config_file: str | None = Non
         for index in range(1, settings.processes + 1):
             listeners_path(data_dir, index).unlink(missing_ok=True)  # a killed run's
             argv = [sys.executable, "-m", "gateway", "serve", *extra,
-                    *node_args(settings, serve_args, index, zookeeper)]
+                    *node_args(settings, serve_args, index, zookeeper, config_file)]
             children[index] = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
         _announce(data_dir, children, stopping)
         while stopping["signal"] is None:

@@ -29,6 +29,10 @@ def test_node_arguments_shift_ports_and_keep_the_rest():
     assert tail["--data-dir"] == "/d/node-3"
     assert tail["--kafka-listen"] == "127.0.0.1:9094" and tail["--amqp-listen"] == "0.0.0.0:5674"
     assert tail["--http-listen"] == "127.0.0.1:0"  # a free port stays a free port
+    # AMQP spreads over the processes unless the user chose otherwise
+    assert tail["--amqp-cluster-mode"] == "spread" and tail["--queue-leader-locator"] == "balanced"
+    chosen = node_args(settings, ["--amqp-cluster-mode", "home", "--queue-leader-locator=client-local"], 1, "zk")
+    assert chosen.count("--amqp-cluster-mode") == 1 and "--queue-leader-locator" not in chosen
 
 
 def _listeners(data_dir: Path, index: int, proc: subprocess.Popen, timeout: float = 60) -> dict:

@@ -178,11 +178,8 @@ def test_topic_thousands_of_bindings():
     ex.bind(q("errors"), "*.*.error")
     assert ex.route("region7.service7.error") == {q("q7"), q("audit"), q("errors")}
     assert ex.route("region7.service8.error") == {q("audit"), q("errors")}
-    start = time.perf_counter()
-    for i in range(2000):
-        ex.route(f"region{i % 50}.service{i}.info")  # distinct keys: no cache hits
-    per_route = (time.perf_counter() - start) / 2000
-    assert per_route < 200e-6, per_route
+    for i in range(2000):  # distinct keys: no cache hits (the routing cost is measured in bench/, not here)
+        assert ex.route(f"region{i % 50}.service{i}.info") == {q(f"q{i}"), q("audit")}
 
 
 # ----------------------------------------------------------------------------------- headers
