@@ -267,8 +267,9 @@ class Broker:
         amqp_port = self.ports["amqp"].getHost()
         amqp = s.amqp_advertised or HostPort(amqp_port.host, amqp_port.port)
         stream = HostPort(*self._stream_advertised()) if "stream" in self.ports else HostPort("", -1)
+        tls = HostPort(*self._stream_advertised("stream_tls")) if "stream_tls" in self.ports else HostPort("", -1)
         self.cluster.agent.me = BrokerInfo(s.node_id, kafka.host, kafka.port, amqp.host, amqp.port, s.rack or None,
-                                           stream.host, stream.port)
+                                           stream.host, stream.port, tls.host, tls.port)
         try:
             self.kafka.cluster_id = self.cluster.start()
         except ZkError as exc:
@@ -359,8 +360,9 @@ class Broker:
 
     def _stream_advertised(self, listener: str = "stream") -> tuple[str, int]:
         """Host and port stream clients of a listener are told (Open's advertised_host/port, Metadata's broker)."""
-        if listener == "stream" and self.settings.stream_advertised is not None:
-            return self.settings.stream_advertised.host, self.settings.stream_advertised.port
+        given = getattr(self.settings, f"{listener}_advertised")  # --stream-advertised, --stream-tls-advertised
+        if given is not None:
+            return given.host, given.port
         port = self.ports.get(listener)
         if port is None:
             return "localhost", 5552

@@ -18,11 +18,36 @@ from rstream import (AMQPMessage, ConfirmationStatus, Consumer, ConsumerOffsetSp
                      OffsetType, Producer, amqp_decoder)
 from rstream.exceptions import StreamDoesNotExist, StreamNotAvailable
 
-from compat_tests.cluster.cluster import Cluster, metadata, partition_view
+from compat_tests.cluster.cluster import LISTENERS, Cluster, free_port, make_cluster, metadata, partition_view
+from compat_tests.security.certs import make_certs
+from compat_tests.security.test_stream_security import tls_context
 from compat_tests.stream.helpers import numbered, run
+
+
+@pytest.fixture
+def spread_tls(zk_connect, tmp_path, request) -> Cluster:
+    """The ``spread`` cluster, each broker with a TLS stream listener too (``broker.tls_port``)."""
+    certs = make_certs(tmp_path / "certs")
+    c = make_cluster(tmp_path, zk_connect, n=3, extra_args=(
+        "--amqp-cluster-mode", "spread", "--tls-cert", str(certs.server_cert), "--tls-key", str(certs.server_key)),
+        listeners=(*LISTENERS, "stream"))
+    for broker in c.brokers:  # the fixture's listeners are named --NAME-listen: this one is added by hand
+        broker.tls_port = free_port()
+        broker.extra_args += ("--stream-tls-listen", f"{broker.ip}:{broker.tls_port}")
+    c.certs = certs
+    request.node.cluster = c
+    try:
+        c.start()
+        yield c
+    finally:
+        c.close()
 
 def _args(broker, **kw) -> dict:
     return {"host": broker.ip, "port": broker.ports["stream"], "username": "guest", "password": "guest", **kw}
+
+
+def _tls_args(cluster: Cluster, broker, **kw) -> dict:
+    return _args(broker, port=broker.tls_port, ssl_context=tls_context(cluster.certs), **kw)
 
 
 def _address(broker) -> tuple[str, int]:
@@ -132,6 +157,68 @@ def test_metadata_names_leader_and_replicas_on_every_broker(spread):
         finally:
             await producer.close()
     run(subscribe_elsewhere())
+
+
+def test_tls_clients_are_told_tls_ports_and_reach_a_stream_led_elsewhere(spread_tls):
+    """Over TLS, Metadata names every broker by its TLS stream address (as RabbitMQ tells TLS
+    clients its TLS port), so rstream connected to one broker publishes to and consumes from a
+    stream led by another, every connection over TLS."""
+    cluster = spread_tls
+    home, elsewhere = cluster.brokers[0], cluster.brokers[1]
+    tls_ports = {b.ports["stream"]: b.tls_port for b in cluster.brokers}
+    stream, total = "secure-ledger", 50
+
+    async def create():  # led by the broker the Create came to (client-local), not by ``home``
+        producer = Producer(**_tls_args(cluster, elsewhere))
+        await producer.start()
+        try:
+            await producer.create_stream(stream, arguments={"queue-leader-locator": "client-local"})
+        finally:
+            await producer.close()
+    run(_retry(create, what="creating the stream over TLS"))
+    leader_id, _, isr = _kafka_view(cluster, stream)[0]
+    assert leader_id == elsewhere.node_id
+
+    async def scenario():
+        producer = await _retry(lambda: _started(Producer(**_tls_args(cluster, home))), what="a TLS connection")
+        try:
+            client = await producer.default_client
+            leader, replicas = await _retry(lambda: client.query_leader_and_replicas(stream),
+                                            what=f"broker {home.node_id} knowing {stream}")
+            told = [(leader.host, leader.port)] + [(r.host, r.port) for r in replicas]
+            by_id = cluster.by_id
+            assert (leader.host, leader.port) == (elsewhere.ip, elsewhere.tls_port)
+            assert sorted(told[1:]) == sorted((by_id(b).ip, by_id(b).tls_port) for b in isr if b != leader_id)
+            assert not set(p for _, p in told) & set(tls_ports), "a plain stream port was told to a TLS client"
+            for i in range(total):  # to the leader (broker 2), over TLS, at the address Metadata gave
+                await producer.send_wait(stream, AMQPMessage(body=b"tls-%d" % i))
+        finally:
+            await producer.close()
+        got: list[bytes] = []
+        done = asyncio.Event()
+
+        async def on_message(message, context: MessageContext):
+            got.append(bytes(message.body if not isinstance(message.body, list) else b"".join(message.body)))
+            if len(got) >= total:
+                done.set()
+        consumer = Consumer(**_tls_args(cluster, home))
+        await consumer.start()
+        try:
+            await consumer.subscribe(stream, on_message, decoder=amqp_decoder,
+                                     offset_specification=ConsumerOffsetSpecification(OffsetType.FIRST, None))
+            served_by = consumer._clients[stream]
+            assert served_by.port in tls_ports.values()
+            await asyncio.wait_for(done.wait(), 30)
+        finally:
+            await consumer.close()
+        return got
+
+    assert run(scenario()) == [b"tls-%d" % i for i in range(total)]
+
+
+async def _started(client):
+    await client.start()
+    return client
 
 
 def test_confirmed_messages_offsets_and_sequence_survive_a_leader_kill(spread):
