@@ -46,6 +46,7 @@ from gateway.amqp.connection import AmqpFactory
 from gateway.amqp.service import AmqpService
 from gateway.stream.cluster import StreamCluster
 from gateway.stream.connection import StreamFactory
+from gateway.stream.sac import ClusterActiveConsumers
 from gateway.stream.service import StreamService
 from gateway.cluster.amqp_forward import PublishForwarder
 from gateway.cluster.amqp_home import AmqpHome
@@ -210,6 +211,9 @@ class Broker:
             forwarder = PublishForwarder(self.reactor, peers, self._leader_of, self._forwards_answered)
             self.amqp_home = AmqpSpread(self, self.cluster, forwarder)
             self.streams.cluster = StreamCluster(self.cluster, peers, self.settings.node_id)
+            # single-active-consumer groups span the cluster: decided at each stream's leader
+            self.streams.active = self.kafka.stream_consumers = ClusterActiveConsumers(self.streams,
+                                                                                       self.streams.cluster)
         elif self.cluster is not None:
             self.amqp_home = AmqpHome(self, self.cluster)
         if self.cluster is not None:
@@ -289,6 +293,8 @@ class Broker:
             for step in self.kafka.transactions.load_partition(partition):
                 txn_api.run(self.kafka, step)
         self.amqp.router.shares.forget_partition(topic, partition)  # share state: read it again
+        if self.kafka.stream_consumers is not None:  # its streams' consumers register again here
+            self.kafka.stream_consumers.took_over(topic, partition)
 
     def _leader_of(self, topic: str, partition: int) -> int:
         state = self.cluster.view.state(topic, partition)
@@ -421,6 +427,8 @@ class Broker:
         if self.cluster is not None:
             self.cluster.activate()
             self._every(CLUSTER_TICK_S * 1000, self.cluster.tick)
+        if self.kafka.stream_consumers is not None:
+            self._every(CLUSTER_TICK_S * 1000, self.kafka.stream_consumers.tick)
 
     def _load_definitions(self, path: Path) -> None:
         if self.cluster is not None:  # the AMQP model lives on the elected AMQP home, not loaded yet here

@@ -15,8 +15,8 @@ import time
 
 import pytest
 from rstream import (AMQPMessage, ConfirmationStatus, Consumer, ConsumerOffsetSpecification, MessageContext,
-                     OffsetType, Producer, amqp_decoder)
-from rstream.exceptions import StreamDoesNotExist, StreamNotAvailable
+                     OffsetSpecification, OffsetType, Producer, SuperStreamConsumer, amqp_decoder)
+from rstream.exceptions import OffsetNotFound, StreamDoesNotExist, StreamNotAvailable
 
 from compat_tests.cluster.cluster import LISTENERS, Cluster, free_port, make_cluster, metadata, partition_view
 from compat_tests.security.certs import make_certs
@@ -329,6 +329,179 @@ def test_confirmed_messages_offsets_and_sequence_survive_a_leader_kill(spread):
     assert received == sorted(set(received)) == list(range(1, total + 1))  # once each, in order
     new_leader = partition_view(metadata(spread.bootstrap()), stream)[0][0]
     assert new_leader != leader_id
+
+
+def test_single_active_consumer_group_spans_brokers_and_a_leader_kill(spread):
+    """Two consumers of one single-active-consumer group on two brokers (neither the stream's
+    leader): one is active, the other gets nothing; after a kill -9 of the leader the new leader
+    rebuilds the group with the same one active; when it closes, the other takes over from the
+    stored offset."""
+    stream, name = "orders", "billing"
+    run(_retry(lambda: _create(spread.brokers[0], stream), what="creating the stream"))
+    leader_id = _kafka_view(spread, stream)[0][0]
+    for broker in spread.brokers:
+        run(_retry(lambda: _leader_and_replicas(broker, stream), what=f"broker {broker.node_id} knowing {stream}"))
+    first, second = [b for b in spread.brokers if b.node_id != leader_id]
+    got: dict[str, list[int]] = {"a": [], "b": []}  # offsets each consumer received
+    updates: dict[str, list[bool]] = {"a": [], "b": []}  # the ConsumerUpdates each was sent
+
+    def handlers(label: str):
+        async def on_message(message, context: MessageContext):
+            got[label].append(context.offset)
+            await context.consumer.store_offset(stream, name, context.offset)
+
+        async def on_update(active: bool, context) -> OffsetSpecification:
+            updates[label].append(active)
+            if not active:
+                return OffsetSpecification(OffsetType.NEXT, 0)
+            try:  # RabbitMQ's recipe: a consumer made active goes on after the group's stored offset
+                stored = await context.consumer.query_offset(stream, name)
+            except OffsetNotFound:
+                return OffsetSpecification(OffsetType.FIRST, 0)
+            return OffsetSpecification(OffsetType.OFFSET, stored + 1)
+        return on_message, on_update
+
+    async def consumer_on(broker, label: str) -> Consumer:
+        """A consumer subscribed on ``broker`` (rstream picks one of the replicas at random: ask again)."""
+        for _ in range(40):
+            consumer = Consumer(**_args(broker))
+            await consumer.start()
+            client = await consumer._get_or_create_client(stream)
+            if (client.host, client.port) == _address(broker):
+                on_message, on_update = handlers(label)
+                await consumer.subscribe(stream, on_message, subscriber_name=name,
+                                         properties={"single-active-consumer": "true", "name": name},
+                                         consumer_update_listener=on_update)
+                return consumer
+            await consumer.close()
+        raise AssertionError(f"rstream never picked broker {broker.node_id}")
+
+    async def publish(start: int, count: int) -> None:
+        async def attempt():
+            producer = await _open_producer(first)
+            try:
+                for i in range(start, start + count):
+                    await asyncio.wait_for(producer.send_wait(stream, AMQPMessage(body=b"%d" % i)), 10)
+            finally:
+                await producer.close()
+        await _retry(attempt, timeout=90, what="publishing")  # re-sent messages are counted by offset below
+
+    async def until(predicate, what: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{what}: got {got}, updates {updates}")
+            await asyncio.sleep(0.1)
+
+    async def scenario():
+        a = await consumer_on(first, "a")
+        await until(lambda: updates["a"] == [True], "the first consumer made active")
+        b = await consumer_on(second, "b")
+        try:
+            await publish(0, 100)
+            await until(lambda: len(set(got["a"])) >= 100, "the active consumer reading")
+            await asyncio.sleep(2)
+            assert got["b"] == [] and updates["b"] == [], "two consumers of one group active at once"
+
+            spread.by_id(leader_id).kill()  # the coordinator of the group goes: the new leader rebuilds it
+            await until(lambda: _leader_of(spread, stream) not in (leader_id, None), "a new leader", timeout=90)
+            await publish(100, 100)
+            await until(lambda: len(set(got["a"])) >= 200, "the active consumer reading after the failover",
+                        timeout=90)
+            await asyncio.sleep(4)  # past the new leader's wait for registrations (REBUILD_S)
+            assert got["b"] == [] and updates["b"] == [], "the failover left two consumers of one group active"
+
+            last = max(got["a"])
+            await _retry(lambda: _stored(a, stream, name, last), what="the last stored offset")
+            await a.close()
+            await until(lambda: updates["b"] == [True], "the second consumer taking over")
+            await publish(200, 50)
+            await until(lambda: len(got["b"]) >= 50, "the second consumer reading")
+        finally:
+            await b.close()
+        return last
+
+    last = run(scenario(), timeout=400)
+    assert sorted(set(got["a"])) == list(range(last + 1))
+    assert got["b"] == list(range(last + 1, last + 51))  # from the stored offset on, nothing twice
+
+
+def test_single_active_consumer_of_a_super_stream_one_per_partition(spread):
+    """Two super-stream consumers of one group, each partition subscribed on whichever replica
+    rstream picks: each partition (a stream led by its own broker) has one active consumer, and
+    the partitions are spread over the group (partition index mod group size, in join order)."""
+    super_stream, name, count = "payroll", "clerks", 20
+    partitions = [f"{super_stream}-{i}" for i in range(3)]
+
+    async def create():
+        producer = await _open_producer(spread.brokers[0])
+        try:
+            await (await producer.default_client).create_super_stream(super_stream, partitions, ["0", "1", "2"])
+        finally:
+            await producer.close()
+    run(_retry(create, what="creating the super stream"))
+    assert sorted(p[0] for p in _kafka_view(spread, super_stream).values()) == [1, 2, 3]
+    for broker in spread.brokers:
+        for partition in partitions:
+            run(_retry(lambda: _leader_and_replicas(broker, partition), what=f"broker {broker.node_id} knowing it"))
+    got: dict[str, dict[str, list[int]]] = {"x": {}, "y": {}}  # consumer -> partition stream -> offsets
+
+    def on_message_of(label: str):
+        async def on_message(message, context: MessageContext):
+            got[label].setdefault(context.stream, []).append(context.offset)
+        return on_message
+
+    async def first(active: bool, context) -> OffsetSpecification:
+        return OffsetSpecification(OffsetType.FIRST, 0)
+
+    async def scenario():
+        consumers = []
+        try:
+            for label, broker in (("x", spread.brokers[0]), ("y", spread.brokers[1])):
+                consumer = SuperStreamConsumer(**_args(broker), super_stream=super_stream)
+                consumers.append(consumer)
+                await consumer.start()
+                await consumer.subscribe(on_message_of(label), subscriber_name=name, consumer_update_listener=first,
+                                         properties={"single-active-consumer": "true", "name": name,
+                                                     "super-stream": super_stream})
+                await asyncio.sleep(1)  # x joins every partition's group first
+            producer = await _open_producer(spread.brokers[2])
+            try:
+                for partition in partitions:
+                    for i in range(count):
+                        await producer.send_wait(partition, AMQPMessage(body=b"%d" % i))
+            finally:
+                await producer.close()
+            deadline = time.monotonic() + 60
+            while sum(len(o) for c in got.values() for o in c.values()) < 3 * count and time.monotonic() < deadline:
+                await asyncio.sleep(0.2)
+            await asyncio.sleep(2)  # a second active consumer of a partition would deliver now
+            return {label: {p: list(offsets) for p, offsets in read.items()} for label, read in got.items()}
+        finally:  # (the first to close hands its partitions over to the other, which reads them again)
+            for consumer in consumers:
+                await consumer.close()
+
+    got = run(scenario(), timeout=200)
+    for partition in partitions:
+        readers = [label for label in got if got[label].get(partition)]
+        assert len(readers) == 1, f"{partition} read by {readers}: {got}"
+        assert got[readers[0]][partition] == list(range(count))
+    # partition i goes to member i mod 2 of [x, y]
+    assert sorted(got["x"]) == [partitions[0], partitions[2]] and sorted(got["y"]) == [partitions[1]], got
+
+
+def _leader_of(cluster: Cluster, topic: str) -> int | None:
+    try:
+        leader = partition_view(metadata(cluster.live()[0].bootstrap), topic)[0][0]
+    except Exception:
+        return None
+    return leader if leader >= 0 else None
+
+
+async def _stored(consumer: Consumer, stream: str, name: str, offset: int) -> None:
+    stored = await consumer.query_offset(stream, name)
+    if stored != offset:
+        raise AssertionError(f"stored offset {stored}, not {offset} yet")
 
 
 def _coordinator(cluster: Cluster, group: str) -> int:

@@ -172,6 +172,13 @@ def _last_batch_start(queue: Queue) -> int:
     return end - 1
 
 
+def elected(size: int, partition: int) -> int:
+    """Which of a group of ``size`` consumers (in the order they came) is active: the first, or for
+    partition ``partition`` of a super stream (-1: a plain stream) ``partition mod size``, which
+    spreads a super stream's partitions over the group, as RabbitMQ does."""
+    return partition % size if partition >= 0 else 0
+
+
 class ActiveConsumers:
     """Single-active-consumer groups of the whole broker: (vhost, stream, name) -> subscriptions."""
 
@@ -198,11 +205,7 @@ class ActiveConsumers:
 
     def _elect(self, key) -> None:
         group = self.groups[key]
-        index = 0
-        if group[0].super_stream:  # spread a super stream's partitions over the group, as RabbitMQ does
-            partition = group[0].queue.partition
-            index = partition % len(group)
-        chosen = group[index]
+        chosen = group[elected(len(group), group[0].queue.partition if group[0].super_stream else -1)]
         for sub in group:
             if sub is not chosen and sub.active:
                 sub.active = False
