@@ -331,92 +331,125 @@ def test_confirmed_messages_offsets_and_sequence_survive_a_leader_kill(spread):
     assert new_leader != leader_id
 
 
-def test_single_active_consumer_group_spans_brokers_and_a_leader_kill(spread):
-    """Two consumers of one single-active-consumer group on two brokers (neither the stream's
-    leader): one is active, the other gets nothing; after a kill -9 of the leader the new leader
-    rebuilds the group with the same one active; when it closes, the other takes over from the
-    stored offset."""
-    stream, name = "orders", "billing"
-    run(_retry(lambda: _create(spread.brokers[0], stream), what="creating the stream"))
-    leader_id = _kafka_view(spread, stream)[0][0]
-    for broker in spread.brokers:
-        run(_retry(lambda: _leader_and_replicas(broker, stream), what=f"broker {broker.node_id} knowing {stream}"))
-    first, second = [b for b in spread.brokers if b.node_id != leader_id]
-    got: dict[str, list[int]] = {"a": [], "b": []}  # offsets each consumer received
-    updates: dict[str, list[bool]] = {"a": [], "b": []}  # the ConsumerUpdates each was sent
+class _Group:
+    """rstream consumers of one single-active-consumer group on one stream, each on a broker of
+    the test's choosing: the offsets each receives, the ConsumerUpdates each is sent. Each stores
+    every offset it gets; one made active goes on after the group's stored offset (RabbitMQ's recipe)."""
 
-    def handlers(label: str):
+    def __init__(self, cluster: Cluster, stream: str, name: str):
+        self.cluster, self.stream, self.name = cluster, stream, name
+        self.got: dict[str, list[int]] = {}
+        self.updates: dict[str, list[bool]] = {}
+
+    def _handlers(self, label: str):
         async def on_message(message, context: MessageContext):
-            got[label].append(context.offset)
-            await context.consumer.store_offset(stream, name, context.offset)
+            self.got[label].append(context.offset)
+            await context.consumer.store_offset(self.stream, self.name, context.offset)
 
         async def on_update(active: bool, context) -> OffsetSpecification:
-            updates[label].append(active)
+            self.updates[label].append(active)
             if not active:
                 return OffsetSpecification(OffsetType.NEXT, 0)
-            try:  # RabbitMQ's recipe: a consumer made active goes on after the group's stored offset
-                stored = await context.consumer.query_offset(stream, name)
-            except OffsetNotFound:
+            # asked again while it fails: the stored offsets' coordinator may be failing over too
+            stored = await _retry(lambda: _stored_or_none(context.consumer, self.stream, self.name),
+                                  what="the stored offset")
+            if stored is None:
                 return OffsetSpecification(OffsetType.FIRST, 0)
             return OffsetSpecification(OffsetType.OFFSET, stored + 1)
         return on_message, on_update
 
-    async def consumer_on(broker, label: str) -> Consumer:
+    async def consumer_on(self, broker, label: str) -> Consumer:
         """A consumer subscribed on ``broker`` (rstream picks one of the replicas at random: ask again)."""
+        self.got[label], self.updates[label] = [], []
         for _ in range(40):
             consumer = Consumer(**_args(broker))
             await consumer.start()
-            client = await consumer._get_or_create_client(stream)
+            client = await consumer._get_or_create_client(self.stream)
             if (client.host, client.port) == _address(broker):
-                on_message, on_update = handlers(label)
-                await consumer.subscribe(stream, on_message, subscriber_name=name,
-                                         properties={"single-active-consumer": "true", "name": name},
+                on_message, on_update = self._handlers(label)
+                await consumer.subscribe(self.stream, on_message, subscriber_name=self.name,
+                                         properties={"single-active-consumer": "true", "name": self.name},
                                          consumer_update_listener=on_update)
                 return consumer
             await consumer.close()
         raise AssertionError(f"rstream never picked broker {broker.node_id}")
 
-    async def publish(start: int, count: int) -> None:
+    async def publish(self, start: int, count: int) -> None:
         async def attempt():
-            producer = await _open_producer(first)
+            producer = await _open_producer(self.cluster.live()[0])
             try:
                 for i in range(start, start + count):
-                    await asyncio.wait_for(producer.send_wait(stream, AMQPMessage(body=b"%d" % i)), 10)
+                    await asyncio.wait_for(producer.send_wait(self.stream, AMQPMessage(body=b"%d" % i)), 10)
             finally:
                 await producer.close()
-        await _retry(attempt, timeout=90, what="publishing")  # re-sent messages are counted by offset below
+        await _retry(attempt, timeout=90, what="publishing")  # re-sent messages are counted by offset
 
-    async def until(predicate, what: str, timeout: float = 60) -> None:
+    async def until(self, predicate, what: str, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
         while not predicate():
             if time.monotonic() > deadline:
-                raise AssertionError(f"{what}: got {got}, updates {updates}")
+                raise AssertionError(f"{what}: got {self.got}, updates {self.updates}")
             await asyncio.sleep(0.1)
 
+    async def stored(self, consumer: Consumer, offset: int) -> None:
+        async def check():
+            stored = await consumer.query_offset(self.stream, self.name)
+            if stored != offset:
+                raise AssertionError(f"stored offset {stored}, not {offset} yet")
+        await _retry(check, what="the last stored offset")
+
+
+async def _stored_or_none(consumer: Consumer, stream: str, name: str) -> int | None:
+    """The stored offset, None if there is none (an answer, not a failure to ask again)."""
+    try:
+        return await consumer.query_offset(stream, name)
+    except OffsetNotFound:
+        return None
+
+
+def _sac_stream(cluster: Cluster, stream: str):
+    """A new stream every broker knows; its leader, and the two other brokers (its replicas)."""
+    run(_retry(lambda: _create(cluster.brokers[0], stream), what="creating the stream"))
+    leader_id = _kafka_view(cluster, stream)[0][0]
+    for broker in cluster.brokers:
+        run(_retry(lambda: _leader_and_replicas(broker, stream), what=f"broker {broker.node_id} knowing {stream}"))
+    return leader_id, [b for b in cluster.brokers if b.node_id != leader_id]
+
+
+def test_single_active_consumer_group_spans_brokers_and_a_leader_kill(spread):
+    """Two consumers of one single-active-consumer group on two brokers (neither the stream's
+    leader): one is active, the other gets nothing; after a kill -9 of the leader the new leader
+    rebuilds the group with the same one active; when it closes, the other takes over from the
+    stored offset."""
+    group = _Group(spread, "orders", "billing")
+    leader_id, (first, second) = _sac_stream(spread, group.stream)
+    got, updates = group.got, group.updates
+
     async def scenario():
-        a = await consumer_on(first, "a")
-        await until(lambda: updates["a"] == [True], "the first consumer made active")
-        b = await consumer_on(second, "b")
+        a = await group.consumer_on(first, "a")
+        await group.until(lambda: updates["a"] == [True], "the first consumer made active")
+        b = await group.consumer_on(second, "b")
         try:
-            await publish(0, 100)
-            await until(lambda: len(set(got["a"])) >= 100, "the active consumer reading")
+            await group.publish(0, 100)
+            await group.until(lambda: len(set(got["a"])) >= 100, "the active consumer reading")
             await asyncio.sleep(2)
             assert got["b"] == [] and updates["b"] == [], "two consumers of one group active at once"
 
             spread.by_id(leader_id).kill()  # the coordinator of the group goes: the new leader rebuilds it
-            await until(lambda: _leader_of(spread, stream) not in (leader_id, None), "a new leader", timeout=90)
-            await publish(100, 100)
-            await until(lambda: len(set(got["a"])) >= 200, "the active consumer reading after the failover",
-                        timeout=90)
+            await group.until(lambda: _leader_of(spread, group.stream) not in (leader_id, None), "a new leader",
+                              timeout=90)
+            await group.publish(100, 100)
+            await group.until(lambda: len(set(got["a"])) >= 200, "the active consumer reading after the failover",
+                              timeout=90)
             await asyncio.sleep(4)  # past the new leader's wait for registrations (REBUILD_S)
             assert got["b"] == [] and updates["b"] == [], "the failover left two consumers of one group active"
 
             last = max(got["a"])
-            await _retry(lambda: _stored(a, stream, name, last), what="the last stored offset")
+            await group.stored(a, last)
             await a.close()
-            await until(lambda: updates["b"] == [True], "the second consumer taking over")
-            await publish(200, 50)
-            await until(lambda: len(got["b"]) >= 50, "the second consumer reading")
+            await group.until(lambda: updates["b"] == [True], "the second consumer taking over")
+            await group.publish(200, 50)
+            await group.until(lambda: len(got["b"]) >= 50, "the second consumer reading")
         finally:
             await b.close()
         return last
@@ -424,6 +457,41 @@ def test_single_active_consumer_group_spans_brokers_and_a_leader_kill(spread):
     last = run(scenario(), timeout=400)
     assert sorted(set(got["a"])) == list(range(last + 1))
     assert got["b"] == list(range(last + 1, last + 51))  # from the stored offset on, nothing twice
+
+
+def test_single_active_consumer_moves_on_when_its_broker_dies(spread):
+    """The active consumer's broker (not the stream's leader) is killed -9: once its ZooKeeper
+    session expires the leader drops its consumers and the group's next one, on another broker,
+    goes on from the stored offset."""
+    group = _Group(spread, "shipments", "dispatch")
+    leader_id, (first, second) = _sac_stream(spread, group.stream)
+    got, updates = group.got, group.updates
+
+    async def scenario():
+        a = await group.consumer_on(first, "a")
+        await group.until(lambda: updates["a"] == [True], "the first consumer made active")
+        b = await group.consumer_on(second, "b")
+        try:
+            await group.publish(0, 50)
+            await group.until(lambda: len(set(got["a"])) >= 50, "the active consumer reading")
+            await group.stored(a, max(got["a"]))
+            last = max(got["a"])
+            assert got["b"] == [] and updates["b"] == []
+            first.kill()
+            await group.until(lambda: updates["b"] == [True], "the consumer on a live broker taking over",
+                              timeout=60)
+            await group.publish(50, 50)
+            await group.until(lambda: len(got["b"]) >= 50, "the second consumer reading")
+        finally:
+            await b.close()
+            try:
+                await asyncio.wait_for(a.close(), 10)  # its broker is gone
+            except Exception:
+                pass
+        return last
+
+    last = run(scenario(), timeout=300)
+    assert got["b"] == list(range(last + 1, last + 51))
 
 
 def test_single_active_consumer_of_a_super_stream_one_per_partition(spread):
@@ -496,12 +564,6 @@ def _leader_of(cluster: Cluster, topic: str) -> int | None:
     except Exception:
         return None
     return leader if leader >= 0 else None
-
-
-async def _stored(consumer: Consumer, stream: str, name: str, offset: int) -> None:
-    stored = await consumer.query_offset(stream, name)
-    if stored != offset:
-        raise AssertionError(f"stored offset {stored}, not {offset} yet")
 
 
 def _coordinator(cluster: Cluster, group: str) -> int:

@@ -229,10 +229,11 @@ class ClusterActiveConsumers:
         self._register(sub)
 
     def leave(self, vhost: str, stream: str, sub) -> None:
-        member = getattr(sub, "sac_member", None)
+        member = sub.sac_member
         if self.members.pop(member, None) is None:
             return
-        where = self.registered.pop(member, None)
+        # where it registered; else where a join whose answer was lost may have landed all the same
+        where = self.registered.pop(member, None) or self._coordinator_of(sub.queue)
         if where is not None:
             self.leaving[member] = _Leave(where, self._request(LEAVE, sub, member))
             self._send_leave(member)

@@ -55,6 +55,7 @@ class Subscription:
         self.super_stream = properties.get("super-stream")
         self.active = True
         self.awaiting_update: int | None = None  # correlation id of a ConsumerUpdate not yet answered
+        self.sac_member: int | None = None  # its id in the cluster's single-active-consumer groups (sac.py)
         self.delivered_chunks = 0
         self.skipped = 0  # messages too large for the client's frame-max (warned about once)
 
