@@ -6,7 +6,11 @@ brokers the Kafka Metadata names for the stream's topic); streams created over t
 protocol get three replicas and super-stream partitions are led by different brokers; a
 publisher declared away from the leader is told STREAM_NOT_AVAILABLE; and across a kill -9 of
 the leader, a consumer reading from a replica gets every confirmed message once and in order,
-while the stored offset and the publisher's sequence are still there after the failover.
+while the stored offset and the publisher's sequence are still there after the failover. Over
+TLS, Metadata names the brokers' TLS stream addresses. A single-active-consumer group spread
+over brokers has one active consumer, across a kill -9 of the stream's leader (the new leader
+rebuilds the group) and of the active consumer's broker (the next one takes over from the stored
+offset); a super stream's group has one active consumer per partition.
 """
 from __future__ import annotations
 
