@@ -1,11 +1,11 @@
 """Private inter-broker APIs: requests only the brokers of one cluster send each other.
 
 Kafka's protocol has no call for what an AMQP queue's leader alone knows (its ready and unacked
-messages, its consumers) nor for purging it, so the brokers' links (gateway.cluster.peers) carry
-one API of their own, framed and read as every Kafka API is (kio entities, header v1 / v0). Its
-key lies far above Kafka's (which stay below 100) and is never advertised in ApiVersions:
-clients do not see it, and a broker answers it only to a principal allowed CLUSTER_ACTION, as
-it does replica fetches.
+messages, its consumers) nor for purging it, nor for a stream's single active consumer, so the
+brokers' links (gateway.cluster.peers) carry APIs of their own, framed and read as every Kafka
+API is (kio entities, header v1 / v0). Their keys lie far above Kafka's (which stay below 100)
+and are never advertised in ApiVersions: clients do not see them, and a broker answers them only
+to a principal allowed CLUSTER_ACTION, as it does replica fetches.
 
 AmqpQueue (v0): ``op`` 0 asks a broker for its figures of one queue (the leader: ready and
 unacked messages; every broker: the consumers connected to it); ``op`` 1 purges the queue at its
