@@ -15,6 +15,7 @@ stream plugin does on a cluster of nodes, over our replicated topics.
   does not coordinate the consumer name sends them to the one that does (OffsetCommit,
   OffsetFetch), so they survive a failover like a Kafka group's. Publisher de-duplication is
   rebuilt from the writer headers of the new leader's log (routing.streams.Writers).
+* Single-active-consumer groups are decided at each stream's leader: gateway.stream.sac.
 """
 from __future__ import annotations
 
