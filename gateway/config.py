@@ -206,6 +206,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("stream_advertised", _optional_host_port, "", "HOST:PORT",
            "the RabbitMQ stream address clients are told (Open, and Metadata in a cluster; default: the stream "
            "listener)"),
+    Option("stream_tls_advertised", _optional_host_port, "", "HOST:PORT",
+           "the RabbitMQ stream-over-TLS address clients are told (Open on the TLS listener, and Metadata to "
+           "TLS clients in a cluster; default: the --stream-tls-listen listener)"),
     Option("rack", str, "", "NAME", "cluster mode: this broker's rack; replicas of a partition go to different racks"),
     Option("default_replication_factor", _int_at_least(1), 3, "N",
            "cluster mode: replicas of a topic created without a replication factor (capped at the live brokers; "
@@ -300,6 +303,7 @@ class Settings:
     kafka_advertised: HostPort | None
     amqp_advertised: HostPort | None
     stream_advertised: HostPort | None
+    stream_tls_advertised: HostPort | None
     rack: str
     default_replication_factor: int
     processes: int

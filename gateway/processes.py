@@ -31,7 +31,7 @@ from gateway.logs import fields
 log = logging.getLogger("gateway.processes")
 
 LISTENERS = ("kafka", "amqp", "http", "stream", "kafka_tls", "amqp_tls", "stream_tls")
-ADVERTISED = ("kafka", "amqp", "stream")
+ADVERTISED = ("kafka", "amqp", "stream", "stream_tls")
 STOP_TIMEOUT_S = 120
 
 
@@ -127,7 +127,7 @@ def node_args(settings: Settings, serve_args: list[str], index: int, zookeeper: 
     for name in ADVERTISED:
         address = getattr(settings, f"{name}_advertised")
         if address is not None:
-            args += [f"--{name}-advertised", _shifted(address, index - 1)]
+            args += [f"--{name.replace('_', '-')}-advertised", _shifted(address, index - 1)]
     return args
 
 

@@ -46,6 +46,7 @@ from gateway.amqp.connection import AmqpFactory
 from gateway.amqp.service import AmqpService
 from gateway.stream.cluster import StreamCluster
 from gateway.stream.connection import StreamFactory
+from gateway.stream.sac import ClusterActiveConsumers
 from gateway.stream.service import StreamService
 from gateway.cluster.amqp_forward import PublishForwarder
 from gateway.cluster.amqp_home import AmqpHome
@@ -212,6 +213,9 @@ class Broker:
             forwarder = PublishForwarder(self.reactor, peers, self._leader_of, self._forwards_answered)
             self.amqp_home = AmqpSpread(self, self.cluster, forwarder)
             self.streams.cluster = StreamCluster(self.cluster, peers, self.settings.node_id)
+            # single-active-consumer groups span the cluster: decided at each stream's leader
+            self.streams.active = self.kafka.stream_consumers = ClusterActiveConsumers(self.streams,
+                                                                                       self.streams.cluster)
         elif self.cluster is not None:
             self.amqp_home = AmqpHome(self, self.cluster)
         if self.cluster is not None:
@@ -269,8 +273,9 @@ class Broker:
         amqp_port = self.ports["amqp"].getHost()
         amqp = s.amqp_advertised or HostPort(amqp_port.host, amqp_port.port)
         stream = HostPort(*self._stream_advertised()) if "stream" in self.ports else HostPort("", -1)
+        tls = HostPort(*self._stream_advertised("stream_tls")) if "stream_tls" in self.ports else HostPort("", -1)
         self.cluster.agent.me = BrokerInfo(s.node_id, kafka.host, kafka.port, amqp.host, amqp.port, s.rack or None,
-                                           stream.host, stream.port)
+                                           stream.host, stream.port, tls.host, tls.port)
         try:
             self.kafka.cluster_id = self.cluster.start()
         except ZkError as exc:
@@ -290,6 +295,8 @@ class Broker:
             for step in self.kafka.transactions.load_partition(partition):
                 txn_steps.run(self.kafka, step)
         self.amqp.router.shares.forget_partition(topic, partition)  # share state: read it again
+        if self.kafka.stream_consumers is not None:  # its streams' consumers register again here
+            self.kafka.stream_consumers.took_over(topic, partition)
 
     def _leader_of(self, topic: str, partition: int) -> int:
         state = self.cluster.view.state(topic, partition)
@@ -361,8 +368,9 @@ class Broker:
 
     def _stream_advertised(self, listener: str = "stream") -> tuple[str, int]:
         """Host and port stream clients of a listener are told (Open's advertised_host/port, Metadata's broker)."""
-        if listener == "stream" and self.settings.stream_advertised is not None:
-            return self.settings.stream_advertised.host, self.settings.stream_advertised.port
+        given = getattr(self.settings, f"{listener}_advertised")  # --stream-advertised, --stream-tls-advertised
+        if given is not None:
+            return given.host, given.port
         port = self.ports.get(listener)
         if port is None:
             return "localhost", 5552
@@ -421,6 +429,8 @@ class Broker:
         if self.cluster is not None:
             self.cluster.activate()
             self._every(CLUSTER_TICK_S * 1000, self.cluster.tick)
+        if self.kafka.stream_consumers is not None:
+            self._every(CLUSTER_TICK_S * 1000, self.kafka.stream_consumers.tick)
 
     def _load_definitions(self, path: Path) -> None:
         if self.cluster is not None:  # the AMQP model lives on the elected AMQP home, not loaded yet here

@@ -1,15 +1,19 @@
 """Private inter-broker APIs: requests only the brokers of one cluster send each other.
 
 Kafka's protocol has no call for what an AMQP queue's leader alone knows (its ready and unacked
-messages, its consumers) nor for purging it, so the brokers' links (gateway.cluster.peers) carry
-one API of their own, framed and read as every Kafka API is (kio entities, header v1 / v0). Its
-key lies far above Kafka's (which stay below 100) and is never advertised in ApiVersions:
-clients do not see it, and a broker answers it only to a principal allowed CLUSTER_ACTION, as
-it does replica fetches.
+messages, its consumers) nor for purging it, nor for a stream's single active consumer, so the
+brokers' links (gateway.cluster.peers) carry APIs of their own, framed and read as every Kafka
+API is (kio entities, header v1 / v0). Their keys lie far above Kafka's (which stay below 100)
+and are never advertised in ApiVersions: clients do not see them, and a broker answers them only
+to a principal allowed CLUSTER_ACTION, as it does replica fetches.
 
 AmqpQueue (v0): ``op`` 0 asks a broker for its figures of one queue (the leader: ready and
 unacked messages; every broker: the consumers connected to it); ``op`` 1 purges the queue at its
 leader (the ready count is what was purged).
+
+StreamConsumer (v0): single-active-consumer groups of the stream protocol, decided by each
+stream's leader (gateway.stream.sac). ``op`` 0 (join) and 1 (leave) go from the broker holding
+a consumer to the leader; 2 (activate) and 3 (deactivate) from the leader to that broker.
 """
 # no "from __future__ import annotations": kio reads the field types themselves
 
@@ -20,7 +24,7 @@ from kio.schema.errors import ErrorCode
 from kio.schema.request_header.v1.header import RequestHeader
 from kio.schema.response_header.v0.header import ResponseHeader
 from kio.static.constants import EntityType
-from kio.static.primitive import i8, i16, i32
+from kio.static.primitive import i8, i16, i32, i64
 
 AMQP_QUEUE = 10000
 FIGURES, PURGE = 0, 1
@@ -54,7 +58,45 @@ class AmqpQueueResponse:
     consumer_count: i32 = field(metadata={"kafka_type": "int32"}, default=i32(0))
 
 
+STREAM_CONSUMER = 10001
+JOIN, LEAVE, ACTIVATE, DEACTIVATE = 0, 1, 2, 3
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StreamConsumerRequest:
+    __type__: ClassVar = EntityType.request
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = False
+    __api_key__: ClassVar[i16] = i16(STREAM_CONSUMER)
+    __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
+    op: i8 = field(metadata={"kafka_type": "int8"})
+    vhost: str = field(metadata={"kafka_type": "string"})
+    stream: str = field(metadata={"kafka_type": "string"})
+    name: str = field(metadata={"kafka_type": "string"})
+    """The group: the consumers' ``name`` subscription property."""
+    broker: i32 = field(metadata={"kafka_type": "int32"})
+    """Join, leave: the broker holding the consumer; activate, deactivate: the deciding leader."""
+    member: i64 = field(metadata={"kafka_type": "int64"})
+    """The consumer's id at the broker holding it."""
+    partition: i32 = field(metadata={"kafka_type": "int32"}, default=i32(-1))
+    """A super stream's partition index (-1: a plain stream)."""
+    active: bool = field(metadata={"kafka_type": "bool"}, default=False)
+    """Join: the consumer is active now (a leader rebuilding the groups keeps it so)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StreamConsumerResponse:
+    __type__: ClassVar = EntityType.response
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = False
+    __api_key__: ClassVar[i16] = i16(STREAM_CONSUMER)
+    __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
+    error_code: ErrorCode = field(metadata={"kafka_type": "error_code"})
+    error_message: str | None = field(metadata={"kafka_type": "string"}, default=None)
+
+
 # api key -> version -> (request class, response class)
-ENTITIES = {AMQP_QUEUE: {0: (AmqpQueueRequest, AmqpQueueResponse)}}
+ENTITIES = {AMQP_QUEUE: {0: (AmqpQueueRequest, AmqpQueueResponse)},
+            STREAM_CONSUMER: {0: (StreamConsumerRequest, StreamConsumerResponse)}}
 VERSIONS = {key: (min(v), max(v)) for key, v in ENTITIES.items()}
-NAMES = {AMQP_QUEUE: "AmqpQueue"}
+NAMES = {AMQP_QUEUE: "AmqpQueue", STREAM_CONSUMER: "StreamConsumer"}

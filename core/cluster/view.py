@@ -29,15 +29,20 @@ class BrokerInfo:
     rack: str | None = None
     stream_host: str = ""  # the advertised RabbitMQ stream listener (-1: none)
     stream_port: int = -1
+    stream_tls_host: str = ""  # the advertised stream-over-TLS listener (-1: none), told to TLS clients
+    stream_tls_port: int = -1
 
     def to_json(self) -> dict:
         return {"host": self.host, "port": self.port, "amqp_host": self.amqp_host, "amqp_port": self.amqp_port,
-                "stream_host": self.stream_host, "stream_port": self.stream_port, "rack": self.rack, "version": 1}
+                "stream_host": self.stream_host, "stream_port": self.stream_port,
+                "stream_tls_host": self.stream_tls_host, "stream_tls_port": self.stream_tls_port,
+                "rack": self.rack, "version": 1}
 
     @classmethod
     def from_json(cls, node_id: int, doc: Mapping) -> "BrokerInfo":
         return cls(node_id, doc["host"], int(doc["port"]), doc.get("amqp_host", ""), int(doc.get("amqp_port", -1)),
-                   doc.get("rack"), doc.get("stream_host", ""), int(doc.get("stream_port", -1)))
+                   doc.get("rack"), doc.get("stream_host", ""), int(doc.get("stream_port", -1)),
+                   doc.get("stream_tls_host", ""), int(doc.get("stream_tls_port", -1)))
 
 
 @dataclass(frozen=True, slots=True)

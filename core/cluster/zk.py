@@ -9,7 +9,8 @@ client is thread-safe and loopback round trips are short.
 Layout, Kafka's own (under the chroot of ``--zookeeper host:port/chroot``)::
 
     /brokers/ids/<id>                          ephemeral  {"host", "port", "amqp_host", "amqp_port",
-                                                            "stream_host", "stream_port", "rack"}
+                                                            "stream_host", "stream_port", "stream_tls_host",
+                                                            "stream_tls_port", "rack"}
     /brokers/topics/<topic>                               {"partitions": {"0": [1, 2, 3]}, "configs", "topic_id"}
     /brokers/topics/<topic>/partitions/<p>/state          {"leader", "leader_epoch", "isr", "controller_epoch"}
     /controller                                ephemeral  {"brokerid": <id>}

@@ -18,6 +18,7 @@ import uuid
 from kio.schema.errors import ErrorCode
 
 from wire.kafka import api_name
+from wire.kafka_private import STREAM_CONSUMER
 
 PRODUCE, FETCH, METADATA = 0, 1, 3
 SHARE_GROUP_HEARTBEAT, SHARE_FETCH, SHARE_ACKNOWLEDGE = 76, 78, 79
@@ -108,6 +109,12 @@ class PeerApis:
             p = answer.responses[0].partitions[0]
             return p.error_code, p.high_watermark, bytes(p.records or b"")
         return self.call(node_id, FETCH, data, timeout=max_wait_ms / 1000 + 10, lane=lane).addCallback(done)
+
+    def stream_consumer(self, node_id: int, fields: dict, timeout: float = 10.0):
+        """One StreamConsumer request (wire.kafka_private: single-active-consumer groups, decided at
+        each stream's leader): (error_code, error_message)."""
+        return self.call(node_id, STREAM_CONSUMER, fields, version=0, timeout=timeout).addCallback(
+            lambda answer: (answer.error_code, answer.error_message))
 
     # --- share groups (KIP-932) ---------------------------------------------------------------
     def share_group_heartbeat(self, node_id: int, group: str, member_id: str, member_epoch: int,

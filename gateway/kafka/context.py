@@ -57,6 +57,7 @@ class KafkaContext:
     group_defaults: dict = field(default_factory=dict)  # broker settings behind group configs (share.*...)
     share_delivery_count_limit: int = 5  # group.share.delivery.count.limit
     share_remote: object = None  # cluster mode: gateway.cluster.share_state.RemoteShareState
+    stream_consumers: object = None  # spread cluster: gateway.stream.sac.ClusterActiveConsumers (StreamConsumer)
     _names_by_id: dict = field(default_factory=dict, repr=False)  # topic id -> name (Fetch v13+)
 
     def leader_log(self, topic: str, index: int, current_epoch: int = -1) -> tuple[PartitionLog | None, int, ErrorCode]:

@@ -1,10 +1,11 @@
 """The stream protocol in a spread cluster (``--amqp-cluster-mode spread``): what RabbitMQ's
 stream plugin does on a cluster of nodes, over our replicated topics.
 
-* Every broker registers its advertised stream address (ZooKeeper, next to Kafka's and AMQP's),
-  so Metadata names each stream's leader (the leader of its topic) and replicas (the other
-  in-sync replicas) by their own stream address: rstream and RabbitMQ's clients connect a
-  producer to the leader and a consumer to a replica.
+* Every broker registers its advertised stream address, and its TLS one if it has a TLS stream
+  listener (ZooKeeper, next to Kafka's and AMQP's), so Metadata names each stream's leader (the
+  leader of its topic) and replicas (the other in-sync replicas) by their own stream address, the
+  TLS one on a TLS connection: rstream and RabbitMQ's clients connect a producer to the leader and
+  a consumer to a replica.
 * A publisher is declared on the leader only; another broker answers STREAM_NOT_AVAILABLE, as
   RabbitMQ answers when it cannot reach the leader, and the client asks Metadata again.
 * A subscription is served where the stream has a replica (the leader's too), read from the
@@ -14,6 +15,7 @@ stream plugin does on a cluster of nodes, over our replicated topics.
   does not coordinate the consumer name sends them to the one that does (OffsetCommit,
   OffsetFetch), so they survive a failover like a Kafka group's. Publisher de-duplication is
   rebuilt from the writer headers of the new leader's log (routing.streams.Writers).
+* Single-active-consumer groups are decided at each stream's leader: gateway.stream.sac.
 """
 from __future__ import annotations
 
@@ -86,14 +88,16 @@ class StreamCluster:
         self.node_id = node_id
 
     # --- Metadata ---------------------------------------------------------------------------------
-    def brokers(self) -> list[tuple[int, str, int]]:
-        """Every live broker with a stream listener: (reference, host, port)."""
-        return [(b.node_id, b.stream_host, b.stream_port) for _, b in sorted(self.node.view.brokers.items())
-                if b.stream_port > 0]
+    def brokers(self, listener: str = "stream") -> list[tuple[int, str, int]]:
+        """Every live broker with a listener of this kind: (reference, host, port). A TLS client is
+        told the brokers' TLS addresses, as RabbitMQ advertises its TLS port to TLS connections."""
+        tls = listener == "stream_tls"
+        return [(b.node_id, *((b.stream_tls_host, b.stream_tls_port) if tls else (b.stream_host, b.stream_port)))
+                for _, b in sorted(self.node.view.brokers.items()) if (b.stream_tls_port if tls else b.stream_port) > 0]
 
-    def placement(self, queue) -> tuple[int, list[int]]:
+    def placement(self, queue, listener: str = "stream") -> tuple[int, list[int]]:
         """The stream's leader (NO_BROKER if none) and its other in-sync replicas, among ``brokers``."""
-        listed = {ref for ref, _, _ in self.brokers()}
+        listed = {ref for ref, _, _ in self.brokers(listener)}
         state = self.node.view.state(queue.topic, queue.partition)
         if state is None or state.leader not in listed:
             return NO_BROKER, []

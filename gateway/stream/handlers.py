@@ -118,11 +118,12 @@ class StreamCommands:
 
     def on_metadata(self, r) -> None:
         cluster = self.service.cluster
-        if cluster is None or self.listener != "stream":  # one broker (TLS clients are told this one)
+        if cluster is None:
             host, port = self.service.advertised(self.listener)
             brokers, place = [(0, host, port)], lambda queue: (0, [0])
-        else:
-            brokers, place = cluster.brokers(), cluster.placement
+        else:  # each broker by its address for this listener's kind (plain or TLS)
+            brokers = cluster.brokers(self.listener)
+            place = lambda queue: cluster.placement(queue, self.listener)  # noqa: E731
         out = []
         for name in r.streams:
             queue = self.vhost.queues.get(name or "")

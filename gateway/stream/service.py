@@ -23,7 +23,7 @@ class StreamService:
         self.request_flush = request_flush
         self.connections: set = set()
         self.writers = Writers()
-        self.active = ActiveConsumers()
+        self.active = ActiveConsumers()  # in a spread cluster: gateway.stream.sac.ClusterActiveConsumers
         self.cluster = None  # gateway.stream.cluster.StreamCluster in a spread cluster
 
     # shared with the AMQP side

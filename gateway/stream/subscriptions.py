@@ -55,6 +55,7 @@ class Subscription:
         self.super_stream = properties.get("super-stream")
         self.active = True
         self.awaiting_update: int | None = None  # correlation id of a ConsumerUpdate not yet answered
+        self.sac_member: int | None = None  # its id in the cluster's single-active-consumer groups (sac.py)
         self.delivered_chunks = 0
         self.skipped = 0  # messages too large for the client's frame-max (warned about once)
 
@@ -172,6 +173,13 @@ def _last_batch_start(queue: Queue) -> int:
     return end - 1
 
 
+def elected(size: int, partition: int) -> int:
+    """Which of a group of ``size`` consumers (in the order they came) is active: the first, or for
+    partition ``partition`` of a super stream (-1: a plain stream) ``partition mod size``, which
+    spreads a super stream's partitions over the group, as RabbitMQ does."""
+    return partition % size if partition >= 0 else 0
+
+
 class ActiveConsumers:
     """Single-active-consumer groups of the whole broker: (vhost, stream, name) -> subscriptions."""
 
@@ -198,11 +206,7 @@ class ActiveConsumers:
 
     def _elect(self, key) -> None:
         group = self.groups[key]
-        index = 0
-        if group[0].super_stream:  # spread a super stream's partitions over the group, as RabbitMQ does
-            partition = group[0].queue.partition
-            index = partition % len(group)
-        chosen = group[index]
+        chosen = group[elected(len(group), group[0].queue.partition if group[0].super_stream else -1)]
         for sub in group:
             if sub is not chosen and sub.active:
                 sub.active = False
