@@ -9,12 +9,16 @@ show. Workloads, all at once:
   (replication factor 3, min.insync.replicas=2);
 - a consumer group member committing its offsets synchronously, reading them back each second;
 - pika publishers with confirms on a quorum queue and on a classic queue mirrored by an
-  ``ha-mode`` policy, each with a consumer acking what it gets;
+  ``ha-mode`` policy, each with a consumer acking what it gets, every client on a broker picked
+  at random: AMQP runs in cluster mode ``spread`` (GATEWAY_PARTITION_AMQP_MODE=home for the
+  other), so each queue is led by one broker and most of its clients are on the others;
 - a transactional producer (txn_workload.py) committing three transactions in four and aborting
   the fourth over two partitions of a topic with three replicas, its coordinator and partition
   leaders on whichever brokers the cluster put them.
 
-The nemesis runs cycles: one fault of nemesis.py, hold, heal, wait until every ISR is full.
+The nemesis runs cycles: one fault of nemesis.py, hold, heal, wait until every ISR is full. A
+fault aimed at a leader (kill-leader, zk-isolate-leader, followers-isolate-leader...) picks the
+leader of the Kafka topic's partitions or, one cycle in three, of one of the queues.
 By default (CI) every fault runs twice, in an order shuffled by the seed; GATEWAY_PARTITION_CYCLES
 instead draws that many at random, GATEWAY_NEMESES (comma list) narrows the choice,
 GATEWAY_PARTITION_SECONDS sets the hold (1.5 s: a cut lasts 1 to 4 times that), GATEWAY_FAULT_SEED
@@ -52,6 +56,7 @@ from compat_tests.cluster.clients import (
 from compat_tests.cluster.cluster import create_topic, make_cluster, partition_view
 from compat_tests.cluster.nemesis import ALL, NETWORK, inflict_network, inflict_process, pick_victim
 from compat_tests.cluster.replicas import compare_replicas, copies_of, high_watermarks
+from core.names import queue_topic
 from gateway.zookeeper_node import ZooKeeperNode, ensure_chroot
 from compat_tests.support import wait_until
 
@@ -61,6 +66,8 @@ SEED = int(os.environ.get("GATEWAY_FAULT_SEED", str(time.time_ns() % 1_000_000))
 NEMESES = tuple(n for n in os.environ.get("GATEWAY_NEMESES", ",".join(ALL)).split(",") if n)
 PARTITIONS = 4
 HEAL_S = 60
+AMQP_MODE = os.environ.get("GATEWAY_PARTITION_AMQP_MODE", "spread")
+QUEUES = {"q.quorum": {"x-queue-type": "quorum"}, "ha.classic": {}}
 SCHEDULED = CYCLES or 2 * len(NEMESES)
 
 
@@ -76,7 +83,7 @@ def netcluster(tmp_path):
         ensure_chroot(zk.hosts, "/gw-partitions")
         # guest logs in from the bridge's address, not a loopback one
         cluster = make_cluster(tmp_path, zk.hosts + "/gw-partitions", hosts=hosts,
-                               extra_args=("--loopback-users", ""))
+                               extra_args=("--loopback-users", "", "--amqp-cluster-mode", AMQP_MODE))
         cluster.start()
         yield net, cluster
     finally:
@@ -144,7 +151,7 @@ def test_nothing_acknowledged_is_lost_under_network_partitions(netcluster, capsy
     committer = CommittingConsumer(bootstrap, topic, f"audit-{SEED}")
     wait_until(lambda: amqp_home(cluster), timeout=60, what="an AMQP home")
     _mirror_policy(cluster)
-    queues = {"q.quorum": {"x-queue-type": "quorum"}, "ha.classic": {}}
+    queues = QUEUES
     publishers = [ConfirmingPublisher(cluster, q, args, label=f"{q}-") for q, args in queues.items()]
     consumers = [AckingConsumer(cluster, q, args) for q, args in queues.items()]
     txn_topic = f"txn-{SEED}"
@@ -168,13 +175,17 @@ def test_nothing_acknowledged_is_lost_under_network_partitions(netcluster, capsy
         wait_until(lambda: sum(acked_marks()) >= 50, timeout=60, what="the first acknowledgements")
         for cycle, fault in enumerate(plan, 1):
             before, t0 = acked_marks(), time.monotonic()
+            aim = rng.choice([topic, topic, *(queue_topic("/", q) for q in queues)])  # whose leader to hit
             try:
                 if fault in NETWORK:
-                    how = inflict_network(net, cluster, topic, fault, HOLD, rng)
+                    how = inflict_network(net, cluster, aim, fault, HOLD, rng)
                 else:
-                    victim = cluster.by_id(pick_victim(cluster, topic, fault, rng))
-                    how = f"broker {victim.node_id}: " + inflict_process(cluster, topic, victim, fault, HOLD, rng)
-                cluster.wait_isr_full(topic, timeout=HEAL_S)
+                    victim = cluster.by_id(pick_victim(cluster, aim, fault, rng))
+                    how = f"broker {victim.node_id}: " + inflict_process(cluster, aim, victim, fault, HOLD, rng)
+                for healed in {topic, aim}:
+                    cluster.wait_isr_full(healed, timeout=HEAL_S)
+                if aim != topic:
+                    how += f" (aimed at {aim})"
             except AssertionError as exc:  # a liveness failure: note it, heal, go on
                 stuck.append((cycle, fault))
                 how = "STUCK"
