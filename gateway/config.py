@@ -213,6 +213,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("default_replication_factor", _int_at_least(1), 3, "N",
            "cluster mode: replicas of a topic created without a replication factor (capped at the live brokers; "
            "1 under --processes unless set)"),
+    Option("transaction_state_partitions", _int_at_least(1), 1, "N",
+           "partitions of __transaction_state when it is created (Kafka's transaction.state.log.num.partitions); "
+           "in a cluster each partition's leader coordinates the transactional ids that hash to it, so more "
+           "partitions spread that work over the brokers; an existing topic keeps its count"),
     Option("processes", _int_at_least(1), 1, "N",
            "run N broker processes on this machine as one cluster, one per core (node ids 1..N, listener ports "
            "+0..N-1, data in DIR/node-I, a private ZooKeeper in DIR/zookeeper unless --zookeeper is given)"),
@@ -306,6 +310,7 @@ class Settings:
     stream_tls_advertised: HostPort | None
     rack: str
     default_replication_factor: int
+    transaction_state_partitions: int
     processes: int
     replica_lag_time_max_ms: int
     zookeeper_session_timeout_ms: int

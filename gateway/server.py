@@ -183,7 +183,8 @@ class Broker:
                                   initial_rebalance_delay_ms=self.settings.group_initial_rebalance_delay_ms,
                                   offsets_retention_ms=self.settings.offsets_retention_minutes * 60_000,
                                   offsets_retention_check_interval_ms=self.settings.offsets_retention_check_interval_ms)
-        transactions = TransactionCoordinator(self.logs, producers, groups.offsets)
+        transactions = TransactionCoordinator(self.logs, producers, groups.offsets,
+                                              partitions=self.settings.transaction_state_partitions)
         self.kafka = KafkaContext(
             logs=self.logs, producers=producers, groups=groups, transactions=transactions,
             waiters=Waiters(self.reactor), node_id=self.settings.node_id, cluster_id=self._cluster_id(),

@@ -21,7 +21,7 @@ import pytest
 from confluent_kafka import KafkaException, Producer
 from kio.schema.errors import ErrorCode
 
-from compat_tests.cluster.cluster import create_topic, metadata
+from compat_tests.cluster.cluster import create_topic, make_cluster, metadata
 from compat_tests.conftest import unique_name
 from compat_tests.kafka.eos_loop import EosLoop, committed_offsets, read_values, transform
 from compat_tests.kafka.kio_call import kio_call
@@ -66,6 +66,22 @@ def leader_of(cluster, topic: str, partition: int, timeout: float = 30) -> int:
         time.sleep(0.3)
 
 
+TXN_STATE_PARTITIONS = 3  # coordinators spread over the brokers: each leads one partition
+
+
+@pytest.fixture
+def cluster(zk_connect, tmp_path, request):
+    """The suite's three brokers, with __transaction_state in TXN_STATE_PARTITIONS partitions."""
+    c = make_cluster(tmp_path, zk_connect, n=3,
+                     extra_args=("--transaction-state-partitions", str(TXN_STATE_PARTITIONS)))
+    request.node.cluster = c  # for the report hook (conftest)
+    try:
+        c.start()
+        yield c
+    finally:
+        c.close()
+
+
 def test_transactions_are_served_by_their_coordinator(cluster):
     topic, tid = unique_name("txn"), unique_name("tid")
     create_topic(cluster.bootstrap(), topic, PARTITIONS, 3)
@@ -77,6 +93,11 @@ def test_transactions_are_served_by_their_coordinator(cluster):
     producer.commit_transaction(30)
     assert sorted(read_values(cluster.bootstrap(), topic, PARTITIONS, "read_committed", 30)) == \
         sorted(b"v%d" % i for i in range(30))
+
+    # the ids' coordinators are the leaders of their __transaction_state partitions: spread
+    leaders = {leader_of(cluster, "__transaction_state", p) for p in range(TXN_STATE_PARTITIONS)}
+    coordinators = {coordinator(cluster, f"{tid}-{i}", 1) for i in range(12)}
+    assert len(leaders) >= 2 and coordinators <= leaders and len(coordinators) >= 2, (leaders, coordinators)
 
     node = coordinator(cluster, tid, 1)
     others = [b for b in cluster.brokers if b.node_id != node]
