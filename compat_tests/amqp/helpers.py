@@ -265,5 +265,7 @@ def body_frame(channel: int, data: bytes) -> bytes:
 
 
 # why a test's [cluster] case is deselected (compat_tests/amqp/conftest.py, mark cluster_differs)
-POLICY_LAG = ("a policy set through one broker reaches a queue led by another at that broker's next tick "
-              "(up to about a second); the test acts at once")
+POLICY_LAG = ("a delivery-limit or dead-letter-strategy policy set through the broker the test talks to has not "
+              "taken effect at the test's quorum queue, led by another broker, within the test's wait; the same "
+              "policy PUT on one broker does reach a queue led by another at once in "
+              "compat_tests/cluster/test_amqp_spread.py, so what differs here is not found yet")

@@ -362,3 +362,30 @@ def test_declare_purge_and_delete_from_a_broker_that_does_not_lead_the_queue(spr
     wait_until(lambda: not _knows_queue(b2, "figures"), timeout=30, what="the leader dropping the queue")
     leader.close()
     c1.close()
+
+
+
+def test_a_policy_set_on_one_broker_applies_at_once_at_the_leader_of_its_queue(spread):
+    """A delivery-limit policy PUT on broker 1 for a quorum queue led by broker 2: a message
+    rejected there twice a moment after the PUT answered is dead-lettered (broker 2 applies the
+    definition as its replica of the state topic gets it, not at its next housekeeping tick)."""
+    b1, b2, _ = spread.brokers
+    connection = amqp_connection(b2)
+    ch = connection.channel()
+    ch.queue_declare("pol-dlq", durable=True)
+    ch.queue_declare("pol-q", durable=True, arguments={  # client-local: led by broker 2
+        "x-queue-type": "quorum", "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "pol-dlq"})
+    wait_until(lambda: _leader(spread, "pol-q") == 2, 30, "broker 2 leading pol-q")
+    ch.basic_publish("", "pol-q", b"poison", pika.BasicProperties(delivery_mode=2))
+    answer = requests.put(f"http://{b1.ip}:{b1.ports['http']}/api/policies/%2F/pol-limit", auth=("guest", "guest"),
+                          json={"pattern": "^pol-q$", "apply-to": "queues", "definition": {"delivery-limit": 1}},
+                          timeout=10)
+    assert answer.status_code in (201, 204), answer.text
+    time.sleep(0.1)  # well inside the 0.5 s housekeeping tick
+    for _ in range(2):
+        method = wait_until(lambda: ch.basic_get("pol-q")[0], 10, "the message in pol-q")
+        ch.basic_reject(method.delivery_tag, requeue=True)
+    moved = wait_until(lambda: ch.queue_declare("pol-dlq", passive=True).method.message_count == 1 or None,
+                       10, "the message dead-lettered to pol-dlq after its second delivery")
+    connection.close()
+    assert moved

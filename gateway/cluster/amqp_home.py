@@ -90,6 +90,9 @@ class AmqpHome:
         self.waiting = False
         self._open()
 
+    def state_fetched(self) -> None:
+        """Home mode serves AMQP on the home only: other brokers' copies of the model follow at the tick."""
+
     def tick(self) -> None:
         if not self.is_home:
             self.sync()  # a home waiting to lead its queues re-checks without a new view

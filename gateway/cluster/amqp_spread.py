@@ -140,6 +140,13 @@ class AmqpSpread(AmqpHome):
         self.sync()
         self._send_state()
 
+    def state_fetched(self) -> None:
+        """This broker's replica of the state topic got records or a new high watermark: apply the
+        definitions other brokers made (a policy, a binding) now rather than at the next tick, so a
+        queue led here follows a policy within a replication round trip of its PUT."""
+        if self.own_follower is not None:
+            self.own_follower.catch_up()
+
     def _open(self, plog) -> None:
         broker = self.broker
         state = SpreadState(self, plog)

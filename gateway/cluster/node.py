@@ -21,6 +21,7 @@ from core.replication import FOLLOWER, LEADER, ReplicaManager
 from gateway.cluster import shared_docs
 from gateway.cluster.fetcher import LeaderFetcher
 from gateway.logs import fields
+from routing.state import STATE_TOPIC
 from wire.errors import CorruptBatchError
 
 log = logging.getLogger(__name__)
@@ -246,4 +247,7 @@ class ClusterNode:
             self.broker.request_flush()
         self.broker.kafka.waiters.notify()
         self.broker.amqp.log_moved()
+        home = self.broker.amqp_home
+        if home is not None and any(f.topic == STATE_TOPIC for f in fetched):
+            home.state_fetched()  # spread mode: a definition (a policy...) made elsewhere applies now
         return again
