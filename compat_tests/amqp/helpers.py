@@ -263,9 +263,3 @@ def header_frame(channel: int, body_size: int, class_id: int = 60) -> bytes:
 def body_frame(channel: int, data: bytes) -> bytes:
     return struct.pack(">BHI", 3, channel, len(data)) + data + bytes([FRAME_END])
 
-
-# why a test's [cluster] case is deselected (compat_tests/amqp/conftest.py, mark cluster_differs)
-POLICY_LAG = ("a delivery-limit or dead-letter-strategy policy set through the broker the test talks to has not "
-              "taken effect at the test's quorum queue, led by another broker, within the test's wait; the same "
-              "policy PUT on one broker does reach a queue led by another at once in "
-              "compat_tests/cluster/test_amqp_spread.py, so what differs here is not found yet")

@@ -19,7 +19,7 @@ import pika
 import pika.exceptions
 import pytest
 
-from .helpers import POLICY_LAG, connect, unique, wait_until
+from .helpers import connect, unique, wait_until
 from .test_quorum_poison import _set_policy
 
 ALO = {"x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"}
@@ -217,7 +217,6 @@ def test_the_dead_letter_routing_key_is_used(channel):
     assert channel.basic_get(wrong)[0] is None
 
 
-@pytest.mark.cluster_differs(POLICY_LAG)
 def test_a_policy_turns_it_on(amqp_broker, channel):
     dlx, q = _source(channel, **{"x-overflow": "reject-publish"})
     undo = _set_policy(amqp_broker, f"dls-{q}", f"^{q}$", {"dead-letter-strategy": "at-least-once"})
