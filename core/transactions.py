@@ -108,6 +108,7 @@ class RemoteMarkers:
     epoch: int
     commit: bool
     partitions: tuple[TopicPartition, ...]
+    transactional_id: str = ""  # whose: markers are sent while this broker coordinates it
 
 
 # --- record format -------------------------------------------------------------------------
@@ -462,7 +463,7 @@ class TransactionCoordinator:
             done.durable = durable + done.durable
             return done
         return Step(durable=durable, then=finish,
-                    remote=RemoteMarkers(pid, epoch, commit, tuple(remote)) if remote else None)
+                    remote=RemoteMarkers(pid, epoch, commit, tuple(remote), txn.transactional_id) if remote else None)
 
     def write_marker(self, topic: str, partition: int, producer_id: int, epoch: int,
                      commit: bool) -> DurableAt | None:
@@ -524,8 +525,8 @@ class TransactionCoordinator:
              min_duration_ms: int = -1) -> list[Transaction]:
         states, producer_ids = set(states), set(producer_ids)
         now = self._now_ms()
-        return [t for t in self.txns.values()
-                if (not states or t.state in states) and (not producer_ids or t.producer_id in producer_ids)
+        return [t for t in self.txns.values() if self.coordinates(t.transactional_id)  # a cluster: its own ids
+                and (not states or t.state in states) and (not producer_ids or t.producer_id in producer_ids)
                 and (min_duration_ms < 0 or (t.state == ONGOING and now - t.start_ms >= min_duration_ms))]
 
     @staticmethod

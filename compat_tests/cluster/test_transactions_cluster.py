@@ -101,6 +101,16 @@ def test_transactions_are_served_by_their_coordinator(cluster):
 
     node = coordinator(cluster, tid, 1)
     others = [b for b in cluster.brokers if b.node_id != node]
+    # operators' views, as on Kafka: the coordinator describes the id, each broker lists its own ids
+    described = call(cluster.by_id(node).bootstrap, 65, 0, {"transactional_ids": [tid]}).transaction_states[0]
+    assert (described.error_code, described.transaction_state) == (ErrorCode.none, "CompleteCommit")
+    for b in cluster.brokers:
+        listed = {t.transactional_id for t in call(b.bootstrap, 66, 0, {"state_filters": [], "producer_id_filters": []}
+                                                   ).transaction_states}
+        assert (tid in listed) == (b.node_id == node), (b.node_id, node, listed)
+        if b.node_id != node:
+            elsewhere = call(b.bootstrap, 65, 0, {"transactional_ids": [tid]}).transaction_states[0]
+            assert elsewhere.error_code == ErrorCode.not_coordinator
     for other in others:  # bad input: a transaction request to a broker that is not the coordinator
         init = call(other.bootstrap, 22, 4, {"transactional_id": tid, "transaction_timeout": 60000,
                                              "producer_id": -1, "producer_epoch": -1})

@@ -4,8 +4,10 @@ Kafka's design (KIP-98): once PrepareCommit/PrepareAbort is durable, the coordin
 WriteTxnMarkers (API 27) to the leader of every partition of the transaction; that leader
 appends the control batch and answers once it is on the in-sync replicas. Only when every
 partition has answered does the coordinator write CompleteCommit/CompleteAbort. A partition
-whose leader moved or is unknown is asked again (at its new leader, from the latest
-cluster view) until it answers; a partition of a deleted topic counts as done.
+whose leader moved, is unknown or cannot be reached is asked again (at its new leader, from
+the latest cluster view) until it answers, as Kafka's coordinator retries: for as long as
+this broker coordinates the transaction (a new coordinator finishes it from its replica of
+the log); a partition of a deleted topic counts as done.
 
 The blocking admin client does the talking, one worker thread per leader and round, so the
 reactor never waits on a socket.
@@ -19,18 +21,20 @@ from twisted.internet import defer, task, threads
 
 from core.transactions import RemoteMarkers
 from gateway.ctl.kafka_client import KafkaAdmin, KafkaClientError
+from gateway.logs import fields
 
 log = logging.getLogger(__name__)
 
 WRITE_TXN_MARKERS = 27
 RETRY_S = 0.5
-GIVE_UP_S = 300.0  # then the step fails; a reload of the transaction log (new leader) retries it
+WARN_EVERY_S = 60.0  # markers still not written: said in the log this often
 _DONE = (ErrorCode.none, ErrorCode.unknown_topic_or_partition)  # deleted topics have nothing to mark
 
 
 @defer.inlineCallbacks
 def send(ctx, markers: RemoteMarkers, coordinator_epoch: int = 0):
-    """Fires (with None) once every partition's leader has the marker; fails after GIVE_UP_S."""
+    """Fires (with None) once every partition's leader has the marker; fails if this broker stops
+    coordinating the transaction meanwhile."""
     left = set(markers.partitions)
     waited = 0.0
     while left:
@@ -56,10 +60,14 @@ def send(ctx, markers: RemoteMarkers, coordinator_epoch: int = 0):
                     left.discard(tp)
         if not left:
             return
-        if waited >= GIVE_UP_S:
-            raise KafkaClientError(f"transaction markers not written to {sorted(left)} within {GIVE_UP_S:.0f} s")
+        if markers.transactional_id and not ctx.transactions.coordinates(markers.transactional_id):
+            raise KafkaClientError(f"no longer the coordinator of {markers.transactional_id!r}: its new "
+                                   f"coordinator writes the markers for {sorted(left)}")
         yield task.deferLater(ctx.reactor, RETRY_S, lambda: None)
         waited += RETRY_S
+        if waited % WARN_EVERY_S < RETRY_S:
+            log.warning("transaction markers still not written after %.0f s; retrying", waited,
+                        extra=fields(transactional_id=markers.transactional_id, partitions=sorted(left)))
 
 
 def _write_here(ctx, markers: RemoteMarkers, partitions) -> defer.Deferred:

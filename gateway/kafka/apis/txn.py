@@ -155,8 +155,10 @@ def describe_transactions(ctx, conn, h, req):
     states = []
     for tid in req.transactional_ids:
         txn = ctx.transactions.describe(tid)
-        if txn is None:
-            states.append({"error_code": ErrorCode.transactional_id_not_found, "transactional_id": tid,
+        mine = ctx.transactions.coordinates(tid)  # in a cluster the admin client asks the id's coordinator
+        if txn is None or not mine:
+            error = ErrorCode.transactional_id_not_found if mine else ErrorCode.not_coordinator
+            states.append({"error_code": error, "transactional_id": tid,
                            "transaction_state": "", "transaction_timeout": datetime.timedelta(0),
                            "transaction_start_time": _time(-1), "producer_id": -1, "producer_epoch": -1,
                            "topics": []})
