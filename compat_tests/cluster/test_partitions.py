@@ -107,6 +107,20 @@ def _mirror_policy(cluster) -> None:
         return answer.status_code in (201, 204)
     wait_until(put, timeout=60, what="the ha-mode policy to be set on the AMQP home", interval=0.5)
 
+    def everywhere():  # a policy applies when a queue is declared, on the broker the client declares it at
+        for b in cluster.live():
+            try:
+                listed = requests.get(f"http://{b.ip}:{b.ports['http']}/api/policies/%2F", auth=("guest", "guest"),
+                                      timeout=5)
+            except requests.RequestException:
+                return False
+            if listed.status_code == 421:
+                continue  # cluster mode home: this broker relays AMQP to the home, which has the policy
+            if listed.status_code != 200 or "mirror" not in {p.get("name") for p in listed.json()}:
+                return False
+        return True
+    wait_until(everywhere, timeout=60, what="every broker knowing the ha-mode policy", interval=0.2)
+
 
 def _schedule(rng) -> list[str]:
     if CYCLES:
