@@ -366,9 +366,9 @@ def test_declare_purge_and_delete_from_a_broker_that_does_not_lead_the_queue(spr
 
 
 def test_a_policy_set_on_one_broker_applies_at_once_at_the_leader_of_its_queue(spread):
-    """A delivery-limit policy PUT on broker 1 for a quorum queue led by broker 2: a message
-    rejected there twice a moment after the PUT answered is dead-lettered (broker 2 applies the
-    definition as its replica of the state topic gets it, not at its next housekeeping tick)."""
+    """A delivery-limit policy PUT on broker 1 for a quorum queue led by broker 2 holds there as
+    soon as broker 2 knows it: a message rejected twice is dead-lettered. (Broker 2 applies the
+    definition as its replica of the state topic gets it, not at its next housekeeping tick.)"""
     b1, b2, _ = spread.brokers
     connection = amqp_connection(b2)
     ch = connection.channel()
@@ -381,7 +381,11 @@ def test_a_policy_set_on_one_broker_applies_at_once_at_the_leader_of_its_queue(s
                           json={"pattern": "^pol-q$", "apply-to": "queues", "definition": {"delivery-limit": 1}},
                           timeout=10)
     assert answer.status_code in (201, 204), answer.text
-    time.sleep(0.1)  # well inside the 0.5 s housekeeping tick
+    def known_at_leader() -> bool:  # what broker 2's API lists is what its queues read
+        listed = requests.get(f"http://{b2.ip}:{b2.ports['http']}/api/policies/%2F", auth=("guest", "guest"),
+                              timeout=5).json()
+        return "pol-limit" in {p["name"] for p in listed}
+    wait_until(known_at_leader, 10, "broker 2 knowing the policy", interval=0.02)
     for _ in range(2):
         method = wait_until(lambda: ch.basic_get("pol-q")[0], 10, "the message in pol-q")
         ch.basic_reject(method.delivery_tag, requeue=True)

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from compat_tests.conftest import unique_name
@@ -55,7 +55,7 @@ def read_all(bootstrap: str, topic: str, isolation: str, expect: int | None = No
                          "auto.offset.reset": "earliest"})
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     for p in range(partitions):
-        consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
+        _reach_leader(consumer, TopicPartition(topic, p))
     values, last = [], time.monotonic()
     deadline = last + 90
     try:
@@ -69,6 +69,23 @@ def read_all(bootstrap: str, topic: str, isolation: str, expect: int | None = No
     finally:
         consumer.close()
     return values
+
+
+def _reach_leader(consumer, tp: TopicPartition, seconds: float = 60) -> None:
+    """A watermark query answered by the partition's leader. Just after a restart there may be
+    none yet (Apache Kafka keeps a restarted broker fenced until it has caught up): NOT_LEADER
+    and the like are asked again."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            consumer.get_watermark_offsets(tp, timeout=30)
+            return
+        except KafkaException as exc:
+            if not exc.args[0].retriable() and exc.args[0].code() not in (
+                    KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                    KafkaError.UNKNOWN_TOPIC_OR_PART) or time.monotonic() > deadline:
+                raise
+        time.sleep(0.5)
 
 
 def test_commit_and_abort_counted_exactly(bootstrap):

@@ -12,12 +12,12 @@ from twisted.internet import defer
 from gateway.management import views
 
 
-def _asks(q) -> bool:
-    return q.remote and q.ops is not None and q.leader >= 0
+def _asks(broker, q) -> bool:
+    return q.remote and q.ops is not None and views.leader_of(broker, q) >= 0
 
 
 def queue(broker, q):
-    if not _asks(q):
+    if not _asks(broker, q):
         return views.queue(broker, q)
     return q.ops.figures(q, wait=False).addCallback(lambda f: views.queue(broker, q, f))
 
@@ -25,7 +25,7 @@ def queue(broker, q):
 def queues(broker, vhost: str | None, request):
     found = [q for v in views._vhosts(broker, vhost) for q in sorted(v.queues.values(), key=views._by_name)]
     stats = not request.args.get(b"disable_stats", [b"false"])[-1].lower() == b"true"
-    remote = [q for q in found if stats and _asks(q)]
+    remote = [q for q in found if stats and _asks(broker, q)]
     if not remote:
         return [views.queue(broker, q) for q in found]
 

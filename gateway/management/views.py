@@ -18,6 +18,15 @@ from core.offsets import OFFSETS_TOPIC
 from core.transactions import TXN_TOPIC
 
 
+def leader_of(broker, q) -> int:
+    """The broker leading a queue led elsewhere: its stub's, or (until this broker's next tick
+    updates the stub) the cluster view's live leader of its topic; -1 when there is none."""
+    if q.leader >= 0 or broker.cluster is None:
+        return q.leader
+    state = broker.cluster.view.state(q.topic, q.partition)
+    return state.leader if state is not None and state.leader in broker.cluster.view.brokers else -1
+
+
 def node_name(node_id: int) -> str:
     """A broker's name as the management API and the metrics show it (RabbitMQ's ``node``)."""
     return f"gateway@{node_id}"
@@ -42,7 +51,7 @@ def queue(broker, q, figures=None) -> dict:
         "exclusive": q.exclusive_owner is not None, "arguments": jsonable(q.arguments),
         "type": q.args.queue_type, "state": "running",
         # RabbitMQ's node of a queue is its leader's (cluster mode 'spread': often another broker)
-        "node": node_name(q.leader) if q.remote else _node(broker),
+        "node": node_name(leader_of(broker, q)) if q.remote else _node(broker),
         "messages": ready + unacked, "messages_ready": ready, "messages_unacknowledged": unacked,
         "consumers": consumers, "topic": q.topic,
         "message_stats": publish.as_json() if publish is not None else {},
