@@ -43,7 +43,7 @@ def init_producer_id(ctx, conn, h, req):
 
 @handles(24)
 def add_partitions_to_txn(ctx, conn, h, req):
-    if h.api_version >= 4:  # a partition leader asking for its producers (txn_verify)
+    if h.api_version >= 4:  # a partition leader asking for its producers (txn_steps.check)
         return txn_steps.answer_brokers(ctx, req).addCallback(lambda results: respond(h, {
             "throttle_time": 0, "error_code": ErrorCode.none, "results_by_transaction": results}))
     topics = [(t.name, list(t.partitions)) for t in req.v3_and_below_topics]
