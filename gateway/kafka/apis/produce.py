@@ -133,7 +133,11 @@ def _first_batches(ctx, req) -> tuple[int, int, list[tuple[str, int]]] | None:
 
 @handles(0)
 def produce(ctx, conn, h, req):
-    transactional = getattr(req, "transactional_id", None) is not None
+    # On one broker a version 1 producer's batches are checked as they are appended
+    # (core.transactions.check_produce, the coordinator being local): only a cluster, or a
+    # version 2 producer whose first batch adds its partition, needs the coordinator first.
+    transactional = getattr(req, "transactional_id", None) is not None and (
+        ctx.cluster is not None or h.api_version >= 12)
     previous = conn.txn_gate
     if previous is None or previous.called:
         if not transactional or _first_batches(ctx, req) is None:
