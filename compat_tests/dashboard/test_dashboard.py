@@ -414,13 +414,19 @@ def test_groups_with_lag(logged_in):
 def test_connections_and_channels(logged_in):
     page = logged_in
     page.go("connections")
-    rows = page.find_all("connection-row")
-    amqp = [r for r in rows if r.get_attribute("data-protocol") == "AMQP 0-9-1"]
-    assert any("Pika Python Client Library" in r.text for r in amqp), [r.text for r in rows]
-    assert [r for r in rows if r.get_attribute("data-protocol") == "Kafka"]
-    channels = page.find_all("channel-row")
-    assert channels and "guest" in channels[0].text
-    page.screenshot("connections", page.find("connections-table"), page.find("channels-table"))
+
+    def read():  # in one go, again if a live refresh re-rendered the tables while they were read
+        rows = [(r.get_attribute("data-protocol"), r.text) for r in page.find_all("connection-row")]
+        return rows, [r.text for r in page.find_all("channel-row")]
+    rows, channels = page.wait(read, 10, "the connections and channels read whole")
+    assert any("Pika Python Client Library" in text for protocol, text in rows if protocol == "AMQP 0-9-1"), rows
+    assert [text for protocol, text in rows if protocol == "Kafka"], rows
+    assert channels and "guest" in channels[0], channels
+
+    def shoot():
+        page.screenshot("connections", page.find("connections-table"), page.find("channels-table"))
+        return True
+    page.wait(shoot, 10, "a screenshot of the connections")
 
 
 # --- the actions -----------------------------------------------------------------------------

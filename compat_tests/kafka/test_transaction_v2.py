@@ -56,9 +56,17 @@ def produce(bootstrap: str, version: int, tid: str, topic: str, partition: int, 
     now = int(time.time() * 1000)
     batch = encode_batch([Record(i, now, None, v) for i, v in enumerate(values)], producer_id=pid,
                          producer_epoch=epoch, base_sequence=sequence, is_transactional=True)
-    answer = call(bootstrap, 0, version, {"transactional_id": tid, "acks": -1, "timeout": 10_000, "topic_data": [
-        {"name": topic, "partition_data": [{"index": partition, "records": batch}]}]})
-    return answer.responses[0].partition_responses[0].error_code
+    request = {"transactional_id": tid, "acks": -1, "timeout": 10_000, "topic_data": [
+        {"name": topic, "partition_data": [{"index": partition, "records": batch}]}]}
+    # a new topic's leader may not have taken its partitions up yet (Apache Kafka answers
+    # NOT_LEADER_OR_FOLLOWER then): retriable, nothing was appended, so retry as clients do
+    deadline = time.monotonic() + 20
+    while True:
+        error = call(bootstrap, 0, version, request).responses[0].partition_responses[0].error_code
+        if error not in (ErrorCode.not_leader_or_follower, ErrorCode.unknown_topic_or_partition) \
+                or time.monotonic() > deadline:
+            return error
+        time.sleep(0.2)
 
 
 def end_txn(bootstrap: str, tid: str, pid: int, epoch: int, commit: bool = True):
