@@ -81,6 +81,7 @@ class ZkAgent:
         self._waiting_logged = False
         self._controller_epoch: tuple[int, int] | None = None  # (epoch, znode version) while we are controller
         self._next_preferred = time.monotonic() + PREFERRED_ELECTION_S
+        self._settled_view = None  # the last view a controller pass found nothing to elect in
         self.view = ClusterView()
 
     # --- life cycle -----------------------------------------------------------------
@@ -366,6 +367,9 @@ class ZkAgent:
         prefer_now = time.monotonic() >= self._next_preferred
         if prefer_now:
             self._next_preferred = time.monotonic() + PREFERRED_ELECTION_S
+        elif view is self._settled_view and not view.reassignments:
+            return  # a pass over this very view elected nothing: another one would not either
+        elected, unclean_of = False, {}
         for (topic, p), state in view.states.items():
             if not self.is_controller:
                 return  # fenced by a newer controller during this pass
@@ -373,7 +377,9 @@ class ZkAgent:
             if t is None or p >= len(t.replicas):
                 continue
             replicas = t.replicas[p]
-            unclean = TopicConfig.from_strings(t.configs).unclean_leader_election
+            unclean = unclean_of.get(topic)
+            if unclean is None:  # parsed once per topic and pass: a topic may have thousands of partitions
+                unclean = unclean_of[topic] = TopicConfig.from_strings(t.configs).unclean_leader_election
             preferred = replicas[0] if prefer_now and replicas and replicas[0] in live else None
             if t.follows:  # colocated leadership: lead where the followed topic is led, when in sync there
                 followed = view.state(t.follows, 0)
@@ -381,7 +387,12 @@ class ZkAgent:
                     preferred = followed.leader
             new = elect(state, replicas, live, unclean, self._controller_epoch[0], prefer=preferred)
             if new is not None:
+                elected = True
                 self._write_state(topic, p, state, new, why="broker change" if preferred is None else "preferred leader")
+        # A view with nothing to elect is not walked again every LOOP_S: the next change of
+        # brokers or states is a new view (the live set is part of it), and preferred
+        # elections keep their own pace. A pass that wrote (or tried to) goes again.
+        self._settled_view = None if elected else view
         if view.reassignments and self.is_controller:
             self._progress_reassignments(view, live)
 
