@@ -86,6 +86,7 @@ class PartitionLog:
         self._last_flush = clock()
         self.dirty: set | None = None  # a LogManager's set of logs written since its last group commit
         self.replicated = False  # True: the HW is moved by replication, see advance_high_watermark
+        self.dropped = False  # deleted (its topic or queue went): its high watermark moves no more
         self.leader_epoch = 0  # stamped on appended batches unless the caller says otherwise (the leader's epoch)
         self.recovery_info = self._load(recover)
         self.log_start_offset = max(read_int(self.directory / LOG_START_FILE, 0), self.segments[0].base_offset)
@@ -575,6 +576,7 @@ class PartitionLog:
 
     def delete(self) -> None:
         """Close and remove the whole partition directory."""
+        self.dropped = True
         for segment in self.segments:
             segment.close()
         shutil.rmtree(self.directory, ignore_errors=True)

@@ -169,6 +169,7 @@ class LogManager:
         plog = self.logs.pop((name, partition), None)
         if plog is None:
             return
+        plog.dropped = True
         self._dirty.discard(plog)
         self.hw_checkpoint.layout_changed = True
         # Rename first so a crash mid-delete cannot leave a half-deleted log that looks live.
