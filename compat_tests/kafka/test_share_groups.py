@@ -102,8 +102,6 @@ def test_two_members_share_every_record_once(bootstrap):
     assert max(every.values()) == 1, "a record was delivered to two members"
 
 
-@pytest.mark.gateway_only("against Kafka 4.4 the test never returned (librdkafka's ShareConsumer, explicit "
-                          "acknowledgement; Kafka logged the member leaving 5 s after it joined); not analysed yet")
 def test_release_redelivers_and_reject_never(bootstrap):
     topic = topic_with(bootstrap, 1, 6)
     group = unique_name("g")
@@ -127,8 +125,6 @@ def test_release_redelivers_and_reject_never(bootstrap):
         c.close()
 
 
-@pytest.mark.gateway_only("Kafka disagrees: on Kafka 4.4 the released record was not redelivered up to the "
-                          "delivery count limit (delivery counts [] where ours gives 1..5); not analysed yet")
 def test_the_delivery_count_limit_archives_a_record(bootstrap):
     topic = topic_with(bootstrap, 1, 2)
     group = unique_name("g")
@@ -250,8 +246,6 @@ def _alter_offset(bootstrap, group: str, topic: str, offset: int) -> tuple[int, 
     return answer.error_code, (answer.responses[0].partitions[0].error_code if answer.responses else 0)
 
 
-@pytest.mark.gateway_only("Kafka disagrees: DescribeShareGroupOffsets after the consumed records were "
-                            "acknowledged gives start offset 0, lag 0 where ours gives 10 (not analysed yet)")
 def test_share_group_offsets_are_described_altered_and_deleted(bootstrap):
     topic = topic_with(bootstrap, 1, 10)
     group = unique_name("g")
