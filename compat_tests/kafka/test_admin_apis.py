@@ -38,7 +38,7 @@ from kio.schema.push_telemetry.v0 import PushTelemetryRequest, PushTelemetryResp
 from compat_tests import tools
 from compat_tests.conftest import unique_name
 from compat_tests.kafka.helpers import wait_until
-from compat_tests.kafka.kio_call import kio_call
+from compat_tests.kafka.kio_call import KioConnection
 from tests.brokerproc import ROOT, start_broker
 
 COMMON = {"socket.timeout.ms": 15000, "reconnect.backoff.max.ms": 1000}
@@ -414,23 +414,29 @@ def test_a_client_over_its_request_percentage_is_throttled(bootstrap, admin, top
 # --- telemetry (KIP-714) ----------------------------------------------------------------------
 
 def test_telemetry_subscriptions_ask_for_nothing(kafka_broker):
-    address = kafka_broker.address
-    first = kio_call(address, 71, GetTelemetrySubscriptionsRequest(client_instance_id=uuid.UUID(int=0)),
-                      GetTelemetrySubscriptionsResponse)
-    assert first.error_code == 0 and first.client_instance_id.int != 0
-    assert first.requested_metrics == () and first.push_interval.total_seconds() == 300
-    assert first.telemetry_max_bytes == 1024 * 1024 and first.accepted_compression_types == (4, 3, 1, 2)
-    again = kio_call(address, 71, GetTelemetrySubscriptionsRequest(client_instance_id=first.client_instance_id),
-                      GetTelemetrySubscriptionsResponse)
-    assert again.client_instance_id == first.client_instance_id and again.subscription_id == first.subscription_id
+    """Kafka's pacing (KIP-714), on one connection: the client instance lives with it."""
+    with KioConnection(kafka_broker.address) as connection:
+        def get(instance):
+            return connection.call(71, GetTelemetrySubscriptionsRequest(client_instance_id=instance),
+                                   GetTelemetrySubscriptionsResponse)
 
-    def push(instance, subscription):
-        return kio_call(address, 72, PushTelemetryRequest(client_instance_id=instance, subscription_id=subscription,
-                                                            terminating=True, compression_type=0, metrics=b""),
-                         PushTelemetryResponse).error_code
-    assert push(first.client_instance_id, first.subscription_id) == 0
-    assert push(first.client_instance_id, first.subscription_id + 1) == 117  # UNKNOWN_SUBSCRIPTION_ID
-    assert push(uuid.UUID(int=0), first.subscription_id) == 42  # INVALID_REQUEST
+        def push(instance, subscription, terminating=False, compression=0):
+            return connection.call(72, PushTelemetryRequest(
+                client_instance_id=instance, subscription_id=subscription, terminating=terminating,
+                compression_type=compression, metrics=b""), PushTelemetryResponse).error_code
+
+        first = get(uuid.UUID(int=0))
+        assert first.error_code == 0 and first.client_instance_id.int != 0
+        assert first.requested_metrics == () and first.push_interval.total_seconds() == 300
+        assert first.telemetry_max_bytes == 1024 * 1024 and first.accepted_compression_types == (4, 3, 1, 2)
+        instance, subscription = first.client_instance_id, first.subscription_id
+        assert get(instance).error_code == 89  # THROTTLING_QUOTA_EXCEEDED: again within the push interval
+        assert push(instance, subscription + 1) == 117  # UNKNOWN_SUBSCRIPTION_ID (the push after a get is taken)
+        assert push(instance, subscription) == 89  # a second push within the interval
+        assert push(instance, subscription, compression=9) == 89  # paced before anything else is looked at
+        assert push(instance, subscription, terminating=True) == 0  # the last push is never throttled
+        assert push(instance, subscription, terminating=True) == 42  # INVALID_REQUEST: nothing after the last
+        assert push(uuid.UUID(int=0), subscription) == 42  # INVALID_REQUEST
 
 
 @pytest.mark.gateway_only("librdkafka starts no KIP-714 handshake with the Kafka node, which has no "
