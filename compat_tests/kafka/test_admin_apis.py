@@ -360,11 +360,13 @@ def test_producer_over_its_byte_rate_is_throttled(bootstrap, admin, topic_name):
 
 
 def test_consumer_over_its_byte_rate_is_throttled(bootstrap, admin, topic_name):
+    """consumer_byte_rate as Kafka enforces it: a fetch over the rate is answered empty with
+    throttle_time_ms (librdkafka's throttle_cb) and the connection muted for that long. Kafka
+    lets a new client's first fetch through whole (36 KB here), so the topic keeps growing at
+    12 KB/s against 3000 B/s for 12 s: a throttle is reported and the consumer stays within the
+    rate (plus a window's burst), far from everything produced."""
     client = unique_name("slow-consumer")
     _create(admin, topic_name, 1)
-    # 36 KB against 3000 B/s: a first fetch of at most 30 KB (10 s of the quota), then one that
-    # would take the rate to ~3600 B/s and comes back empty, throttled for about 2 s
-    _produce(bootstrap, topic_name, [os.urandom(1000) for _ in range(36)], batch_size=2000, linger_ms=0)
     assert _alter(admin, [([("client-id", client)], {"consumer_byte_rate": 3000})]) == [(0, None)]
     try:
         throttles, got = [], []
@@ -372,14 +374,19 @@ def test_consumer_over_its_byte_rate_is_throttled(bootstrap, admin, topic_name):
                              "enable.auto.commit": False, "fetch.max.bytes": 10_000_000,
                              "throttle_cb": lambda event: throttles.append(event.throttle_time), **COMMON})
         consumer.assign([CkPartition(topic_name, 0, OFFSET_BEGINNING)])
-        deadline = time.monotonic() + 30
-        while not throttles and time.monotonic() < deadline:
-            for m in consumer.consume(100, 0.2):
-                assert m.error() is None
-                got.append(len(m.value()))
+        started, produced = time.monotonic(), 0
+        for _ in range(4):
+            _produce(bootstrap, topic_name, [os.urandom(1000) for _ in range(36)], batch_size=2000, linger_ms=0)
+            produced += 36_000
+            until = time.monotonic() + 3
+            while time.monotonic() < until:
+                for m in consumer.consume(100, 0.2):
+                    assert m.error() is None
+                    got.append(len(m.value()))
+        elapsed = time.monotonic() - started
         consumer.close()
         assert throttles and max(throttles) > 0, throttles
-        assert 0 < sum(got) <= 30_000 + 2_000, sum(got)
+        assert 0 < sum(got) <= 3000 * elapsed + 40_000 < produced, (sum(got), elapsed, produced)
     finally:
         _alter(admin, [([("client-id", client)], {"consumer_byte_rate": None})])
 
@@ -555,7 +562,9 @@ def test_java_admin_describe_topics_pages_through_describe_topic_partitions(java
 def test_java_admin_log_dirs_elections_quotas_offsets(java_admin):
     prefix, steps = java_admin["prefix"], java_admin["steps"]
     ((path, logdir),) = steps["logdirs"]["dirs"].items()
-    assert path == os.path.realpath(java_admin["data_dir"]) and logdir["error"] is None
+    assert logdir["error"] is None
+    if java_admin["data_dir"] is not None:  # an external broker's is not known here
+        assert path == os.path.realpath(java_admin["data_dir"])
     assert logdir["total"] > logdir["usable"] > 0
     assert logdir["replicas"][f"{prefix}-a-2"] == [0, 0, False]
     assert steps["elect"]["results"] == {f"{prefix}-a-0": "ElectionNotNeededException",
