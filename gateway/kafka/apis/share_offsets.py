@@ -6,8 +6,9 @@ Described, it is the one Kafka's share coordinator would hold: each state write 
 offset as it stood before that write moved it, so it trails by one write (-1, lag -1, before the
 first); the lag is the log's end minus that start minus the records settled above it, which is
 the records not settled yet. For a share group named like an AMQP queue the start offset is the
-queue's ack floor, which only consuming (or purging the queue) moves: altering or deleting it is refused with INVALID_REQUEST naming the
-queue. Alter and delete need a group without members (NON_EMPTY_GROUP), as in Kafka.
+queue's ack floor, which only consuming (or purging the queue) moves: altering or deleting it is
+refused with INVALID_REQUEST naming the queue. Alter and delete need a group without members
+(NON_EMPTY_GROUP), as in Kafka.
 """
 from __future__ import annotations
 

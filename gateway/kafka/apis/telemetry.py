@@ -37,18 +37,21 @@ class Instance:
     """A client instance's pacing, as Kafka's ClientMetricsInstance keeps it."""
 
     def __init__(self):
-        self.last_get_ms = self.last_push_ms = 0
+        self.last_get_ms: int | None = None  # None: never (Kafka's 0 on a wall clock)
+        self.last_push_ms: int | None = None
         self.terminating = False
 
     def may_get(self, now_ms: int) -> bool:
-        if now_ms - max(self.last_get_ms, self.last_push_ms) < PUSH_INTERVAL_MS:
+        last = max((t for t in (self.last_get_ms, self.last_push_ms) if t is not None), default=None)
+        if last is not None and now_ms - last < PUSH_INTERVAL_MS:
             return False
         self.last_get_ms = now_ms
         return True
 
     def may_push(self, now_ms: int) -> bool:
         # the push right after a get is taken early: clients jitter their interval
-        if self.last_get_ms <= self.last_push_ms and now_ms - self.last_push_ms < PUSH_INTERVAL_MS:
+        after_get = self.last_get_ms is not None and (self.last_push_ms is None or self.last_get_ms > self.last_push_ms)
+        if not after_get and self.last_push_ms is not None and now_ms - self.last_push_ms < PUSH_INTERVAL_MS:
             return False
         self.last_push_ms = now_ms
         return True
