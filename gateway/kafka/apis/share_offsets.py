@@ -46,9 +46,11 @@ def describe_share_group_offsets(ctx, conn, h, req):
             out.append({"group_id": g.group_id, "topics": [], "error_code": ErrorCode.group_id_not_found,
                         "error_message": f"Group {g.group_id} is not a share group."})
             continue
-        # cluster mode: the coordinator (here) keeps the start offsets its partitions' leaders wrote;
-        # those are what a new leader starts from, so they win over a live share partition's here
-        known = {(t, i): start for t, i, start in shares.describe(g.group_id, as_written=True)}
+        # one broker: as Kafka's share coordinator holds them (see above). Cluster mode: the
+        # coordinator (here) keeps the start offsets its partitions' leaders wrote; those are what
+        # a new leader starts from, so they win over a live share partition's ack floor here
+        single = ctx.cluster is None
+        known = {(t, i): start for t, i, start in shares.describe(g.group_id, as_written=single)}
         if ctx.cluster is not None:
             known.update({tp: om.offset for tp, om in ctx.groups.offsets.fetch(share_state_key(g.group_id)).items()})
         wanted = sorted(known) if g.topics is None else [(t.topic_name, i) for t in g.topics for i in t.partitions]
