@@ -46,6 +46,7 @@ MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2  # DescribeClientQuotas co
 _CLIENT_KEYS = {PRODUCER_BYTE_RATE: True, CONSUMER_BYTE_RATE: True, REQUEST_PERCENTAGE: False,
                 CONTROLLER_MUTATION_RATE: False}
 _IP_KEYS = {CONNECTION_CREATION_RATE: True}
+_LONG_MAX = 2 ** 63 - 1
 
 Entity = tuple[tuple[str, str | None], ...]  # components sorted by type
 
@@ -70,9 +71,21 @@ def entity_of(components: Iterable[tuple[str, str | None]]) -> Entity:
             raise QuotaError(f"Empty {kind} not supported")
         seen[kind] = name
     if not seen or (IP in seen and len(seen) > 1):
+        # Kafka's text, missing space included
         raise QuotaError("Invalid empty client quota entity" if not seen else
-                         "Invalid quota entity combination: ip cannot be combined with user or client-id")
+                         "Invalid quota entity combination, IP entity shouldnot be combined with User or ClientId")
     return tuple(sorted(seen.items()))
+
+
+# the order Java's HashMap lists these types in (by their hash), as Kafka prints an entity
+_JAVA_ORDER = {CLIENT_ID: 0, USER: 1, IP: 2}
+
+
+def entity_text(components: Iterable[tuple[str, str | None]]) -> str:
+    """An entity as Kafka names it in its error messages: ``ClientQuotaEntity(entries={user=null})``."""
+    entries = sorted(dict(components).items(), key=lambda kv: (_JAVA_ORDER.get(kv[0], 3), kv[0]))
+    return "ClientQuotaEntity(entries={%s})" % ", ".join(
+        f"{kind}={'null' if name is None else name}" for kind, name in entries)
 
 
 def _keys_for(entity: Entity) -> dict[str, bool]:
@@ -171,25 +184,27 @@ class ClientQuotaStore:
         return out
 
     def alter(self, alterations: Iterable[tuple[list[tuple[str, str | None]], list[tuple[str, float, bool]]]],
-              validate_only: bool) -> list[str | None]:
-        """Apply each (components, [(key, value, remove)]) alteration; one error message (or None) each.
+              validate_only: bool) -> list[tuple[list[tuple[str, str | None]], str | None]]:
+        """Apply each (components, [(key, value, remove)]) alteration; answer (components, error
+        message or None) once per entity, as Kafka's controller does: an entity named again is
+        answered "Ignoring duplicate entity" (what its first alteration changed stays changed).
 
         An entity with any invalid op is left as it was; the others change (and the file is
         rewritten once) unless ``validate_only``. Raises OSError, changing nothing, if the file
         cannot be written."""
-        results: list[str | None] = []
+        results: dict[frozenset, tuple[list[tuple[str, str | None]], str | None]] = {}
         staged: dict[Entity, dict[str, float]] = {}
-        seen: set[Entity] = set()
         for components, ops in alterations:
+            key = frozenset(components)
+            if key in results:
+                results[key] = (results[key][0], f"Ignoring duplicate entity {entity_text(components)}")
+                continue
             try:
                 entity = entity_of(components)
-                if entity in seen:
-                    raise QuotaError(f"Ignoring duplicate entity {dict(entity)}")
-                seen.add(entity)
                 staged[entity] = self._altered(entity, ops)
-                results.append(None)
+                results[key] = (components, None)
             except QuotaError as exc:
-                results.append(str(exc))
+                results[key] = (components, str(exc))
         if not validate_only and staged:
             quotas = dict(self._quotas)
             for entity, values in staged.items():
@@ -200,25 +215,28 @@ class ClientQuotaStore:
             self._write(quotas)  # first: if it fails (OSError) nothing has changed
             self._quotas = quotas
             self._keys = self._keys_set()
-        return results
+        return list(results.values())
 
     def _altered(self, entity: Entity, ops: list[tuple[str, float, bool]]) -> dict[str, float]:
         valid = _keys_for(entity)
         values = dict(self._quotas.get(entity, {}))
-        keys = set()
-        for key, value, remove in ops:
-            if key in keys:
-                raise QuotaError(f"Duplicate quota key {key} not updating quota for this entity {dict(entity)}")
-            keys.add(key)
+        names = [key for key, _value, _remove in ops]
+        if len(set(names)) < len(names):  # Kafka notes the key, then answers the entity as named twice
+            raise QuotaError(f"Ignoring duplicate entity {entity_text(entity)}")
+        for key, value, remove in ops:  # Kafka's checks and messages, in its order
             if remove:
                 values.pop(key, None)
                 continue
             if key not in valid:
                 raise QuotaError(f"Invalid configuration key {key}")
             if not math.isfinite(value):
-                raise QuotaError(f"Configuration {key} must be a finite number")
-            if valid[key] and abs(round(value) - value) > 1e-6:
-                raise QuotaError(f"Configuration {key} must be a Long value")
+                raise QuotaError(f"Quota {key} must be a finite number")
+            if value <= 0:
+                raise QuotaError(f"Quota {key} must be greater than 0")
+            if valid[key] and value > _LONG_MAX:
+                raise QuotaError(f"Proposed value for {key} is too large for a LONG.")
+            if valid[key] and value != int(value):
+                raise QuotaError(f"{key} cannot be a fractional value.")
             values[key] = float(value)
         return values
 

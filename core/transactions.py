@@ -365,27 +365,33 @@ class TransactionCoordinator:
         return Step(durable=[self._persist(txn)], partition_errors=ok)
 
     def commit_offsets(self, transactional_id: str, group_id: str, producer_id: int, epoch: int,
-                       offsets: dict[TopicPartition, OffsetAndMetadata], add: bool = False) -> Step:
+                       offsets: dict[TopicPartition, OffsetAndMetadata], add: bool = False,
+                       member_check: Callable[[], ErrorCode | None] | None = None) -> Step:
         """TxnOffsetCommit: offsets that apply when the transaction commits. ``add`` (v5+,
         transaction version 2): the group's partition joins the transaction here, as
         AddOffsetsToTxn would have added it (the gateway has done that already when the
-        coordinator is another broker)."""
+        coordinator is another broker). ``member_check`` (KIP-447's zombie fencing) runs only
+        once the producer and its transaction passed, as Kafka verifies the transaction before
+        its group coordinator looks at the member: a producer without one is refused as such
+        (INVALID_PRODUCER_ID_MAPPING) whatever member epoch it sent."""
         if add and self.coordinates(transactional_id):
             added = self.add_offsets(transactional_id, producer_id, epoch, group_id)
             if added.error:
                 return added
-            committed = self.commit_offsets(transactional_id, group_id, producer_id, epoch, offsets)
+            committed = self.commit_offsets(transactional_id, group_id, producer_id, epoch, offsets,
+                                            member_check=member_check)
             committed.durable = added.durable + committed.durable
             return committed
-        if not self.coordinates(transactional_id):
-            # cluster mode: the group's coordinator is not the transaction's, which checked the
-            # producer when the group was added (Kafka's group coordinator does not check either)
-            return Step(durable=[d for d in [self.offsets.commit_in_txn(group_id, producer_id, epoch, offsets)] if d])
-        txn, error = self._check(transactional_id, producer_id, epoch)
-        if txn is None:
-            return Step(error)
-        if txn.state != ONGOING or (OFFSETS_TOPIC, self.offsets.partition_for(group_id)) not in txn.partitions:
-            return Step(ErrorCode.invalid_txn_state)  # AddOffsetsToTxn first
+        if self.coordinates(transactional_id):
+            txn, error = self._check(transactional_id, producer_id, epoch)
+            if txn is None:
+                return Step(error)
+            if txn.state != ONGOING or (OFFSETS_TOPIC, self.offsets.partition_for(group_id)) not in txn.partitions:
+                return Step(ErrorCode.invalid_txn_state)  # AddOffsetsToTxn first
+        # else cluster mode: the group's coordinator is not the transaction's, which checked the
+        # producer when the group was added (Kafka's group coordinator does not check either)
+        if member_check is not None and (refused := member_check()):
+            return Step(refused)
         durable_at = self.offsets.commit_in_txn(group_id, producer_id, epoch, offsets)
         return Step(durable=[durable_at] if durable_at else [])
 

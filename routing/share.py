@@ -76,11 +76,22 @@ class ShareQueue(Queue):
 
 
 class SharePartition:
-    def __init__(self, group: str, queue: Queue, shared: bool):
+    def __init__(self, group: str, queue: Queue, shared: bool, written_start: int = -1):
         self.group = group
         self.queue = queue
         self.shared = shared  # True: the AMQP queue of the same name
         self.locks: dict[int, float] = {}  # acquired offset -> lock deadline (clock seconds)
+        # the start offset Kafka's share coordinator would hold: each state write (a request's
+        # acknowledgements, a release, an expiry) carries the start offset as it stood before
+        # that write moved it; -1 until the first write. DescribeShareGroupOffsets reports it.
+        self.written_start = written_start
+
+    def writing(self) -> int:
+        """Call before a state write; pass what it returns to :meth:`written`."""
+        return self.queue.ack_floor
+
+    def written(self, before: int) -> None:
+        self.written_start = before
 
     @property
     def plog(self) -> PartitionLog:
@@ -161,6 +172,7 @@ class SharePartition:
         for offset in mine:
             self.locks.pop(offset, None)
         if mine:
+            self.written(self.writing())
             self.queue.reject(mine, requeue=True)
         return len(mine)
 
@@ -174,6 +186,7 @@ class SharePartition:
         cursor = self.queue.cursor
         late = [o for o in late if isinstance(cursor.owner_of(o), ShareOwner)]
         if late:
+            self.written(self.writing())
             self.queue.reject(sorted(late), requeue=True)
         return len(late)
 
@@ -267,7 +280,9 @@ class SharePartitions:
                 saved = start  # the snapshot the last leader wrote (snapshot() below), or None
                 if start is not None:
                     self._remote_written[key] = start
-            sp = SharePartition(group, self._plain(group, topic, index, plog, saved), False)
+            # a start offset read back is what was written last
+            sp = SharePartition(group, self._plain(group, topic, index, plog, saved), False,
+                                -1 if saved is None else saved.get("floor", 0))
         self.partitions[key] = sp
         return sp
 
@@ -420,8 +435,11 @@ class SharePartitions:
     def shared_queue(self, group: str, topic: str, index: int) -> Queue | None:
         return self._queue_for(group, topic, index)
 
-    def describe(self, group: str) -> list[tuple[str, int, int]]:
-        """(topic, partition, start offset) of each share partition of ``group`` known here."""
+    def describe(self, group: str, as_written: bool = False) -> list[tuple[str, int, int]]:
+        """(topic, partition, start offset) of each share partition of ``group`` known here: its
+        ack floor, or with ``as_written`` (DescribeShareGroupOffsets) for a plain one the start
+        offset its last state write carried (-1 before any), as Kafka's share coordinator
+        reports it."""
         out = {}
         for key, value in self.saved.items():
             g, where = _split(key)
@@ -429,7 +447,7 @@ class SharePartitions:
                 out[where] = value.get("floor", 0)
         for (g, topic, index), sp in self.partitions.items():
             if g == group and not sp.queue.deleted:
-                out[(topic, index)] = sp.queue.ack_floor
+                out[(topic, index)] = sp.written_start if as_written and not sp.shared else sp.queue.ack_floor
         return sorted((t, i, floor) for (t, i), floor in out.items())
 
 

@@ -24,7 +24,8 @@ def test_quota_resolution_follows_kafkas_order_and_buckets(tmp_path):
                         ([("client-id", None)], [("producer_byte_rate", 200.0, False)]),
                         ([("user", "bob")], [("producer_byte_rate", 300.0, False)]),
                         ([("user", "bob"), ("client-id", "app")], [("producer_byte_rate", 400.0, False)])],
-                       False) == [None] * 4
+                       False) == [(c, None) for c in ([("user", None)], [("client-id", None)], [("user", "bob")],
+                                                       [("user", "bob"), ("client-id", "app")])]
     assert store.byte_rate("producer_byte_rate", "bob", "app") == (400.0, ("bob", "app"))
     assert store.byte_rate("producer_byte_rate", "bob", "other") == (300.0, ("bob", ""))  # shared by bob's clients
     assert store.byte_rate("producer_byte_rate", "eve", "app") == (100.0, ("eve", ""))  # one bucket per user
@@ -36,18 +37,27 @@ def test_quota_resolution_follows_kafkas_order_and_buckets(tmp_path):
 
 def test_quota_alterations_are_validated_per_entity(tmp_path):
     store = ClientQuotaStore(tmp_path)
-    results = store.alter([([("user", "a")], [("producer_byte_rate", 10.0, False)]),
-                           ([("user", "b")], [("producer_byte_rate", 10.0, False), ("request_percentage", 1.0, False),
-                                              ("producer_byte_rate", 5.0, False)]),
-                           ([("ip", "10.0.0.1")], [("connection_creation_rate", 3.0, False)]),
-                           ([("ip", "10.0.0.2")], [("producer_byte_rate", 3.0, False)]),
-                           ([("topic", "x")], [("producer_byte_rate", 3.0, False)]),
-                           ([], [("producer_byte_rate", 3.0, False)])], validate_only=True)
+    results = [m for _c, m in store.alter([
+        ([("user", "a")], [("producer_byte_rate", 10.0, False)]),
+        ([("user", "b")], [("producer_byte_rate", 10.0, False), ("request_percentage", 1.0, False),
+                           ("producer_byte_rate", 5.0, False)]),
+        ([("ip", "10.0.0.1")], [("connection_creation_rate", 3.0, False)]),
+        ([("ip", "10.0.0.2")], [("producer_byte_rate", 3.0, False)]),
+        ([("topic", "x")], [("producer_byte_rate", 3.0, False)]),
+        ([], [("producer_byte_rate", 3.0, False)]),
+        ([("user", "a"), ("ip", None)], [("producer_byte_rate", 3.0, False)]),
+        ([("client-id", "c"), ("user", None)], [("producer_byte_rate", 3.0, False)]),
+        ([("user", None), ("client-id", "c")], [("producer_byte_rate", 4.0, False)]),  # the same entity again
+    ], validate_only=True)]
     assert results[0] is None and results[2] is None
-    assert results[1].startswith("Duplicate quota key producer_byte_rate")
+    # a key named twice: Kafka's controller answers the entity as if named twice
+    assert results[1] == "Ignoring duplicate entity ClientQuotaEntity(entries={user=b})"
     assert results[3] == "Invalid configuration key producer_byte_rate"
     assert results[4] == "Unhandled client quota entity type: topic"
     assert results[5] == "Invalid empty client quota entity"
+    assert results[6] == "Invalid quota entity combination, IP entity shouldnot be combined with User or ClientId"
+    # one answer per entity: the second naming replaces the first's (which was fine)
+    assert results[7:] == ["Ignoring duplicate entity ClientQuotaEntity(entries={client-id=c, user=null})"]
     assert store.entries() == {}  # validate_only
 
 

@@ -129,6 +129,21 @@ public class AdminApis {
         emit(out.append("}}").toString());
     }
 
+    // Kafka applies AlterClientQuotas through its controller: a broker describes the change once
+    // the metadata has reached it, so a client waits for it (up to 15 s) as any Kafka user must
+    static Map<ClientQuotaEntity, Map<String, Double>> userQuotas(Admin admin, String prefix, int want)
+            throws Exception {
+        long deadline = System.currentTimeMillis() + 15_000;
+        while (true) {
+            Map<ClientQuotaEntity, Map<String, Double>> found = admin.describeClientQuotas(ClientQuotaFilter.contains(
+                List.of(ClientQuotaFilterComponent.ofEntity(ClientQuotaEntity.USER, prefix + "-user")))).entities().get();
+            if (found.size() == want || System.currentTimeMillis() > deadline) {
+                return found;
+            }
+            Thread.sleep(100);
+        }
+    }
+
     static void quotas(Admin admin, String prefix) throws Exception {
         ClientQuotaEntity user = new ClientQuotaEntity(Map.of(ClientQuotaEntity.USER, prefix + "-user"));
         Map<String, String> userAndDefaultClient = new HashMap<>();
@@ -138,8 +153,7 @@ public class AdminApis {
         admin.alterClientQuotas(List.of(
             new ClientQuotaAlteration(user, List.of(new ClientQuotaAlteration.Op("producer_byte_rate", 1024.0))),
             new ClientQuotaAlteration(both, List.of(new ClientQuotaAlteration.Op("request_percentage", 50.0))))).all().get();
-        Map<ClientQuotaEntity, Map<String, Double>> found = admin.describeClientQuotas(ClientQuotaFilter.contains(
-            List.of(ClientQuotaFilterComponent.ofEntity(ClientQuotaEntity.USER, prefix + "-user")))).entities().get();
+        Map<ClientQuotaEntity, Map<String, Double>> found = userQuotas(admin, prefix, 2);
         String bad = "null";
         try {
             admin.alterClientQuotas(List.of(new ClientQuotaAlteration(user,
@@ -150,8 +164,7 @@ public class AdminApis {
         admin.alterClientQuotas(List.of(
             new ClientQuotaAlteration(user, List.of(new ClientQuotaAlteration.Op("producer_byte_rate", null))),
             new ClientQuotaAlteration(both, List.of(new ClientQuotaAlteration.Op("request_percentage", null))))).all().get();
-        int left = admin.describeClientQuotas(ClientQuotaFilter.contains(
-            List.of(ClientQuotaFilterComponent.ofEntity(ClientQuotaEntity.USER, prefix + "-user")))).entities().get().size();
+        int left = userQuotas(admin, prefix, 0).size();
         StringBuilder out = new StringBuilder("{\"step\":\"quotas\",\"found\":[");
         String sep = "";
         for (Map.Entry<ClientQuotaEntity, Map<String, Double>> e : found.entrySet()) {

@@ -146,14 +146,18 @@ def test_share_explicit_release_redelivers_and_reject_never(run):
         "expected e-0 again with deliveryCount 2 after RELEASE, e-1 never again after REJECT")
 
 
-@pytest.mark.gateway_only("Kafka disagrees: after every record is accepted it lists the share partitions' "
-                            "start offset as 0 (lag 0) where ours says 100 (not analysed yet)")
 def test_list_share_group_offsets(run):
+    """Every record settled: nothing lags. The start offset is what Kafka's share coordinator
+    holds: each state write carries the start offset as it stood before that write moved it, so
+    it trails by one write (0 when one write settled everything) and is below the log's end."""
     offsets = {e["group"]: e["offsets"] for e in stage(run, "share_offsets")}
     prefix = run["prefix"]
-    # every record settled: the start offset is each partition's end, nothing lags
-    assert offsets[prefix + "-sg"] == {f"{prefix}-share:{p}": {"start": 100, "lag": 0} for p in range(2)}
-    assert offsets[prefix + "-sgx"] == {f"{prefix}-explicit:0": {"start": 6, "lag": 0}}
+    for group, partitions, end in ((prefix + "-sg", [f"{prefix}-share:{p}" for p in range(2)], 100),
+                                   (prefix + "-sgx", [f"{prefix}-explicit:0"], 6)):
+        assert set(offsets[group]) == set(partitions), offsets
+        for where in partitions:
+            got = offsets[group][where]
+            assert got["lag"] == 0 and 0 <= got["start"] < end, (group, where, got)
 
 
 def test_list_groups_reports_types(run):

@@ -1,8 +1,10 @@
 """Consume-transform-produce with ``send_offsets_to_transaction`` for both group protocols.
 
 A KIP-848 member (``group.protocol=consumer``) sends its member epoch in TxnOffsetCommit's
-generation field: the current epoch commits, a stale one is refused with STALE_MEMBER_EPOCH
-(Kafka's ConsumerGroup.validateOffsetCommit), an unknown member with UNKNOWN_MEMBER_ID.
+generation field: the current epoch commits, a stale one is refused with ILLEGAL_GENERATION
+(Kafka's ConsumerGroup.validateOffsetCommit says STALE_MEMBER_EPOCH, which TxnOffsetCommit answers
+as ILLEGAL_GENERATION), an unknown member with UNKNOWN_MEMBER_ID; all of that only once the
+producer's transaction passed its check.
 """
 from __future__ import annotations
 
@@ -15,8 +17,7 @@ from kio.schema.errors import ErrorCode
 
 from compat_tests.conftest import unique_name
 from compat_tests.kafka.eos_loop import EosLoop, committed_offsets, read_values, run_until_done, transform
-from compat_tests.kafka.kio_call import kio_call
-from wire.kafka import build, request_class, response_class
+from compat_tests.kafka.test_transaction_v2 import call_retrying, end_txn
 
 PARTITIONS, RECORDS = 3, 300
 
@@ -58,34 +59,44 @@ def test_consume_transform_produce(bootstrap, protocol):
     check_pipeline(bootstrap, source, sink, group, values, PARTITIONS)
 
 
-def _call(bootstrap: str, api_key: int, version: int, data: dict):
-    host, _, port = bootstrap.rpartition(":")
-    request = build(request_class(api_key, version), data)
-    return kio_call((host, int(port)), api_key, request, response_class(api_key, version), api_version=version)
-
-
-@pytest.mark.gateway_only("Kafka disagrees: it answers this TxnOffsetCommit with INVALID_PRODUCER_ID_MAPPING "
-                            "(it checks the producer first) where ours says STALE_MEMBER_EPOCH (not fixed yet)")
 def test_stale_member_epoch_refused(bootstrap):
-    topic, group = unique_name("stale"), unique_name("stale-group")
+    """The transaction is checked first (Kafka verifies it before its group coordinator looks at
+    the member): without one the answer is INVALID_PRODUCER_ID_MAPPING whatever the epoch; inside
+    one, a KIP-848 member's wrong epoch is ILLEGAL_GENERATION (TxnOffsetCommit has no
+    STALE_MEMBER_EPOCH: Kafka's group coordinator answers that instead)."""
+    topic, group, tid = unique_name("stale"), unique_name("stale-group"), unique_name("stale-txn")
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
-    joined = _call(bootstrap, 68, 0, {
+    joined = call_retrying(bootstrap, 68, 0, {
         "group_id": group, "member_id": "", "member_epoch": 0, "instance_id": None, "rack_id": None,
         "rebalance_timeout": datetime.timedelta(seconds=30), "subscribed_topic_names": [topic],
-        "server_assignor": None, "topic_partitions": []})
+        "server_assignor": None, "topic_partitions": []}, lambda a: a.error_code)
     assert joined.error_code == ErrorCode.none and joined.member_epoch > 0
+    # FindCoordinator first, as clients do: Apache Kafka creates __transaction_state on it
+    found = call_retrying(bootstrap, 10, 4, {"key_type": 1, "coordinator_keys": [tid]},
+                          lambda a: a.coordinators[0].error_code).coordinators[0]
+    assert found.error_code == ErrorCode.none
+    producer = call_retrying(bootstrap, 22, 5, {"transactional_id": tid, "transaction_timeout": 60_000,
+                                                "producer_id": -1, "producer_epoch": -1}, lambda a: a.error_code)
+    assert producer.error_code == ErrorCode.none
 
-    def txn_commit(member_id: str, epoch: int) -> ErrorCode:
-        answer = _call(bootstrap, 28, 3, {
-            "transactional_id": "no-such-txn", "group_id": group, "producer_id": 1, "producer_epoch": 0,
-            "generation_id": epoch, "member_id": member_id, "group_instance_id": None,
+    def txn_commit(member_id: str, epoch: int, txn: str = tid, version: int = 5) -> ErrorCode:
+        answer = call_retrying(bootstrap, 28, version, {
+            "transactional_id": txn, "group_id": group, "producer_id": producer.producer_id,
+            "producer_epoch": producer.producer_epoch, "generation_id": epoch, "member_id": member_id,
+            "group_instance_id": None,
             "topics": [{"name": topic, "partitions": [{"partition_index": 0, "committed_offset": 1,
-                                                       "committed_leader_epoch": -1, "committed_metadata": ""}]}]})
+                                                       "committed_leader_epoch": -1, "committed_metadata": ""}]}]},
+            lambda a: a.topics[0].partitions[0].error_code)
         return answer.topics[0].partitions[0].error_code
 
-    assert txn_commit(joined.member_id, joined.member_epoch - 1) == ErrorCode.stale_member_epoch
-    assert txn_commit(joined.member_id, joined.member_epoch + 1) == ErrorCode.stale_member_epoch
+    # no such transaction: refused as such, before the (stale) member epoch is looked at
+    assert txn_commit(joined.member_id, joined.member_epoch - 1, txn="no-such-txn", version=3) == \
+        ErrorCode.invalid_producer_id_mapping
+    # v5 adds the group's partition to the producer's transaction; then the member is checked
+    assert txn_commit(joined.member_id, joined.member_epoch - 1) == ErrorCode.illegal_generation
+    assert txn_commit(joined.member_id, joined.member_epoch + 1) == ErrorCode.illegal_generation
     assert txn_commit("someone-else", joined.member_epoch) == ErrorCode.unknown_member_id
-    # the member check passes at the current epoch: what refuses it now is the transaction (none open)
-    assert txn_commit(joined.member_id, joined.member_epoch) == ErrorCode.invalid_producer_id_mapping
+    assert txn_commit(joined.member_id, joined.member_epoch) == ErrorCode.none
+    assert end_txn(bootstrap, tid, producer.producer_id, producer.producer_epoch, commit=False).error_code == \
+        ErrorCode.none

@@ -66,12 +66,15 @@ class OffsetCommits:
                          instance_id: str | None) -> ErrorCode | None:
         """TxnOffsetCommit's member check (KIP-447): a KIP-848 member's generation field carries
         its member epoch; a classic member's, its generation. A request without member
-        metadata (epoch -1, no member id, no instance id: the pre-KIP-447 shape) is not fenced."""
+        metadata (epoch -1, no member id, no instance id: the pre-KIP-447 shape) is not fenced.
+        TxnOffsetCommit has no STALE_MEMBER_EPOCH: a wrong member epoch is ILLEGAL_GENERATION
+        there, as Kafka's group coordinator answers it."""
         self._ensure_loaded()
         if generation_id < 0 and not member_id and instance_id is None:
             return None
         if group_id in self.consumer.groups:
-            return self.consumer.commit_error(group_id, member_id, generation_id)
+            error = self.consumer.commit_error(group_id, member_id, generation_id)
+            return ErrorCode.illegal_generation if error == ErrorCode.stale_member_epoch else error
         return self._commit_check(group_id, generation_id, member_id, instance_id)
 
     def _commit_check(self, group_id: str, generation_id: int, member_id: str,

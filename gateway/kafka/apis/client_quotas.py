@@ -39,16 +39,16 @@ def alter_client_quotas(ctx, conn, h, req):
     alterations = [([(e.entity_type, e.entity_name) for e in entry.entity],
                     [(op.key, op.value, op.remove) for op in entry.ops]) for entry in req.entries]
     try:
-        messages = store.alter(alterations, req.validate_only)
+        answers = store.alter(alterations, req.validate_only)
     except OSError as exc:  # the file could not be written: nothing changed for good
         log.error("client quotas not saved: %s", exc)
-        messages = [f"the quotas could not be saved: {exc}"] * len(alterations)
-        errors = [ErrorCode.unknown_server_error] * len(alterations)
+        answers = [(components, f"the quotas could not be saved: {exc}") for components, _ops in alterations]
+        failed = ErrorCode.unknown_server_error
     else:
-        errors = [ErrorCode.none if m is None else ErrorCode.invalid_request for m in messages]
-        if not req.validate_only and any(m is None for m in messages):
+        failed = ErrorCode.invalid_request
+        if not req.validate_only and any(m is None for _c, m in answers):
             log.info("client quotas altered", extra=fields(entities=[
-                dict(components) for (components, _ops), m in zip(alterations, messages) if m is None]))
-    out = [{"error_code": e, "error_message": m, "entity": _entity(components)}
-           for (components, _ops), e, m in zip(alterations, errors, messages)]
+                dict(components) for components, m in answers if m is None]))
+    out = [{"error_code": ErrorCode.none if m is None else failed, "error_message": m, "entity": _entity(components)}
+           for components, m in answers]
     return respond(h, {"throttle_time": 0, "entries": out})

@@ -188,13 +188,17 @@ def _acknowledge(ctx, answer: _Answer, group: str, member: str, topics, error_ke
             if not error and sp is None:
                 error = ErrorCode.invalid_record_state  # nothing can have been acquired there yet
             if not error:
+                before, applied = sp.writing(), False  # one state write per partition and request
                 for batch in p.acknowledgement_batches:
                     if batch.last_offset < batch.first_offset or \
                             not sp.acknowledge(owner, batch.first_offset, batch.last_offset,
                                                tuple(batch.acknowledge_types)):
                         error = ErrorCode.invalid_record_state
-                    elif not returned:
-                        returned = any(kind in (RELEASE, REJECT) for kind in batch.acknowledge_types)
+                    else:
+                        applied = True
+                        returned = returned or any(kind in (RELEASE, REJECT) for kind in batch.acknowledge_types)
+                if applied:
+                    sp.written(before)
                 touched.append(sp.queue)
             if error:
                 entry[error_key] = error

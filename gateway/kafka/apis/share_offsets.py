@@ -1,10 +1,14 @@
 """The share-group offset admin APIs (KIP-932): DescribeShareGroupOffsets (90),
 AlterShareGroupOffsets (91) and DeleteShareGroupOffsets (92).
 
-A share partition's "offset" is its start offset (SPSO): every record below it is settled. For a
-share group named like an AMQP queue that is the queue's ack floor, which only consuming (or
-purging the queue) moves: altering or deleting it is refused with INVALID_REQUEST naming the
-queue. Alter and delete need a group without members (NON_EMPTY_GROUP), as in Kafka.
+A share partition's "offset" is its start offset (SPSO): every record below it is settled.
+Described, it is the one Kafka's share coordinator would hold: each state write carries the start
+offset as it stood before that write moved it, so it trails by one write (-1, lag -1, before the
+first); the lag is the log's end minus that start minus the records settled above it, which is
+the records not settled yet. For a share group named like an AMQP queue the start offset is the
+queue's ack floor, which only consuming (or purging the queue) moves: altering or deleting it is
+refused with INVALID_REQUEST naming the queue. Alter and delete need a group without members
+(NON_EMPTY_GROUP), as in Kafka.
 """
 from __future__ import annotations
 
@@ -42,9 +46,11 @@ def describe_share_group_offsets(ctx, conn, h, req):
             out.append({"group_id": g.group_id, "topics": [], "error_code": ErrorCode.group_id_not_found,
                         "error_message": f"Group {g.group_id} is not a share group."})
             continue
-        # cluster mode: the coordinator (here) keeps the start offsets its partitions' leaders wrote;
-        # those are what a new leader starts from, so they win over a live share partition's here
-        known = {(t, i): start for t, i, start in shares.describe(g.group_id)}
+        # one broker: as Kafka's share coordinator holds them (see above). Cluster mode: the
+        # coordinator (here) keeps the start offsets its partitions' leaders wrote; those are what
+        # a new leader starts from, so they win over a live share partition's ack floor here
+        single = ctx.cluster is None
+        known = {(t, i): start for t, i, start in shares.describe(g.group_id, as_written=single)}
         if ctx.cluster is not None:
             known.update({tp: om.offset for tp, om in ctx.groups.offsets.fetch(share_state_key(g.group_id)).items()})
         wanted = sorted(known) if g.topics is None else [(t.topic_name, i) for t in g.topics for i in t.partitions]

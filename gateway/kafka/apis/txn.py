@@ -81,9 +81,11 @@ def txn_offset_commit(ctx, conn, h, req):
             else:
                 offsets[tp] = OffsetAndMetadata(p.committed_offset, getattr(p, "committed_leader_epoch", -1),
                                                 metadata, int(ctx.reactor.seconds() * 1000))
-    # KIP-447: a zombie member of an older generation (or member epoch) must not commit.
-    member_error = ctx.groups.check_txn_member(req.group_id, getattr(req, "generation_id", -1),
-                                               getattr(req, "member_id", ""), getattr(req, "group_instance_id", None))
+    # KIP-447: a zombie member of an older generation (or member epoch) must not commit; checked
+    # after the producer's transaction (Kafka verifies that first), in commit_offsets
+    def member_error() -> ErrorCode | None:
+        return ctx.groups.check_txn_member(req.group_id, getattr(req, "generation_id", -1),
+                                           getattr(req, "member_id", ""), getattr(req, "group_instance_id", None))
 
     def answer(final: Step) -> bytes:
         topics = [{"name": t.name, "partitions": [
@@ -92,16 +94,17 @@ def txn_offset_commit(ctx, conn, h, req):
         return respond(h, {"throttle_time": 0, "topics": topics})
 
     def commit(error: ErrorCode = ErrorCode.none) -> defer.Deferred:
-        step = Step(member_error or error) if member_error or error else ctx.transactions.commit_offsets(
-            req.transactional_id, req.group_id, req.producer_id, req.producer_epoch, offsets, add=implicit)
+        step = Step(error) if error else ctx.transactions.commit_offsets(
+            req.transactional_id, req.group_id, req.producer_id, req.producer_epoch, offsets, add=implicit,
+            member_check=member_error)
         return run(ctx, step).addCallback(answer)
     # v5 (transaction version 2): no AddOffsetsToTxn came first; the group's partition joins the
     # transaction now, at its coordinator (here: commit_offsets does it; elsewhere: asked first)
     implicit = h.api_version >= 5
-    if implicit and not member_error and not ctx.transactions.coordinates(req.transactional_id):
+    if implicit and not ctx.transactions.coordinates(req.transactional_id):
         tp = (OFFSETS_TOPIC, ctx.groups.offsets.partition_for(req.group_id))
         return txn_steps.check(ctx, req.transactional_id, req.producer_id, req.producer_epoch, [tp], add=True
-                                ).addCallback(lambda found: commit(found[tp]))
+                               ).addCallback(lambda found: commit(found[tp]))
     return commit()
 
 
