@@ -37,6 +37,7 @@ from routing.errors import FRAME_ERROR, NOT_ALLOWED, PRECONDITION_FAILED, Channe
 from routing.queue import Queue, position_key
 from routing.share import SharePartitions
 from routing.state import FileState, LogState
+from routing.direct_reply import DirectReplies
 from routing.vhost import DEFAULT_EXCHANGES, VirtualHost
 from wire.records import Record, built_batch, record_tail, stamp_built
 
@@ -107,6 +108,10 @@ class Router:
         self.on_storage_error: Callable[[], bool] = lambda: True
         self.dead_letters = DeadLetterForwarder(self.stage_record, clock)  # at-least-once dead-lettering
         self.shares = SharePartitions(lambda: self, clock=clock)  # Kafka share groups (routing.share)
+        self.direct_replies = DirectReplies()  # Direct Reply-To consumers here (routing.direct_reply)
+        # cluster mode 'spread': (node, vhost, routing key, properties, body) -> Deferred of whether
+        # the broker holding a Direct Reply-To requester handed it the reply
+        self.reply_elsewhere: Callable | None = None
 
     # --- start and stop ----------------------------------------------------------------
     def load(self) -> None:
