@@ -122,6 +122,9 @@ class Channel(Consuming, DirectReplyTo, RemoteReplies):
         if m.queue.startswith(PSEUDO_QUEUE):
             self._declare_reply_queue(m)
             return
+        if not m.passive:
+            self.connection.service.deprecated.check_queue_declare(durable=m.durable, exclusive=m.exclusive,
+                                                                   arguments=m.arguments or {})
         queue = self.vhost.declare_queue(m.queue, owner=self.connection, passive=m.passive, durable=m.durable,
                                          exclusive=m.exclusive, auto_delete=m.auto_delete,
                                          arguments=m.arguments or {})
@@ -274,7 +277,7 @@ class Channel(Consuming, DirectReplyTo, RemoteReplies):
     def basic_qos(self, m: spec.Basic.Qos) -> None:
         if m.prefetch_size:
             raise ConnectionError(NOT_IMPLEMENTED, f"prefetch_size!=0 ({m.prefetch_size})")  # as RabbitMQ
-        if m.global_:
+        if m.global_ and self.connection.service.deprecated.permitted("global_qos"):
             self.global_prefetch = m.prefetch_count
         else:
             self.prefetch = m.prefetch_count
