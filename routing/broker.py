@@ -270,7 +270,7 @@ class Router:
                 if not queue.durable or queue.remote:
                     continue
                 key, stage = position_key(queue.topic, queue.partition), queue.stage
-                prioritised = stage is not None and stage.lanes.weighted and stage.active
+                prioritised = stage is not None and stage.returns_first and stage.active
                 if not (queue.delivery_counts or queue.held.reasons or clean_stop or prioritised):
                     saved[key] = queue.cursor.ack_floor
                     continue

@@ -24,7 +24,7 @@ from routing import dead_letter, message_fields
 from routing.cursor import QueueCursor
 from routing.dedup import Deduplicator
 from routing.errors import PRECONDITION_FAILED, ChannelError
-from routing.priorities import STAGED, PriorityStage, quorum_level
+from routing.priorities import QUORUM_DEFAULT, STAGED, PriorityStage, quorum_level
 from routing.queue_arguments import QueueArguments, parse_interval
 from routing.reader import LogReader
 from wire.records import Record
@@ -127,15 +127,15 @@ class Queue:
         self.held.restore(self.cursor)
 
     def _priority_stage(self, prioritised: bool) -> PriorityStage | None:
-        """Classic queues order by priority with x-max-priority; quorum queues always (RabbitMQ 4),
-        in two levels, once a high-priority message arrives."""
+        """Classic queues order by priority with x-max-priority; quorum queues always (RabbitMQ 4.3:
+        32 levels), once a message arrives whose level is not the default one."""
         top = self.args.max_priority
         if top is not None:
             return PriorityStage(lambda r: 0 if r is None else min(message_fields.priority(r) or 0, top),
-                                 weighted=False)
+                                 returns_first=False)
         if self.args.queue_type == "quorum":
-            return PriorityStage(lambda r: 0 if r is None else quorum_level(message_fields.priority(r)),
-                                 weighted=True, active=prioritised)
+            return PriorityStage(lambda r: QUORUM_DEFAULT if r is None else quorum_level(message_fields.priority(r)),
+                                 returns_first=True, active=prioritised)
         return None
 
     def __repr__(self) -> str:
@@ -151,12 +151,12 @@ class Queue:
 
     def _look_for_priorities(self, end: int) -> None:
         """A quorum queue's records that came by Kafka Produce (a publish forwarded by another
-        broker of a spread cluster, a Kafka producer): the first high-priority one turns the
-        priority lanes on, as :meth:`appended` does for what is published here."""
+        broker of a spread cluster, a Kafka producer): the first one off the default level turns
+        the priority lanes on, as :meth:`appended` does for what is published here."""
         start, self._seen_end = max(self._seen_end, self.cursor.end_offset, self.plog.log_start_offset), end
         for offset in range(start, end):
             record = self.reader.get(offset)
-            if record is not None and quorum_level(message_fields.priority(record)):
+            if record is not None and quorum_level(message_fields.priority(record)) != QUORUM_DEFAULT:
                 self.stage.active = True
                 return
 
@@ -197,8 +197,9 @@ class Queue:
                 self._sizes[first_offset + i] = size
         stage = self.stage
         self._seen_end = max(self._seen_end, first_offset + len(sizes))  # looked at here, not in sync_end
-        if stage is not None and not stage.active and any(quorum_level(message_fields.priority(s)) for s in sources):
-            stage.active = True  # the first high-priority message: from now on the lanes order deliveries
+        if stage is not None and not stage.active and any(quorum_level(message_fields.priority(s)) != QUORUM_DEFAULT
+                                                                for s in sources):
+            stage.active = True  # the first message off the default level: from now on the lanes order deliveries
 
     # --- consumers ---------------------------------------------------------------------
     def add_consumer(self, consumer: Consumer) -> None:
