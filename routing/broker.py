@@ -537,8 +537,8 @@ class Router:
                         break
 
     def tick(self) -> None:
-        """Periodic: expire messages at queue heads, drop unused queues (x-expires), route held
-        at-least-once dead letters again."""
+        """Periodic: expire messages at queue heads, release quorum queues' delayed retries that
+        came due, drop unused queues (x-expires), route held at-least-once dead letters again."""
         now = self.clock()
         self.shares.expire_locks()
         self.shares.sync_remote()
@@ -547,6 +547,8 @@ class Router:
                 if queue.remote:
                     continue  # its leader expires its messages and the queue itself
                 queue.expire_head()
+                if queue.retries:
+                    queue.release_due_retries()
                 if queue.held.reasons:
                     self.dead_letters.retry(vhost, queue)
                 expires = queue.args.expires

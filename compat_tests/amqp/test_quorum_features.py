@@ -152,6 +152,53 @@ def test_quorum_queues_refuse_x_max_priority(amqp_broker):
                                        f"'/' of queue type rabbit_quorum_queue")
 
 
+# --- delayed retry (RabbitMQ 4.3) -----------------------------------------------------------
+
+delayed_retry = pytest.mark.rabbitmq_min_version(4, 3)  # Debian's 3.10 returns at once
+
+
+def _wait_for(ch, q: str, timeout: float = 10):
+    """(seconds until basic.get had a message, method, body)."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        method, _, body = ch.basic_get(q)
+        if method is not None:
+            return time.monotonic() - start, method, body
+        time.sleep(0.05)
+    return None, None, None
+
+
+@delayed_retry
+def test_a_nacked_message_waits_before_it_is_redelivered(channel):
+    q = unique("qq-retry")
+    _quorum(channel, q, **{"x-delayed-retry-type": "all", "x-delayed-retry-min": 1000})
+    _publish(channel, q, b"m")
+    method, _, _ = channel.basic_get(q)
+    channel.basic_nack(method.delivery_tag, requeue=True)
+    assert channel.queue_declare(q, passive=True).method.message_count == 0  # waiting: not ready
+    waited, method, body = _wait_for(channel, q)
+    assert body == b"m" and method.redelivered
+    assert 0.8 <= waited <= 3, waited  # 1 s, give or take the broker's quarter-second tick
+    channel.basic_ack(method.delivery_tag)
+
+
+@delayed_retry
+@pytest.mark.cluster_differs("a consumer on another broker than the queue's leader returns by share-group "
+                             "release, which does not tell basic.reject from basic.nack")
+def test_failed_type_delays_rejects_not_nacks(channel):
+    q = unique("qq-retry")
+    _quorum(channel, q, **{"x-delayed-retry-type": "failed", "x-delayed-retry-min": 1000})
+    _publish(channel, q, b"m")
+    method, _, _ = channel.basic_get(q)
+    channel.basic_nack(method.delivery_tag, requeue=True)  # "returned": not delayed
+    waited, method, _ = _wait_for(channel, q)
+    assert waited < 0.5, waited
+    channel.basic_reject(method.delivery_tag, requeue=True)  # "failed": delayed
+    waited, method, _ = _wait_for(channel, q)
+    assert 0.8 <= waited <= 3, waited
+    channel.basic_ack(method.delivery_tag)
+
+
 # --- at-least-once dead-lettering ----------------------------------------------------------
 
 def _reject_one(ch, q: str, body: bytes = b"precious", routing_key: str | None = None) -> None:

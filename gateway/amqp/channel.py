@@ -320,13 +320,14 @@ class Channel(Consuming, DirectReplyTo, RemoteReplies):
             self._check_tag(m.delivery_tag, False)
             self.tx.append(("reject", m))
             return
-        self._settle(self._take_tags(m.delivery_tag, False), ack=False, requeue=m.requeue)
+        self._settle(self._take_tags(m.delivery_tag, False), ack=False, requeue=m.requeue, failed=True)
 
     def _check_tag(self, tag: int, multiple: bool) -> None:
         if not multiple and tag not in self.unacked:
             raise ChannelError(PRECONDITION_FAILED, f"unknown delivery tag {tag}")
 
-    def _settle(self, entries, *, ack: bool, requeue: bool) -> None:
+    def _settle(self, entries, *, ack: bool, requeue: bool, failed: bool = False) -> None:
+        """``failed``: basic.reject (a failed delivery, to a quorum queue's delayed retry)."""
         by_queue: dict[Queue, list[int]] = {}
         for queue, offset, _consumer in entries:
             by_queue.setdefault(queue, []).append(offset)
@@ -337,7 +338,10 @@ class Channel(Consuming, DirectReplyTo, RemoteReplies):
                 queue.ack(offsets)
                 BY_QUEUE_TYPE[queue.args.queue_type].acknowledged += len(offsets)
             else:
-                queue.reject(sorted(offsets), requeue)
+                if failed and requeue and not queue.remote:
+                    queue.reject(sorted(offsets), requeue, failed=True)
+                else:
+                    queue.reject(sorted(offsets), requeue)
         self._dispatch_all(by_queue)
         self.router.settle_appends()  # dead-lettered messages, if any
 
