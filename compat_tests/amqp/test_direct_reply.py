@@ -34,6 +34,23 @@ def _server_url(amqp_broker) -> str:
     return f"amqp://guest:guest@{over['host']}:{over['port']}/"
 
 
+def _request_queue(client_channel, server_conn, name: str):
+    """The server's request queue, declared where requests are published (the requester's broker
+    routes them) and awaited where the server reads (another broker of a cluster learns of a
+    queue through the replicated definitions, a moment later): the server's channel."""
+    client_channel.queue_declare(name, durable=True)
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        channel = server_conn.channel()
+        try:
+            channel.queue_declare(name, passive=True)
+            return channel
+        except pika.exceptions.ChannelClosedByBroker:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
 def _next_delivery(conn, ch, got: list, timeout: float = TIMEOUT):
     deadline = time.monotonic() + timeout
     while not got and time.monotonic() < deadline:
@@ -45,9 +62,8 @@ def test_pika_rpc_round_trip(amqp_broker, name):
     server_conn = connect(amqp_broker, **_server_broker(amqp_broker))
     client_conn = connect(amqp_broker)
     try:
-        server = server_conn.channel()
-        server.queue_declare(name, durable=True)
         client = client_conn.channel()
+        server = _request_queue(client, server_conn, name)
         replies = []
         tag = client.basic_consume(REPLY_TO, lambda ch, m, p, b: replies.append((m, p, b)), auto_ack=True)
         for i in range(3):
@@ -130,9 +146,8 @@ def test_reply_to_vanished_requester_dropped_or_returned(amqp_broker, name):
     client_conn = connect(amqp_broker)
     server_conn = connect(amqp_broker, **_server_broker(amqp_broker))
     try:
-        server = server_conn.channel()
-        server.queue_declare(name, durable=True)
         client = client_conn.channel()
+        server = _request_queue(client, server_conn, name)
         client.basic_consume(REPLY_TO, lambda *a: None, auto_ack=True)
         client.basic_publish("", name, b"ping", pika.BasicProperties(reply_to=REPLY_TO))
         requests = []
@@ -166,8 +181,16 @@ def test_aio_pika_rpc(amqp_broker, name):
     async def serve(ready: asyncio.Event, n: int):
         conn = await aio_pika.connect(_server_url(amqp_broker), timeout=TIMEOUT)
         async with conn:
-            ch = await conn.channel()
-            queue = await ch.declare_queue(name, durable=True)
+            deadline = time.monotonic() + TIMEOUT
+            while True:  # declared by the requester (see _request_queue)
+                ch = await conn.channel()
+                try:
+                    queue = await ch.declare_queue(name, passive=True)
+                    break
+                except aio_pika.exceptions.ChannelClosed:
+                    if time.monotonic() > deadline:
+                        raise
+                    await asyncio.sleep(0.1)
             ready.set()
             async with queue.iterator() as it:
                 async for message in it:
@@ -181,12 +204,13 @@ def test_aio_pika_rpc(amqp_broker, name):
             await queue.delete(if_unused=False, if_empty=False)
 
     async def main():
-        ready = asyncio.Event()
-        server = asyncio.create_task(serve(ready, 10))
-        await asyncio.wait_for(ready.wait(), TIMEOUT)
         conn = await aio_pika.connect(amqp_broker.url, timeout=TIMEOUT)
         async with conn:
             ch = await conn.channel()
+            await ch.declare_queue(name, durable=True)
+            ready = asyncio.Event()
+            server = asyncio.create_task(serve(ready, 10))
+            await asyncio.wait_for(ready.wait(), TIMEOUT)
             reply_queue = await ch.get_queue(REPLY_TO, ensure=False)
             futures: dict[str, asyncio.Future] = {}
 
