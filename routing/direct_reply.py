@@ -3,7 +3,8 @@
 A channel consumes (no-ack) from the pseudo-queue ``amq.rabbitmq.reply-to``; a request it then
 publishes with that ``reply_to`` leaves with a name of its own instead,
 ``amq.rabbitmq.reply-to.<suffix>``; a reply published to the default exchange with that name as
-routing key is handed to the channel's consumer as it is, or dropped when the channel has gone.
+routing key is handed to the channel's consumer as it is, or dropped when the channel has gone
+(routed either way, as RabbitMQ 4.2+ routes it to a "volatile queue": never returned).
 
 The suffix is the base64url form of the requester's broker (a signed 32-bit node id, -1 on a
 single broker) and 16 random bytes. The random part makes a name unguessable, as RabbitMQ's

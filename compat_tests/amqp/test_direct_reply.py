@@ -142,27 +142,54 @@ def test_cancelled_reply_consumer_takes_no_requests(connection, name):
     assert info.value.reply_code == 406
 
 
-def test_reply_to_vanished_requester_dropped_or_returned(amqp_broker, name):
+def _request_and_reply_name(client_conn, server_conn, name: str, replies: list | None = None):
+    """A requester that sent one request (its replies' bodies go to ``replies``); (its channel,
+    the server's channel, the reply name)."""
+    client = client_conn.channel()
+    server = _request_queue(client, server_conn, name)
+    client.basic_consume(REPLY_TO, lambda ch, m, p, body: replies is not None and replies.append(body),
+                         auto_ack=True)
+    client.basic_publish("", name, b"ping", pika.BasicProperties(reply_to=REPLY_TO))
+    requests = []
+    wait_until(lambda: requests.extend(_gets(server, name)) or requests, what="the request")
+    return client, server, requests[0][1].reply_to
+
+
+def test_reply_to_vanished_requester_is_dropped(amqp_broker, name):
     client_conn = connect(amqp_broker)
     server_conn = connect(amqp_broker, **_server_broker(amqp_broker))
     try:
-        client = client_conn.channel()
-        server = _request_queue(client, server_conn, name)
-        client.basic_consume(REPLY_TO, lambda *a: None, auto_ack=True)
-        client.basic_publish("", name, b"ping", pika.BasicProperties(reply_to=REPLY_TO))
-        requests = []
-        wait_until(lambda: requests.extend(_gets(server, name)) or requests, what="the request")
-        reply_name = requests[0][1].reply_to
-        client.close()  # the requester goes away
+        _, server, reply_name = _request_and_reply_name(client_conn, server_conn, name)
+        client_conn.close()  # the requester goes away
         server.confirm_delivery()
-        server.basic_publish("", reply_name, b"lost")  # dropped: confirmed, nothing else
-        with pytest.raises(pika.exceptions.UnroutableError):
-            server.basic_publish("", reply_name, b"lost", mandatory=True)  # returned
+        server.basic_publish("", reply_name, b"lost")  # confirmed, and nothing else
         assert server.is_open
         with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
             server.queue_declare(reply_name, passive=True)
         assert info.value.reply_code == 404
-        server = server_conn.channel()
+        server_conn.channel().queue_delete(name)
+    finally:
+        for c in (client_conn, server_conn):
+            if c.is_open:
+                c.close()
+
+
+@pytest.mark.rabbitmq_min_version(4, 2)  # RabbitMQ 3 returns every mandatory reply: its names are no queue
+def test_mandatory_replies_are_routed_not_returned(amqp_broker, name):
+    """RabbitMQ 4.2+ routes a reply to a well-formed name (a "volatile queue"): a mandatory reply
+    is not returned, whether its requester is there (delivered) or gone (dropped)."""
+    client_conn = connect(amqp_broker)
+    server_conn = connect(amqp_broker, **_server_broker(amqp_broker))
+    try:
+        replies: list[bytes] = []
+        client, server, reply_name = _request_and_reply_name(client_conn, server_conn, name, replies)
+        server.confirm_delivery()
+        server.basic_publish("", reply_name, b"pong", mandatory=True)  # no UnroutableError
+        wait_until(lambda: client_conn.process_data_events(time_limit=0.1) or replies, what="the reply")
+        assert replies == [b"pong"]
+        client_conn.close()
+        server.basic_publish("", reply_name, b"late", mandatory=True)  # dropped, not returned
+        assert server.is_open
         server.queue_delete(name)
     finally:
         for c in (client_conn, server_conn):

@@ -65,36 +65,41 @@ class DirectReplyTo:
         return amqp_properties.with_reply_to(properties_raw, self.reply_consumer[1])
 
     def _publish_reply(self, p: spec.Basic.Publish, properties_raw: bytes, body: bytes) -> Publish | None:
-        """A publish to the default exchange whose routing key is a Direct Reply-To name: handed to
-        the requester, or dropped (returned if mandatory) when it has gone. Its confirm (the Publish
-        returned) waits only for another broker's answer."""
+        """A publish to the default exchange whose routing key is a Direct Reply-To name. As RabbitMQ
+        4.2+ routes it (to a "volatile queue"): a well-formed name of a broker of this cluster is
+        routed, so the reply reaches its requester, or is dropped if the requester has gone, and
+        is never returned; a name that does not decode, or names a broker that cannot be reached,
+        is unroutable (returned if mandatory). Its confirm (the Publish returned) waits only for
+        another broker's answer."""
         router = self.router
         replies = router.direct_replies
         COUNTS.received += 1
-        if replies.is_here(p.routing_key) or router.reply_elsewhere is None:
-            if replies.deliver("", p.routing_key, properties_raw, body):
-                COUNTS.routed += 1
-            else:
-                self._unroutable(p, properties_raw, body)
+        node = node_of(p.routing_key)
+        if node is None or (node != replies.node_id and router.reply_elsewhere is None):
+            self._unroutable(p, properties_raw, body)
+            return None
+        COUNTS.routed += 1
+        if node == replies.node_id:
+            replies.deliver("", p.routing_key, properties_raw, body)
             return None
         publish = None
         if self.confirm:
             publish = Publish()
             publish.forwarded = 1
-        d = router.reply_elsewhere(node_of(p.routing_key), self.vhost.name, p.routing_key, properties_raw, body)
+        d = router.reply_elsewhere(node, self.vhost.name, p.routing_key, properties_raw, body)
 
-        def answered(delivered: bool) -> None:
+        def unreachable(_failure) -> None:
             if not self.closing:
-                if delivered:
-                    COUNTS.routed += 1
-                else:
-                    self._unroutable(p, properties_raw, body)
+                COUNTS.routed -= 1
+                self._unroutable(p, properties_raw, body)
+
+        def settled(_) -> None:
             if publish is not None:
                 publish.forwarded = 0
                 if not self.closing:
                     self.send_confirms()
 
-        d.addCallbacks(answered, lambda _failure: answered(False))
+        d.addCallbacks(lambda _delivered: None, unreachable).addBoth(settled)
         return publish
 
     def _unroutable(self, p: spec.Basic.Publish, properties_raw: bytes, body: bytes) -> None:
