@@ -255,3 +255,12 @@ def test_aio_pika_rpc(amqp_broker, name):
         await asyncio.wait_for(server, TIMEOUT)
 
     asyncio.run(asyncio.wait_for(main(), 90))
+
+
+@pytest.mark.rabbitmq_min_version(4, 2)  # a rule RabbitMQ 3 does not have
+def test_a_reply_name_cannot_be_bound(connection):
+    ch = connection.channel()
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+        ch.queue_bind(REPLY_TO + ".AAAAAAAAAAAAAAAAAAAAAAAAAAA", "amq.direct", "k")
+    assert info.value.reply_code == 403
+    assert "cannot bind or unbind to a volatile (direct reply-to) queue" in info.value.reply_text

@@ -19,7 +19,7 @@ from gateway.amqp.counters import AMQP as COUNTS, BY_QUEUE_TYPE
 from gateway.amqp.direct_reply import DirectReplyTo
 from gateway.amqp.remote_replies import RemoteReplies
 from routing.direct_reply import PSEUDO_QUEUE, is_reply_name
-from routing.errors import NOT_FOUND, NOT_IMPLEMENTED, PRECONDITION_FAILED, ChannelError, ConnectionError
+from routing.errors import ACCESS_REFUSED, NOT_FOUND, NOT_IMPLEMENTED, PRECONDITION_FAILED, ChannelError, ConnectionError
 from routing.queue import Queue
 from wire.amqp import unchecked
 
@@ -147,12 +147,14 @@ class Channel(Consuming, DirectReplyTo, RemoteReplies):
         return self.connection.last_queue
 
     def queue_bind(self, m: spec.Queue.Bind) -> None:
+        _not_a_reply_queue(m.queue)
         self.vhost.bind_queue(self._queue_name(m.queue), m.exchange, m.routing_key, m.arguments or {},
                               self.connection)
         if not m.nowait:
             self.reply(spec.Queue.BindOk())
 
     def queue_unbind(self, m: spec.Queue.Unbind) -> None:
+        _not_a_reply_queue(m.queue)
         self.vhost.unbind_queue(self._queue_name(m.queue), m.exchange, m.routing_key, m.arguments or {},
                                 self.connection)
         self.reply(spec.Queue.UnbindOk())
@@ -455,6 +457,12 @@ class Channel(Consuming, DirectReplyTo, RemoteReplies):
         for queue in queues:
             if not queue.deleted:
                 queue.dispatch()
+
+
+def _not_a_reply_queue(name: str) -> None:
+    """RabbitMQ 4.2+: a Direct Reply-To name is no queue to bind."""
+    if is_reply_name(name):
+        raise ChannelError(ACCESS_REFUSED, "cannot bind or unbind to a volatile (direct reply-to) queue")
 
 
 _SEES_PUBLISHES = frozenset({spec.Queue.Declare, spec.Queue.Purge, spec.Queue.Delete, spec.Basic.Get,
