@@ -157,6 +157,15 @@ OPTIONS: tuple[Option, ...] = (
     Option("consumer_timeout_ms", _int_at_least(0), 1800000, "MS",
            "AMQP: close a channel whose delivery stays unacknowledged this long (406; RabbitMQ's "
            "consumer_timeout; 0: never; a queue's x-consumer-timeout wins)"),
+    Option("deprecated_features_permit_transient_nonexcl_queues", _bool, True, "BOOL",
+           "AMQP: permit non-durable, non-exclusive queues (RabbitMQ's deprecated_features.permit."
+           "transient_nonexcl_queues; false: declaring one closes the connection with 541, as RabbitMQ 4.3)"),
+    Option("deprecated_features_permit_global_qos", _bool, True, "BOOL",
+           "AMQP: permit basic.qos global=true (RabbitMQ's deprecated_features.permit.global_qos; "
+           "false: it is taken as a per-consumer qos, as RabbitMQ 4.3)"),
+    Option("deprecated_features_permit_queue_master_locator", _bool, True, "BOOL",
+           "AMQP: permit the classic-queue argument x-queue-master-locator (RabbitMQ's deprecated_features."
+           "permit.queue_master_locator; false: declaring one closes the connection with 541, as RabbitMQ 4.3)"),
     Option("delayed_messages_max", _int_at_least(1), 100000, "N",
            "messages an x-delayed-message exchange may hold (more: 406 PRECONDITION_FAILED)"),
     Option("definitions", _optional_path, "", "FILE",
@@ -282,6 +291,9 @@ class Settings:
     group_share_record_lock_duration_ms: int
     group_share_delivery_count_limit: int
     consumer_timeout_ms: int
+    deprecated_features_permit_transient_nonexcl_queues: bool
+    deprecated_features_permit_global_qos: bool
+    deprecated_features_permit_queue_master_locator: bool
     delayed_messages_max: int
     definitions: Path | None
     max_message_bytes: int

@@ -173,14 +173,17 @@ def amqp_page() -> str:
            "Queue arguments:\n", "| argument |\n|---|", *[f"| `{a}` |" for a in _queue_arguments()], "",
            f"Queue types (`x-queue-type`): {', '.join(f'`{t}`' for t in QUEUE_TYPES)}. "
            f"Overflow behaviours (`x-overflow`): {', '.join(f'`{o}`' for o in OVERFLOW)}.\n",
+           "Direct Reply-To: the pseudo-queue `amq.rabbitmq.reply-to`.\n",
            "The [AMQP guide](../guides/amqp.md) says what each does.\n"]
     return "\n".join(out)
 
 
 def _queue_arguments() -> list[str]:
+    import routing.delayed_retry as dr
     import routing.queue_arguments as qa
 
-    return sorted(set(re.findall(r'"(x-[a-z-]+)"', Path(qa.__file__).read_text())))
+    text = Path(qa.__file__).read_text() + Path(dr.__file__).read_text()
+    return sorted(set(re.findall(r'"(x-[a-z-]+)"', text)))
 
 
 # --- stream protocol ------------------------------------------------------------------------

@@ -39,6 +39,7 @@ from core.offsets import OFFSETS_TOPIC
 from core.producers import ProducerStates
 from core.transactions import TXN_TOPIC, TransactionCoordinator
 from routing.broker import Router
+from routing.deprecated import FEATURES as DEPRECATED, DeprecatedFeatures
 from routing.state import NoState
 from gateway import http
 from gateway.alarms import Alarms
@@ -323,6 +324,8 @@ class Broker:
         self.amqp.channel_max, self.amqp.max_message_bytes = s.channel_max, s.max_message_bytes
         self.amqp.delayed_max = s.delayed_messages_max
         self.amqp.consumer_timeout_ms = s.consumer_timeout_ms
+        self.amqp.deprecated = DeprecatedFeatures(frozenset(
+            f for f in DEPRECATED if not getattr(s, f"deprecated_features_permit_{f}")))
         self.kafka.throttle_ms = lambda: s.kafka_throttle_ms if self.amqp.alarm_reason else 0
 
     def _listen(self, name: str, address: HostPort, factory):

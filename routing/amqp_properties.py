@@ -17,7 +17,7 @@ import struct
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-__all__ = ["encode_table", "with_headers", "with_entry", "dead_lettered"]
+__all__ = ["encode_table", "with_headers", "with_entry", "dead_lettered", "reply_to", "with_reply_to"]
 
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
@@ -47,6 +47,7 @@ _PROPERTIES = (
     (0x0004, "amqp.cluster-id", _STR),
 )
 _HEADERS_INDEX = 2
+_REPLY_TO_INDEX = 6
 _DELIVERY_MODE_INDEX, _PRIORITY_INDEX, _EXPIRATION_INDEX, _MESSAGE_ID_INDEX, _TIMESTAMP_INDEX = 3, 4, 7, 8, 9
 # the prefix of the record headers that carry AMQP properties; a record with none is Kafka-origin
 _RESERVED = "amqp."
@@ -334,6 +335,26 @@ def with_headers(properties_raw: bytes, table: bytes | None = None, drop_expirat
             parts.append(raw[span[0]:span[1]])
             new_flags |= bit
     return b"".join((_U16.pack(new_flags), raw[2:2 * words], *parts, raw[known_end:]))
+
+
+def reply_to(properties_raw: bytes) -> str | None:
+    """The ``reply_to`` property of a section, if present."""
+    value = _raw_property(properties_raw, _REPLY_TO_INDEX)
+    return None if value is None else value.decode("utf-8", "replace")
+
+
+def with_reply_to(properties_raw: bytes, name: str) -> bytes:
+    """A copy of a property section whose ``reply_to`` is ``name`` (Direct Reply-To's rewrite)."""
+    raw = properties_raw if type(properties_raw) is bytes else bytes(properties_raw)
+    flags, words, spans, known_end = _split(raw)
+    span = spans[_REPLY_TO_INDEX]
+    value = name.encode()
+    new = _LEN1[len(value)] + value
+    if span is not None:
+        return raw[:span[0]] + new + raw[span[1]:]
+    at = next((s[0] for s in spans[_REPLY_TO_INDEX + 1:] if s is not None), known_end)
+    bit = _PROPERTIES[_REPLY_TO_INDEX][0]
+    return _U16.pack(flags | bit) + raw[2:at] + new + raw[at:]
 
 
 def with_entry(properties_raw: bytes, name: str, t: str, value: Any) -> bytes:

@@ -37,6 +37,7 @@ from routing.errors import FRAME_ERROR, NOT_ALLOWED, PRECONDITION_FAILED, Channe
 from routing.queue import Queue, position_key
 from routing.share import SharePartitions
 from routing.state import FileState, LogState
+from routing.direct_reply import DirectReplies
 from routing.vhost import DEFAULT_EXCHANGES, VirtualHost
 from wire.records import Record, built_batch, record_tail, stamp_built
 
@@ -109,6 +110,10 @@ class Router:
         self.on_storage_error: Callable[[], bool] = lambda: True
         self.dead_letters = DeadLetterForwarder(self.stage_record, clock)  # at-least-once dead-lettering
         self.shares = SharePartitions(lambda: self, clock=clock)  # Kafka share groups (routing.share)
+        self.direct_replies = DirectReplies()  # Direct Reply-To consumers here (routing.direct_reply)
+        # cluster mode 'spread': (node, vhost, routing key, properties, body) -> Deferred of whether
+        # the broker holding a Direct Reply-To requester handed it the reply
+        self.reply_elsewhere: Callable | None = None
 
     # --- start and stop ----------------------------------------------------------------
     def load(self) -> None:
@@ -267,7 +272,7 @@ class Router:
                 if not queue.durable or queue.remote:
                     continue
                 key, stage = position_key(queue.topic, queue.partition), queue.stage
-                prioritised = stage is not None and stage.lanes.weighted and stage.active
+                prioritised = stage is not None and stage.returns_first and stage.active
                 if not (queue.delivery_counts or queue.held.reasons or clean_stop or prioritised):
                     saved[key] = queue.cursor.ack_floor
                     continue
@@ -534,8 +539,8 @@ class Router:
                         break
 
     def tick(self) -> None:
-        """Periodic: expire messages at queue heads, drop unused queues (x-expires), route held
-        at-least-once dead letters again."""
+        """Periodic: expire messages at queue heads, release quorum queues' delayed retries that
+        came due, drop unused queues (x-expires), route held at-least-once dead letters again."""
         now = self.clock()
         self.shares.expire_locks()
         self.shares.sync_remote()
@@ -544,6 +549,8 @@ class Router:
                 if queue.remote:
                     continue  # its leader expires its messages and the queue itself
                 queue.expire_head()
+                if queue.retries:
+                    queue.release_due_retries()
                 if queue.held.reasons:
                     self.dead_letters.retry(vhost, queue)
                 expires = queue.args.expires

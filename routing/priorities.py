@@ -1,15 +1,13 @@
 """Message priorities: the ready messages of a priority queue, sorted into lanes by priority.
 
-One structure serves both kinds of priority queue RabbitMQ has:
+One structure serves both kinds of priority queue RabbitMQ has; both serve the highest
+non-empty lane first (strict priority), and within a lane the log's order:
 
 * a classic queue declared with ``x-max-priority`` N has lanes 0..N (a message's priority,
-  capped at N; none counts as 0) and always serves the highest non-empty lane: strict priority;
-* a quorum queue (RabbitMQ 4) has two lanes without any argument: "high" for a priority above
-  4, "normal" for the rest. It serves high before normal, but every third message it takes the
-  older of the two lanes' heads, so normal messages keep moving while high ones get two thirds
-  of the deliveries (RabbitMQ's ``rabbit_fifo_q``: a dequeue counter cycling 0, 1, 2; at 2 the
-  lane whose head was enqueued first wins, so a high message published before a normal one
-  still goes first).
+  capped at N; none counts as 0);
+* a quorum queue (RabbitMQ 4.3's ``rabbit_fifo_pq``) has 32 lanes without any argument: a
+  message's priority clamped to 0..31, none counting as 4. Returned messages go first, before
+  any lane (rabbit_fifo's returns queue), in the order they came back.
 
 Entries are ``(offset, redelivered)`` pairs; each lane is a heap, so a returned message goes
 back to its place in its lane by offset. Which offsets are staged here, and who owns them, is
@@ -21,28 +19,25 @@ import heapq
 
 from routing.errors import unsupported_argument
 
-QUORUM_HIGH_ABOVE = 4  # RabbitMQ 4 quorum queues: priorities 5..255 are "high", 0..4 and none "normal"
-QUORUM_WEIGHT = 2  # high messages served per normal one when both lanes wait (rabbit_fifo_q's ?WEIGHT)
+QUORUM_DEFAULT = 4  # RabbitMQ 4.3 quorum queues: the lane of a message without a priority
+QUORUM_TOP = 31  # and the highest lane (32 levels: rabbit_fifo_pq's bitmap of buckets)
 
 
 def quorum_level(priority: int | None) -> int:
-    return 1 if priority is not None and priority > QUORUM_HIGH_ABOVE else 0
+    return QUORUM_DEFAULT if priority is None else max(0, min(priority, QUORUM_TOP))
 
 
 def check_max_priority(args: dict, queue_type: str, queue: str, vhost: str) -> None:
-    """A quorum queue takes no ``x-max-priority``: its two levels need no argument, and RabbitMQ
+    """A quorum queue takes no ``x-max-priority``: its levels need no argument, and RabbitMQ
     refuses the argument for that queue type."""
     if queue_type == "quorum" and "x-max-priority" in args:
         raise unsupported_argument("x-max-priority", queue, vhost, queue_type)
 
 
 class PriorityLanes:
-    def __init__(self, *, weighted: bool = False):
-        """``weighted``: the quorum queue's 2:1 rule over two lanes; otherwise strict priority."""
-        self.weighted = weighted
+    def __init__(self) -> None:
         self._lanes: dict[int, list[tuple[int, bool]]] = {}  # level -> heap, only non-empty lanes
         self._count = 0
-        self._turn = 0  # weighted: dequeues since the last fair turn (RabbitMQ's dequeue_counter)
 
     def __len__(self) -> int:
         return self._count
@@ -61,23 +56,7 @@ class PriorityLanes:
         """The next message to deliver, or None when every lane is empty."""
         if not self._count:
             return None
-        level = self._next_weighted() if self.weighted else max(self._lanes)
-        return self._pop_from(level)
-
-    def count_dequeue(self) -> None:
-        """A quorum queue delivered without its lanes (no high message seen yet): the fairness
-        counter moves on all the same, as RabbitMQ's does for every dequeue."""
-        self._turn = 0 if self._turn == QUORUM_WEIGHT else self._turn + 1
-
-    def _next_weighted(self) -> int:
-        high, normal = self._lanes.get(1), self._lanes.get(0)
-        fair_turn = self._turn == QUORUM_WEIGHT
-        self.count_dequeue()
-        if high and normal:
-            if fair_turn and normal[0][0] < high[0][0]:
-                return 0
-            return 1
-        return 1 if high else 0
+        return self._pop_from(max(self._lanes))
 
     def pop_lowest(self) -> tuple[int, bool] | None:
         """The oldest message of the lowest lane: what a classic priority queue drops at max-length."""
@@ -115,21 +94,23 @@ class PriorityStage:
     """A priority queue's ready messages moved out of its cursor (owned by :data:`STAGED`) into
     lanes, since their order is no longer the log's.
 
-    ``level_of`` maps a record (None for a gap in the log) to its lane. A quorum queue's stage is
-    ``weighted``; like RabbitMQ 4, it leaves returned messages in the cursor, which hands them out
-    before anything in the lanes (rabbit_fifo's returns queue), and it moves messages into lanes
-    only once it has seen one high-priority message (``active``): until then the log's order is
-    the priority order, and staging would only cost a read of every ready record.
+    ``level_of`` maps a record (None for a gap in the log) to its lane. A quorum queue's stage has
+    ``returns_first``: like RabbitMQ, it leaves returned messages in the cursor, which hands them
+    out before anything in the lanes (rabbit_fifo's returns queue), and it moves messages into
+    lanes only once it has seen a message whose lane is not the default one (``active``): until
+    then the log's order is the priority order, and staging would only cost a read of every
+    ready record.
     """
 
-    def __init__(self, level_of, *, weighted: bool, active: bool = True):
+    def __init__(self, level_of, *, returns_first: bool, active: bool = True):
         self.level_of = level_of
-        self.lanes = PriorityLanes(weighted=weighted)
+        self.lanes = PriorityLanes()
+        self.returns_first = returns_first
         self.active = active
 
     def fill(self, cursor, reader) -> None:
         """Move every ready offset the lanes should order into them."""
-        take = cursor.take_fresh if self.lanes.weighted else cursor.take
+        take = cursor.take_fresh if self.returns_first else cursor.take
         while True:
             taken = take(STAGED)
             if taken is None:
@@ -139,22 +120,19 @@ class PriorityStage:
 
     def take(self, cursor, reader, owner) -> tuple[int, bool] | None:
         """The next offset to deliver to ``owner`` (now its owner in the cursor), or None."""
-        if self.lanes.weighted:
+        if self.returns_first:
             taken = cursor.take_returned(owner)
             if taken is not None:
                 return taken
             if not self.active:
-                taken = cursor.take_fresh(owner)
-                if taken is not None:
-                    self.lanes.count_dequeue()
-                return taken
+                return cursor.take_fresh(owner)
         self.fill(cursor, reader)
         return self._claim(cursor, owner, self.lanes.pop)
 
     def drop_head(self, cursor, reader) -> int | None:
         """The offset a drop-head overflow discards (now owned by STAGED), or None: a classic
         priority queue drops the oldest of its lowest priority; a quorum queue its next delivery."""
-        if self.lanes.weighted:
+        if self.returns_first:
             return (self.take(cursor, reader, STAGED) or (None,))[0]
         self.fill(cursor, reader)
         return (self._claim(cursor, STAGED, self.lanes.pop_lowest) or (None,))[0]

@@ -20,11 +20,12 @@ import time
 from typing import Any, Callable, Hashable, Protocol
 
 from core.log import PartitionLog
-from routing import dead_letter, message_fields
+from routing import dead_letter, delayed_retry, message_fields
 from routing.cursor import QueueCursor
+from routing.delayed_retry import DelayedRetries
 from routing.dedup import Deduplicator
 from routing.errors import PRECONDITION_FAILED, ChannelError
-from routing.priorities import STAGED, PriorityStage, quorum_level
+from routing.priorities import QUORUM_DEFAULT, STAGED, PriorityStage, quorum_level
 from routing.queue_arguments import QueueArguments, parse_interval
 from routing.reader import LogReader
 from wire.records import Record
@@ -110,6 +111,8 @@ class Queue:
         self.delivery_counts: dict[int, int] = dict(delivery_counts or {})
         self.policy_delivery_limit: Callable[[], int | None] = lambda: None  # the vhost's delivery-limit policy
         self.policy_dead_letter_strategy: Callable[[], str | None] = lambda: None  # its dead-letter-strategy policy
+        self.policy_value: Callable[..., Any] = lambda key, kind=int: None  # (key, type) -> the vhost's policy value
+        self.retries = DelayedRetries()  # quorum queues: returned messages waiting (routing.delayed_retry)
 
         if plog is not None:
             self.attach(plog)
@@ -127,15 +130,15 @@ class Queue:
         self.held.restore(self.cursor)
 
     def _priority_stage(self, prioritised: bool) -> PriorityStage | None:
-        """Classic queues order by priority with x-max-priority; quorum queues always (RabbitMQ 4),
-        in two levels, once a high-priority message arrives."""
+        """Classic queues order by priority with x-max-priority; quorum queues always (RabbitMQ 4.3:
+        32 levels), once a message arrives whose level is not the default one."""
         top = self.args.max_priority
         if top is not None:
             return PriorityStage(lambda r: 0 if r is None else min(message_fields.priority(r) or 0, top),
-                                 weighted=False)
+                                 returns_first=False)
         if self.args.queue_type == "quorum":
-            return PriorityStage(lambda r: 0 if r is None else quorum_level(message_fields.priority(r)),
-                                 weighted=True, active=prioritised)
+            return PriorityStage(lambda r: QUORUM_DEFAULT if r is None else quorum_level(message_fields.priority(r)),
+                                 returns_first=True, active=prioritised)
         return None
 
     def __repr__(self) -> str:
@@ -151,12 +154,12 @@ class Queue:
 
     def _look_for_priorities(self, end: int) -> None:
         """A quorum queue's records that came by Kafka Produce (a publish forwarded by another
-        broker of a spread cluster, a Kafka producer): the first high-priority one turns the
-        priority lanes on, as :meth:`appended` does for what is published here."""
+        broker of a spread cluster, a Kafka producer): the first one off the default level turns
+        the priority lanes on, as :meth:`appended` does for what is published here."""
         start, self._seen_end = max(self._seen_end, self.cursor.end_offset, self.plog.log_start_offset), end
         for offset in range(start, end):
             record = self.reader.get(offset)
-            if record is not None and quorum_level(message_fields.priority(record)):
+            if record is not None and quorum_level(message_fields.priority(record)) != QUORUM_DEFAULT:
                 self.stage.active = True
                 return
 
@@ -172,7 +175,7 @@ class Queue:
     def unacked_count(self) -> int:
         """Delivered and not settled (the cursor also owns staged and held offsets)."""
         staged = self.stage.staged_count() if self.stage is not None else 0
-        return max(len(self.cursor.unacked) - staged - len(self.held), 0)
+        return max(len(self.cursor.unacked) - staged - len(self.held) - len(self.retries), 0)
 
     def consumer_count(self) -> int:
         return len(self.consumers)
@@ -197,8 +200,9 @@ class Queue:
                 self._sizes[first_offset + i] = size
         stage = self.stage
         self._seen_end = max(self._seen_end, first_offset + len(sizes))  # looked at here, not in sync_end
-        if stage is not None and not stage.active and any(quorum_level(message_fields.priority(s)) for s in sources):
-            stage.active = True  # the first high-priority message: from now on the lanes order deliveries
+        if stage is not None and not stage.active and any(quorum_level(message_fields.priority(s)) != QUORUM_DEFAULT
+                                                                for s in sources):
+            stage.active = True  # the first message off the default level: from now on the lanes order deliveries
 
     # --- consumers ---------------------------------------------------------------------
     def add_consumer(self, consumer: Consumer) -> None:
@@ -484,12 +488,15 @@ class Queue:
                 for offset in done:
                     self.delivery_counts.pop(offset, None)
 
-    def reject(self, offsets, requeue: bool) -> None:
+    def reject(self, offsets, requeue: bool, failed: bool = False) -> None:
+        """Settle delivered offsets without acking them: back to the queue (``requeue``), else
+        discarded or dead-lettered. ``failed``: basic.reject rather than basic.nack, which a
+        quorum queue's delayed retry tells apart."""
         if self.is_stream:
             return
         offsets = list(offsets)
         if requeue:
-            self._return(offsets)
+            self._return(offsets, failed)
             return
         for offset in offsets:
             if self.cursor.owner_of(offset) is None:
@@ -517,10 +524,10 @@ class Queue:
             limit = DEFAULT_DELIVERY_LIMIT
         return None if limit < 0 else limit
 
-    def _return(self, offsets: list[int]) -> None:
+    def _return(self, offsets: list[int], failed: bool = False) -> None:
         """Delivered messages come back to the queue. A quorum queue counts each return and
         dead-letters (reason ``delivery_limit``) a message returned more than its limit allows,
-        as RabbitMQ does with poison messages."""
+        as RabbitMQ does with poison messages; with delayed retry on, a return may wait first."""
         if not self.counts_deliveries:
             self.cursor.requeue(offsets)
             return
@@ -534,13 +541,34 @@ class Queue:
             else:
                 self.delivery_counts[offset] = count
                 back.append(offset)
+        config = delayed_retry.resolve(self.arguments, self.policy_value)
+        if config is not None:
+            back = self._delay_returns(config, back, failed)
         self.cursor.requeue(back)
+
+    def _delay_returns(self, config, offsets: list[int], failed: bool) -> list[int]:
+        """Hold the returns delayed retry says wait; the rest, to requeue now."""
+        now_ms, now = int(self.clock() * 1000), []
+        for offset in offsets:
+            self.retries.returned(offset, failed)
+            wait = self.retries.delay(config, offset, failed)
+            if wait is None:
+                now.append(offset)
+            else:
+                self.retries.hold(self.cursor, offset, now_ms + wait)
+        return now
+
+    def release_due_retries(self) -> None:
+        """The tick: waiting returns that came due are ready again (first of all)."""
+        if self.retries.release_due(self.cursor, self.clock() * 1000):
+            self.dispatch()
 
     def delivery_counts_json(self) -> dict[str, int]:
         """The counts still of use (messages not yet settled), for the checkpoint."""
         floor = self.cursor.ack_floor
         for offset in [o for o in self.delivery_counts if o < floor]:
             del self.delivery_counts[offset]
+        self.retries.forget_settled(floor)
         return {str(o): n for o, n in sorted(self.delivery_counts.items())}
 
     def purge(self) -> int:
@@ -548,7 +576,7 @@ class Queue:
         count = self.message_count()
         if self.stage is not None:
             self.stage.purge(self.cursor)
-        self.cursor.purge()
+        self.cursor.purge()  # not the returns waiting for their retry: they are not ready yet
         self._sizes.clear()
         return count
 

@@ -355,6 +355,7 @@ class VirtualHost(PoliciesMixin):
         queue.on_empty_auto_delete = self._auto_delete_queue
         queue.policy_delivery_limit = lambda: self._policy_value(queue.name, "delivery-limit")
         queue.policy_dead_letter_strategy = lambda: self._policy_value(queue.name, "dead-letter-strategy", str)
+        queue.policy_value = lambda key, kind=int: self._policy_value(queue.name, key, kind)
         queue.consuming = self.consuming
         self.queues[queue.name] = queue
 

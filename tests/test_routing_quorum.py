@@ -1,4 +1,4 @@
-"""Quorum queues in the routing model: RabbitMQ 4's two priority levels with their 2:1 rule, and
+"""Quorum queues in the routing model: RabbitMQ 4.3's 32 strict priority levels, and
 at-least-once dead-lettering (held in the source until the copy is durable, retried, restored)."""
 from __future__ import annotations
 
@@ -34,22 +34,6 @@ def drain(queue):
     return got
 
 
-def test_weighted_lanes_follow_rabbit_fifo_q():
-    lanes = PriorityLanes(weighted=True)
-    for offset in range(3):
-        lanes.push(0, offset, False)
-    for offset in range(3, 9):
-        lanes.push(1, offset, False)
-    order = [lanes.pop()[0] for _ in range(9)]
-    assert order == [3, 4, 0, 5, 6, 1, 7, 8, 2]  # two high, then the older normal one
-    assert lanes.pop() is None
-    lanes = PriorityLanes(weighted=True)
-    for offset in range(3):
-        lanes.push(1, offset, False)
-    lanes.push(0, 3, False)
-    assert [lanes.pop()[0] for _ in range(4)] == [0, 1, 2, 3]  # high published first stays first
-
-
 def test_strict_lanes_and_drop_lowest():
     lanes = PriorityLanes()
     for offset, level in enumerate([1, 5, 0, 5, 1]):
@@ -58,27 +42,38 @@ def test_strict_lanes_and_drop_lowest():
     assert [lanes.pop()[0] for _ in range(4)] == [1, 3, 0, 4]
 
 
-def test_quorum_queue_delivers_high_two_to_one(make_router):
+def test_quorum_queue_serves_32_levels_strictly(make_router):
     router = make_router()
     vhost = router.vhosts["/"]
     queue = vhost.declare_queue("qq", owner="c", durable=True, arguments={"x-queue-type": "quorum"})
-    for i in range(3):
-        router.publish(vhost, "", "qq", props(), b"n%d" % i, None, False)
-    for i in range(6):
-        router.publish(vhost, "", "qq", props(9 if i % 2 else 5), b"h%d" % i, None, False)
+    published = [(b"none", None), (b"p0", 0), (b"p4", 4), (b"p31", 31), (b"p255", 255), (b"p5", 5), (b"p3", 3),
+                 (b"p30", 30), (b"none2", None), (b"p31b", 31)]
+    for body, priority in published:
+        router.publish(vhost, "", "qq", props(priority), body, None, False)
     flush(router)
-    assert queue.message_count() == 9
-    assert drain(queue) == [b"h0", b"h1", b"n0", b"h2", b"h3", b"n1", b"h4", b"h5", b"n2"]
+    assert queue.message_count() == 10
+    # 255 is clamped to 31 and keeps its place among the 31s; no priority is level 4
+    assert drain(queue) == [b"p31", b"p255", b"p31b", b"p30", b"p5", b"none", b"p4", b"none2", b"p3", b"p0"]
 
 
-def test_quorum_queue_stays_fifo_for_priorities_up_to_4(make_router):
+def test_quorum_queue_stays_fifo_without_priorities(make_router):
     router = make_router()
     vhost = router.vhosts["/"]
     queue = vhost.declare_queue("qq", owner="c", durable=True, arguments={"x-queue-type": "quorum"})
-    for i, priority in enumerate([None, 4, 0, 3]):
+    for i, priority in enumerate([None, 4, None, 4]):
         router.publish(vhost, "", "qq", props(priority), b"%d" % i, None, False)
     flush(router)
     assert not queue.stage.active and drain(queue) == [b"0", b"1", b"2", b"3"]
+
+
+def test_a_low_priority_turns_the_lanes_on(make_router):
+    router = make_router()
+    vhost = router.vhosts["/"]
+    queue = vhost.declare_queue("qq", owner="c", durable=True, arguments={"x-queue-type": "quorum"})
+    for body, priority in ((b"low", 1), (b"none", None)):
+        router.publish(vhost, "", "qq", props(priority), body, None, False)
+    flush(router)
+    assert queue.stage.active and drain(queue) == [b"none", b"low"]
 
 
 def test_a_requeued_message_comes_back_first_and_keeps_its_priority_across_a_restart(make_router):
@@ -172,17 +167,20 @@ def test_without_reject_publish_it_is_at_most_once(make_router):
     assert not source.held and source.ack_floor == 1  # dropped: no route, as RabbitMQ's at-most-once
 
 
-def test_the_fair_turn_counts_deliveries_made_before_the_first_high_message(make_router):
+def test_returned_messages_go_before_every_level(make_router):
     router = make_router()
     vhost = router.vhosts["/"]
     queue = vhost.declare_queue("qq", owner="c", durable=True, arguments={"x-queue-type": "quorum"})
-    router.publish(vhost, "", "qq", props(), b"n0", None, False)
-    flush(router)
-    assert drain(queue) == [b"n0"]  # one dequeue: rabbit_fifo_q's counter is at 1
-    for body, priority in ((b"n1", None), (b"n2", None), (b"h0", 5), (b"h1", 5), (b"h2", 5)):
+    for body, priority in ((b"low", 0), (b"mid", None), (b"top", 31)):
         router.publish(vhost, "", "qq", props(priority), body, None, False)
     flush(router)
-    assert drain(queue) == [b"h0", b"n1", b"h1", b"h2", b"n2"]
+    taken = [queue.get("ch", no_ack=False) for _ in range(3)]
+    assert [t[2].value for t in taken] == [b"top", b"mid", b"low"]
+    queue.reject([taken[2][0]], requeue=True)  # both come back before every level
+    queue.reject([taken[1][0]], requeue=True)
+    router.publish(vhost, "", "qq", props(31), b"top2", None, False)
+    flush(router)
+    assert drain(queue) == [b"low", b"mid", b"top2"]
 
 
 def test_a_saved_definition_loads_even_where_a_declaration_is_refused():

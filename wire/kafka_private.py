@@ -14,6 +14,9 @@ leader (the ready count is what was purged).
 StreamConsumer (v0): single-active-consumer groups of the stream protocol, decided by each
 stream's leader (gateway.stream.sac). ``op`` 0 (join) and 1 (leave) go from the broker holding
 a consumer to the leader; 2 (activate) and 3 (deactivate) from the leader to that broker.
+
+AmqpReply (v0): a Direct Reply-To reply (or, without properties, the question whether its
+requester is there) for the broker holding the requester's channel (routing.direct_reply).
 """
 # no "from __future__ import annotations": kio reads the field types themselves
 
@@ -95,8 +98,39 @@ class StreamConsumerResponse:
     error_message: str | None = field(metadata={"kafka_type": "string"}, default=None)
 
 
+AMQP_REPLY = 10002
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AmqpReplyRequest:
+    __type__: ClassVar = EntityType.request
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = False
+    __api_key__: ClassVar[i16] = i16(AMQP_REPLY)
+    __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
+    vhost: str = field(metadata={"kafka_type": "string"})
+    name: str = field(metadata={"kafka_type": "string"})
+    """The Direct Reply-To name (routing.direct_reply): the reply's routing key."""
+    properties: bytes | None = field(metadata={"kafka_type": "bytes"})
+    """The reply's AMQP property section; null asks only whether the requester is still there."""
+    body: bytes = field(metadata={"kafka_type": "bytes"})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AmqpReplyResponse:
+    __type__: ClassVar = EntityType.response
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = False
+    __api_key__: ClassVar[i16] = i16(AMQP_REPLY)
+    __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
+    error_code: ErrorCode = field(metadata={"kafka_type": "error_code"})
+    delivered: bool = field(metadata={"kafka_type": "bool"}, default=False)
+    """Whether the requester's channel is there (and, with properties, was handed the reply)."""
+
+
 # api key -> version -> (request class, response class)
 ENTITIES = {AMQP_QUEUE: {0: (AmqpQueueRequest, AmqpQueueResponse)},
-            STREAM_CONSUMER: {0: (StreamConsumerRequest, StreamConsumerResponse)}}
+            STREAM_CONSUMER: {0: (StreamConsumerRequest, StreamConsumerResponse)},
+            AMQP_REPLY: {0: (AmqpReplyRequest, AmqpReplyResponse)}}
 VERSIONS = {key: (min(v), max(v)) for key, v in ENTITIES.items()}
-NAMES = {AMQP_QUEUE: "AmqpQueue", STREAM_CONSUMER: "StreamConsumer"}
+NAMES = {AMQP_QUEUE: "AmqpQueue", STREAM_CONSUMER: "StreamConsumer", AMQP_REPLY: "AmqpReply"}

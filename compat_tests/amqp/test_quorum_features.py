@@ -1,10 +1,10 @@
 """Quorum queues, the RabbitMQ 4 features: message priorities and at-least-once dead-lettering.
 
-Priorities: a quorum queue needs no argument; priority 5 and above is "high", the rest (and none)
-"normal"; high messages go first at a ratio of 2:1, and every third delivery takes the older of
-the two heads, so normal messages are never starved; a returned message comes back first. Those
-tests run against RabbitMQ 4.0 or later only (Debian's 3.10 predates quorum-queue priorities and
-delivers in order), and always against our broker.
+Priorities, as RabbitMQ 4.3: a quorum queue needs no argument; it has 32 levels, a message's
+priority clamped to 0..31 and none counting as 4, served strictly (the highest waiting level
+first, the publish order within a level); a returned message comes back before any level. Those
+tests run against RabbitMQ 4.3 or later only (Debian's 3.10 predates quorum-queue priorities and
+delivers in order; 4.0 to 4.2 had two levels served 2:1), and always against our broker.
 
 At-least-once dead-lettering (``x-dead-letter-strategy``, RabbitMQ 3.10+): with reject-publish
 overflow a dead letter stays in its quorum queue until a target queue has it, is routed again
@@ -30,8 +30,8 @@ def channel(confirm_channel):
     return confirm_channel
 
 
-# Quorum-queue priorities came with RabbitMQ 4.0: older nodes' cases are deselected (conftest).
-priorities = pytest.mark.rabbitmq_min_version(4, 0)
+# Strict quorum-queue priorities came with RabbitMQ 4.3: older nodes' cases are deselected (conftest).
+priorities = pytest.mark.rabbitmq_min_version(4, 3)
 
 
 def _quorum(ch, name: str, **arguments) -> None:
@@ -56,21 +56,23 @@ def _get_all(ch, queue: str, expected: int) -> list[bytes]:
 
 
 def _backlog(ch, q: str) -> None:
-    """Three normal messages (no priority, 0 and 4), then six high ones (5 to 255)."""
-    for body, priority in ((b"n0", None), (b"n1", 0), (b"n2", 4)):
+    """Ten messages over the levels: none (4), 0, 4, 5, 9, 5, 255 (31), 31, 3, 30."""
+    for body, priority in ((b"a", None), (b"b", 0), (b"c", 4), (b"d", 5), (b"e", 9), (b"f", 5), (b"g", 255),
+                           (b"h", 31), (b"i", 3), (b"j", 30)):
         _publish(ch, q, body, priority)
-    for i, priority in enumerate((5, 9, 5, 255, 6, 7)):
-        _publish(ch, q, b"h%d" % i, priority)
+
+
+BACKLOG_ORDER = [b"g", b"h", b"j", b"e", b"d", b"f", b"a", b"c", b"i", b"b"]
 
 
 # --- priorities ---------------------------------------------------------------------------
 
 @priorities
-def test_high_goes_first_two_to_one(channel):
+def test_levels_are_served_strictly(channel):
     q = unique("qq-prio")
     _quorum(channel, q)
     _backlog(channel, q)
-    assert _get_all(channel, q, 9) == [b"h0", b"h1", b"n0", b"h2", b"h3", b"n1", b"h4", b"h5", b"n2"]
+    assert _get_all(channel, q, 10) == BACKLOG_ORDER
 
 
 @priorities
@@ -89,20 +91,20 @@ def test_a_consumer_sees_the_same_order(amqp_broker, channel):
 
     ch.basic_consume(q, on_message)
     deadline = time.monotonic() + 10
-    while len(got) < 9 and time.monotonic() < deadline:
+    while len(got) < 10 and time.monotonic() < deadline:
         conn.process_data_events(time_limit=0.1)
     conn.close()
-    assert got == [b"h0", b"h1", b"n0", b"h2", b"h3", b"n1", b"h4", b"h5", b"n2"]
+    assert got == BACKLOG_ORDER
 
 
 @priorities
-def test_high_published_before_normal_stays_first(channel):
+def test_normal_messages_wait_for_every_high_one(channel):
     q = unique("qq-prio")
     _quorum(channel, q)
-    for i in range(3):
-        _publish(channel, q, b"h%d" % i, 8)
     _publish(channel, q, b"n", None)
-    assert _get_all(channel, q, 4) == [b"h0", b"h1", b"h2", b"n"]  # older high beats the fair turn
+    for i in range(4):
+        _publish(channel, q, b"h%d" % i, 8)
+    assert _get_all(channel, q, 5) == [b"h0", b"h1", b"h2", b"h3", b"n"]  # no fair turn any more
 
 
 @priorities
@@ -148,6 +150,53 @@ def test_quorum_queues_refuse_x_max_priority(amqp_broker):
     assert failed.value.reply_code == 406
     assert failed.value.reply_text == (f"PRECONDITION_FAILED - invalid arg 'x-max-priority' for queue '{q}' in vhost "
                                        f"'/' of queue type rabbit_quorum_queue")
+
+
+# --- delayed retry (RabbitMQ 4.3) -----------------------------------------------------------
+
+delayed_retry = pytest.mark.rabbitmq_min_version(4, 3)  # Debian's 3.10 returns at once
+
+
+def _wait_for(ch, q: str, timeout: float = 10):
+    """(seconds until basic.get had a message, method, body)."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        method, _, body = ch.basic_get(q)
+        if method is not None:
+            return time.monotonic() - start, method, body
+        time.sleep(0.05)
+    return None, None, None
+
+
+@delayed_retry
+def test_a_nacked_message_waits_before_it_is_redelivered(channel):
+    q = unique("qq-retry")
+    _quorum(channel, q, **{"x-delayed-retry-type": "all", "x-delayed-retry-min": 1000})
+    _publish(channel, q, b"m")
+    method, _, _ = channel.basic_get(q)
+    channel.basic_nack(method.delivery_tag, requeue=True)
+    assert channel.queue_declare(q, passive=True).method.message_count == 0  # waiting: not ready
+    waited, method, body = _wait_for(channel, q)
+    assert body == b"m" and method.redelivered
+    assert 0.8 <= waited <= 3, waited  # 1 s, give or take the broker's quarter-second tick
+    channel.basic_ack(method.delivery_tag)
+
+
+@delayed_retry
+@pytest.mark.cluster_differs("a consumer on another broker than the queue's leader returns by share-group "
+                             "release, which does not tell basic.reject from basic.nack")
+def test_failed_type_delays_rejects_not_nacks(channel):
+    q = unique("qq-retry")
+    _quorum(channel, q, **{"x-delayed-retry-type": "failed", "x-delayed-retry-min": 1000})
+    _publish(channel, q, b"m")
+    method, _, _ = channel.basic_get(q)
+    channel.basic_nack(method.delivery_tag, requeue=True)  # "returned": not delayed
+    waited, method, _ = _wait_for(channel, q)
+    assert waited < 0.5, waited
+    channel.basic_reject(method.delivery_tag, requeue=True)  # "failed": delayed
+    waited, method, _ = _wait_for(channel, q)
+    assert 0.8 <= waited <= 3, waited
+    channel.basic_ack(method.delivery_tag)
 
 
 # --- at-least-once dead-lettering ----------------------------------------------------------

@@ -8,22 +8,20 @@ connection closes this channel with it) or ``ConnectionError`` (the connection c
 """
 from __future__ import annotations
 
-import base64
-import os
 from collections import deque
 from typing import Any, Protocol
 
 from pamqp import commands as spec
 
 from gateway.amqp import permissions
+from gateway.amqp.consuming import Consumer, Consuming
 from gateway.amqp.counters import AMQP as COUNTS, BY_QUEUE_TYPE
+from gateway.amqp.direct_reply import DirectReplyTo
 from gateway.amqp.remote_replies import RemoteReplies
-from routing import amqp_properties, mapping
-from routing.errors import (
-    ACCESS_REFUSED, NOT_ALLOWED, NOT_FOUND, NOT_IMPLEMENTED, PRECONDITION_FAILED, ChannelError, ConnectionError,
-)
+from routing.direct_reply import PSEUDO_QUEUE, is_reply_name
+from routing.errors import ACCESS_REFUSED, NOT_FOUND, NOT_IMPLEMENTED, PRECONDITION_FAILED, ChannelError, ConnectionError
 from routing.queue import Queue
-from wire.amqp import encode_delivery, unchecked
+from wire.amqp import unchecked
 
 
 
@@ -51,47 +49,10 @@ class ChannelOwner(Protocol):
 
 NO_ROUTE = 312
 _USER_ID, _HEADERS = spec.Basic.Properties.flags["user_id"], spec.Basic.Properties.flags["headers"]
+_REPLY_TO = spec.Basic.Properties.flags["reply_to"]
 
 
-class Consumer:
-    """A basic.consume subscription; the queue calls ``has_credit`` and ``deliver``."""
-
-    __slots__ = ("channel", "queue", "tag", "no_ack", "exclusive", "priority", "prefetch", "unacked", "owner",
-                 "stream_position")
-
-    def __init__(self, channel: "Channel", queue: Queue, tag: str, no_ack: bool, exclusive: bool, priority: int,
-                 prefetch: int):
-        self.channel = channel
-        self.owner = channel
-        self.queue = queue
-        self.tag = tag
-        self.no_ack = no_ack
-        self.exclusive = exclusive
-        self.priority = priority
-        self.prefetch = prefetch
-        self.unacked = 0
-        self.stream_position = 0  # stream queues: the next offset this consumer reads
-
-    def has_credit(self) -> bool:
-        channel = self.channel
-        if not channel.flow or channel.closing:
-            return False
-        if self.no_ack:
-            return not channel.connection.write_blocked
-        if self.prefetch and self.unacked >= self.prefetch:
-            return False
-        if channel.global_prefetch and len(channel.unacked) >= channel.global_prefetch:
-            return False
-        return not channel.connection.write_blocked
-
-    def deliver(self, queue: Queue, offset: int, record, redelivered: bool) -> None:
-        self.channel.send_delivery(self, queue, offset, record, redelivered)
-
-    def cancelled_by_server(self, queue: Queue) -> None:
-        self.channel.server_cancel(self)
-
-
-class Channel(RemoteReplies):
+class Channel(Consuming, DirectReplyTo, RemoteReplies):
     def __init__(self, connection: ChannelOwner, number: int):
         self.connection = connection
         self.number = number
@@ -158,6 +119,12 @@ class Channel(RemoteReplies):
 
     # --- queues ---------------------------------------------------------------------------
     def queue_declare(self, m: spec.Queue.Declare) -> None:
+        if m.queue.startswith(PSEUDO_QUEUE):
+            self._declare_reply_queue(m)
+            return
+        if not m.passive:
+            self.connection.service.deprecated.check_queue_declare(durable=m.durable, exclusive=m.exclusive,
+                                                                   arguments=m.arguments or {})
         queue = self.vhost.declare_queue(m.queue, owner=self.connection, passive=m.passive, durable=m.durable,
                                          exclusive=m.exclusive, auto_delete=m.auto_delete,
                                          arguments=m.arguments or {})
@@ -180,12 +147,14 @@ class Channel(RemoteReplies):
         return self.connection.last_queue
 
     def queue_bind(self, m: spec.Queue.Bind) -> None:
+        _not_a_reply_queue(m.queue)
         self.vhost.bind_queue(self._queue_name(m.queue), m.exchange, m.routing_key, m.arguments or {},
                               self.connection)
         if not m.nowait:
             self.reply(spec.Queue.BindOk())
 
     def queue_unbind(self, m: spec.Queue.Unbind) -> None:
+        _not_a_reply_queue(m.queue)
         self.vhost.unbind_queue(self._queue_name(m.queue), m.exchange, m.routing_key, m.arguments or {},
                                 self.connection)
         self.reply(spec.Queue.UnbindOk())
@@ -244,10 +213,25 @@ class Channel(RemoteReplies):
             if user_id is not None and user_id != self.connection.username:
                 raise ChannelError(PRECONDITION_FAILED, f"user_id property set to '{user_id}' but authenticated "
                                                         f"user was '{self.connection.username}'")
-        headers = message.properties.headers if flags & _HEADERS else None
-        publish, routed = self.router.publish(self.vhost, p.exchange, p.routing_key, message.properties_raw,
-                                              message.body, headers, self.confirm)
+        properties_raw = message.properties_raw
+        if flags & _REPLY_TO:
+            properties_raw = self._request_properties(properties_raw)
         self.publishing = True
+        if not p.exchange and is_reply_name(p.routing_key):  # a Direct Reply-To reply: no queue
+            publish = self._publish_reply(p, properties_raw, message.body)
+        else:
+            publish = self._route(p, message, properties_raw)
+        if self.confirm:
+            COUNTS.received_confirm += 1
+            self.publish_seq += 1
+            self.pending_confirms.append((self.publish_seq, publish))
+            self.connection.confirms_waiting.add(self)
+            self.connection.service.confirming.add(self.connection)
+
+    def _route(self, p: spec.Basic.Publish, message, properties_raw: bytes):
+        headers = message.properties.headers if message.flags & _HEADERS else None
+        publish, routed = self.router.publish(self.vhost, p.exchange, p.routing_key, properties_raw,
+                                              message.body, headers, self.confirm)
         COUNTS.received += 1
         if routed:
             COUNTS.routed += 1
@@ -258,13 +242,8 @@ class Channel(RemoteReplies):
         if not routed and p.mandatory:
             self.connection.send_message(self.number, unchecked(spec.Basic.Return, NO_ROUTE, "NO_ROUTE", p.exchange,
                                                                 p.routing_key),
-                                         message.properties_raw, message.body)
-        if self.confirm:
-            COUNTS.received_confirm += 1
-            self.publish_seq += 1
-            self.pending_confirms.append((self.publish_seq, publish))
-            self.connection.confirms_waiting.add(self)
-            self.connection.service.confirming.add(self.connection)
+                                         properties_raw, message.body)
+        return publish
 
     def confirm_select(self, m: spec.Confirm.Select) -> None:
         if self.tx is not None:
@@ -300,112 +279,12 @@ class Channel(RemoteReplies):
     def basic_qos(self, m: spec.Basic.Qos) -> None:
         if m.prefetch_size:
             raise ConnectionError(NOT_IMPLEMENTED, f"prefetch_size!=0 ({m.prefetch_size})")  # as RabbitMQ
-        if m.global_:
+        if m.global_ and self.connection.service.deprecated.permitted("global_qos"):
             self.global_prefetch = m.prefetch_count
         else:
             self.prefetch = m.prefetch_count
         self.reply(spec.Basic.QosOk())
         self._dispatch_all()
-
-    def basic_consume(self, m: spec.Basic.Consume) -> None:
-        queue = self.vhost.queue(self._queue_name(m.queue), self.connection)
-        tag = m.consumer_tag or "amq.ctag-" + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
-        if tag in self.consumers:
-            raise ConnectionError(NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'")
-        if any(c.exclusive for c in queue.consumers) or (m.exclusive and queue.consumers):
-            raise ChannelError(ACCESS_REFUSED, f"queue '{queue.name}' in vhost '{self.vhost.name}' in exclusive use")
-        arguments = m.arguments or {}
-        priority = arguments.get("x-priority", 0)
-        if isinstance(priority, bool) or not isinstance(priority, int):
-            raise ChannelError(PRECONDITION_FAILED, f"invalid arg 'x-priority' for consumer: {priority!r}")
-        consumer = Consumer(self, queue, tag, m.no_ack, m.exclusive, priority, self.prefetch)
-        if queue.is_stream:
-            if not self.prefetch and not self.global_prefetch:
-                raise ChannelError(PRECONDITION_FAILED, "consumer prefetch count is not set for stream queue "
-                                                        f"'{queue.name}' in vhost '{self.vhost.name}'")
-            consumer.stream_position = queue.stream_start(arguments.get("x-stream-offset"))
-        self.consumers[tag] = consumer
-        queue.add_consumer(consumer)
-        if not m.nowait:
-            self.reply(spec.Basic.ConsumeOk(tag))
-        queue.dispatch()
-
-    def basic_cancel(self, m: spec.Basic.Cancel) -> None:
-        consumer = self.consumers.pop(m.consumer_tag, None)
-        if not m.nowait:
-            self.reply(spec.Basic.CancelOk(m.consumer_tag))
-        if consumer is not None:
-            consumer.queue.remove_consumer(consumer)
-
-    def server_cancel(self, consumer: Consumer) -> None:
-        """The queue went away under a consumer: tell the client (consumer_cancel_notify)."""
-        self.consumers.pop(consumer.tag, None)
-        if not self.closing and self.connection.client_capability("consumer_cancel_notify"):
-            if self._held_cancels is not None:  # this channel is deleting the queue: after delete-ok
-                self._held_cancels.append(consumer.tag)
-            else:
-                self.reply(spec.Basic.Cancel(consumer.tag, nowait=True))
-
-    def send_delivery(self, consumer: Consumer, queue: Queue, offset: int, record, redelivered: bool) -> None:
-        tag = self.next_tag
-        self.next_tag += 1
-        counts = BY_QUEUE_TYPE[queue.args.queue_type]
-        counts.delivered += 1
-        if redelivered:
-            counts.redelivered += 1
-        if not consumer.no_ack:
-            self.unacked[tag] = (queue, offset, consumer)
-            consumer.unacked += 1
-            counts.consume_manual_ack += 1
-        else:
-            counts.consume_auto_ack += 1
-        exchange, routing_key, properties_raw = mapping.amqp_from_record(record)
-        if queue.is_stream:  # as RabbitMQ: stream deliveries say where they are in the stream
-            properties_raw = amqp_properties.with_entry(properties_raw, "x-stream-offset", "l", offset)
-        elif queue.counts_deliveries:  # quorum queues: how often it came back (RabbitMQ's x-delivery-count)
-            properties_raw = amqp_properties.with_entry(properties_raw, "x-delivery-count", "l",
-                                                        queue.delivery_counts.get(offset, 0))
-        connection = self.connection
-        connection.send(encode_delivery(self.number, consumer.tag, tag, redelivered, exchange, routing_key,
-                                        properties_raw, record.value or b"", connection.frame_max))
-
-    def basic_get(self, m: spec.Basic.Get) -> None:
-        queue = self.vhost.queue(self._queue_name(m.queue), self.connection)
-        if queue.is_stream:
-            raise ConnectionError(NOT_IMPLEMENTED, f"basic.get not supported by stream queues queue '{queue.name}' "
-                                                   f"in vhost '{self.vhost.name}'")
-        if queue.remote:  # led by another broker: answered once it has said (gateway.cluster.amqp_consume)
-            queue.get_remote(self, m.no_ack, lambda taken: self._got(queue, m.no_ack, taken))
-            return
-        self._got(queue, m.no_ack, queue.get(self, m.no_ack))
-
-    def _got(self, queue: Queue, no_ack: bool, taken) -> None:
-        if self.closing:
-            return
-        counts = BY_QUEUE_TYPE[queue.args.queue_type]
-        if taken is None:
-            counts.get_empty += 1
-            self.reply(spec.Basic.GetEmpty())
-            return
-        offset, redelivered, record = taken
-        counts.delivered += 1
-        if redelivered:
-            counts.redelivered += 1
-        if no_ack:
-            counts.get_auto_ack += 1
-        else:
-            counts.get_manual_ack += 1
-        tag = self.next_tag
-        self.next_tag += 1
-        if not no_ack:
-            self.unacked[tag] = (queue, offset, None)
-        exchange, routing_key, properties_raw = mapping.amqp_from_record(record)
-        if queue.counts_deliveries:
-            properties_raw = amqp_properties.with_entry(properties_raw, "x-delivery-count", "l",
-                                                        queue.delivery_counts.get(offset, 0))
-        self.connection.send_message(self.number, unchecked(spec.Basic.GetOk, tag, redelivered, exchange, routing_key,
-                                                            queue.message_count()),
-                                     properties_raw, record.value or b"")
 
     # --- settling -------------------------------------------------------------------------
     def _take_tags(self, tag: int, multiple: bool) -> list[tuple[Queue, int, Consumer | None]]:
@@ -443,13 +322,14 @@ class Channel(RemoteReplies):
             self._check_tag(m.delivery_tag, False)
             self.tx.append(("reject", m))
             return
-        self._settle(self._take_tags(m.delivery_tag, False), ack=False, requeue=m.requeue)
+        self._settle(self._take_tags(m.delivery_tag, False), ack=False, requeue=m.requeue, failed=True)
 
     def _check_tag(self, tag: int, multiple: bool) -> None:
         if not multiple and tag not in self.unacked:
             raise ChannelError(PRECONDITION_FAILED, f"unknown delivery tag {tag}")
 
-    def _settle(self, entries, *, ack: bool, requeue: bool) -> None:
+    def _settle(self, entries, *, ack: bool, requeue: bool, failed: bool = False) -> None:
+        """``failed``: basic.reject (a failed delivery, to a quorum queue's delayed retry)."""
         by_queue: dict[Queue, list[int]] = {}
         for queue, offset, _consumer in entries:
             by_queue.setdefault(queue, []).append(offset)
@@ -460,7 +340,10 @@ class Channel(RemoteReplies):
                 queue.ack(offsets)
                 BY_QUEUE_TYPE[queue.args.queue_type].acknowledged += len(offsets)
             else:
-                queue.reject(sorted(offsets), requeue)
+                if failed and requeue and not queue.remote:
+                    queue.reject(sorted(offsets), requeue, failed=True)
+                else:
+                    queue.reject(sorted(offsets), requeue)
         self._dispatch_all(by_queue)
         self.router.settle_appends()  # dead-lettered messages, if any
 
@@ -563,6 +446,7 @@ class Channel(RemoteReplies):
         for consumer in list(self.consumers.values()):
             consumer.queue.remove_consumer(consumer)
         self.consumers.clear()
+        self._drop_reply_consumer()
         queues = {queue for queue, _, _ in self.unacked.values()}
         self.unacked.clear()
         for queue in queues:
@@ -573,6 +457,12 @@ class Channel(RemoteReplies):
         for queue in queues:
             if not queue.deleted:
                 queue.dispatch()
+
+
+def _not_a_reply_queue(name: str) -> None:
+    """RabbitMQ 4.2+: a Direct Reply-To name is no queue to bind."""
+    if is_reply_name(name):
+        raise ChannelError(ACCESS_REFUSED, "cannot bind or unbind to a volatile (direct reply-to) queue")
 
 
 _SEES_PUBLISHES = frozenset({spec.Queue.Declare, spec.Queue.Purge, spec.Queue.Delete, spec.Basic.Get,

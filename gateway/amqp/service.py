@@ -16,6 +16,7 @@ from typing import Callable
 
 from gateway.security.users import UserStore
 from routing.broker import Router
+from routing.deprecated import DeprecatedFeatures
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,7 @@ class AmqpService:
         self._delayed_max = router.delayed_max
         self._delay_timer = None  # the one timer of the next delayed-message release
         self._delay_due: int | None = None
+        self.deprecated = DeprecatedFeatures()  # RabbitMQ's deprecated features not permitted (--deprecated-features-*)
         self.consumer_timeout_ms = 1_800_000  # --consumer-timeout-ms (RabbitMQ's consumer_timeout); 0: none
         self._timeouts_checked = 0.0
 

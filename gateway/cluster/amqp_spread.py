@@ -156,6 +156,8 @@ class AmqpSpread(AmqpHome):
         router.forward = self.forwarder.forward
         router.remote_stubs = True
         router.share_transient, router.node_id = True, self.node_id  # other brokers route to our transient queues
+        router.direct_replies.node_id = self.node_id  # Direct Reply-To names say which broker to reply to
+        router.reply_elsewhere = self.forwarder.peers.amqp_reply
         # one broker per process: every RemoteQueue's consumers are served over links from here
         RemoteQueue.link_factory = self._link
         RemoteQueue.ops = QueueOps(broker.reactor, self.forwarder.peers, lambda: sorted(self.node.view.brokers),

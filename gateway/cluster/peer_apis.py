@@ -18,7 +18,7 @@ import uuid
 from kio.schema.errors import ErrorCode
 
 from wire.kafka import api_name
-from wire.kafka_private import STREAM_CONSUMER
+from wire.kafka_private import AMQP_REPLY, STREAM_CONSUMER
 
 PRODUCE, FETCH, METADATA = 0, 1, 3
 SHARE_GROUP_HEARTBEAT, SHARE_FETCH, SHARE_ACKNOWLEDGE = 76, 78, 79
@@ -115,6 +115,12 @@ class PeerApis:
         each stream's leader): (error_code, error_message)."""
         return self.call(node_id, STREAM_CONSUMER, fields, version=0, timeout=timeout).addCallback(
             lambda answer: (answer.error_code, answer.error_message))
+
+    def amqp_reply(self, node_id: int, vhost: str, name: str, properties: bytes | None, body: bytes):
+        """A Direct Reply-To reply for the requester's broker (properties None: only ask whether the
+        requester is there); a Deferred of whether it was handed over (is there)."""
+        fields = {"vhost": vhost, "name": name, "properties": properties, "body": body}
+        return self.call(node_id, AMQP_REPLY, fields, version=0).addCallback(lambda answer: bool(answer.delivered))
 
     # --- share groups (KIP-932) ---------------------------------------------------------------
     def share_group_heartbeat(self, node_id: int, group: str, member_id: str, member_epoch: int,

@@ -65,11 +65,12 @@ PROPERTIES = {  # AMQP basic properties as the publish endpoint takes them
 }
 # Policy keys whose value RabbitMQ's policy validators require to be a whole number.
 POLICY_INTS = ("max-length", "max-length-bytes", "message-ttl", "expires", "delivery-limit", "max-age-seconds",
-               "stream-max-segment-size-bytes", "initial-cluster-size", "ha-sync-batch-size", "queue-version")
+               "stream-max-segment-size-bytes", "initial-cluster-size", "ha-sync-batch-size", "queue-version",
+               "delayed-retry-min", "delayed-retry-max")
 POLICY_STRS = ("overflow", "queue-mode", "dead-letter-exchange", "dead-letter-routing-key", "ha-mode",
                "ha-sync-mode", "ha-promote-on-shutdown", "ha-promote-on-failure", "queue-master-locator",
                "queue-leader-locator", "max-age", "alternate-exchange", "federation-upstream-set",
-               "dead-letter-strategy")
+               "dead-letter-strategy", "delayed-retry-type")
 POLICY = {"pattern": STR, "definition": OBJ, "priority": INT_TEXT, "apply-to": STR}
 QUEUE = {"durable": BOOL, "auto_delete": BOOL, "exclusive": BOOL, **ARGS, "queue_type": STR, "node": STR}
 EXCHANGE = {"type": STR, "durable": BOOL, "auto_delete": BOOL, "internal": BOOL, **ARGS}
