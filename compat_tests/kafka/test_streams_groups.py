@@ -91,7 +91,7 @@ class Member:
         return r
 
     def status(self) -> set[int]:
-        return {s.status_code for s in self.last.status or ()}
+        return set() if self.last is None else {s.status_code for s in self.last.status or ()}
 
 
 def _until(members: list[Member], done, what: str, timeout: float = 30) -> None:
