@@ -34,7 +34,7 @@ from typing import Callable, Mapping
 
 from kio.schema.errors import ErrorCode
 
-from core.groups import streams_assignor
+from core.groups.streams_assignor import assign as assign_tasks
 from core.groups.consumer_group import LEAVE_EPOCH, STATIC_LEAVE_EPOCH, delete_empty
 from core.groups.group import GroupState
 from core.groups.results import GroupDescription, MemberDescription
@@ -388,8 +388,8 @@ class StreamsGroups:
             members = {m.member_id: m.process_id for m in group.members.values()}
             previous_active = {m: t[0] for m, t in group.target.items()}
             previous_standby = {m: t[1] for m, t in group.target.items()}
-            group.target = streams_assignor.assign(members, configured.tasks, previous_active, previous_standby,
-                                                   self.num_standby_for(group.group_id))
+            group.target = assign_tasks(members, configured.tasks, previous_active, previous_standby,
+                                        self.num_standby_for(group.group_id))
             group.assignment_epoch = group.group_epoch
             log.info("streams group %s: epoch %d, target assignment: %s", group.group_id, group.group_epoch,
                      {m: {s: sorted(ps) for s, ps in a.items()} for m, (a, _) in group.target.items()})
