@@ -104,9 +104,10 @@ class GroupCoordinator(OffsetCommits, GroupAdmin):
         self.consumer.migration = self.migration = Migration(self.consumer, self._groups, clock, self._prepare_rebalance)
         self.share_deleted: Callable[[str], None] = lambda group_id: None  # its share partitions go too
         self.consumer.on_changed = self._consumer_group_changed
+        # offsets of share groups are start offsets; a streams group's are kept while the group is
         self.retention = OffsetRetention(self.offsets, self._groups, self.consumer,
-                                         # streams groups' offsets are kept while the group is
-                                         lambda g: g in self.share.groups or is_share_state(g) or g in self.streams.groups,
+                                         lambda g: (g in self.share.groups or is_share_state(g)
+                                                    or g in self.streams.groups),
                                          clock, retention_ms=offsets_retention_ms,
                                          check_interval_ms=offsets_retention_check_interval_ms)
 

@@ -52,13 +52,14 @@ def _task_ids(tasks) -> list[dict]:
 @handles(88)
 def streams_group_heartbeat(ctx, conn, h, req):
     rebalance = req.rebalance_timeout
+    rebalance_ms = int(rebalance.total_seconds() * 1000) if rebalance is not None else -1
     topology = None
     if req.topology is not None:
         topology = Topology(int(req.topology.epoch), [_subtopology(s) for s in req.topology.subtopologies])
     endpoint = (req.user_endpoint.host, int(req.user_endpoint.port)) if req.user_endpoint is not None else None
     hb = StreamsHeartbeat(
         group_id=req.group_id, member_id=req.member_id, member_epoch=req.member_epoch, instance_id=req.instance_id,
-        rack_id=req.rack_id, rebalance_timeout_ms=int(rebalance.total_seconds() * 1000) if rebalance is not None else -1,
+        rack_id=req.rack_id, rebalance_timeout_ms=rebalance_ms,
         topology=topology, active=_tasks(req.active_tasks), standby=_tasks(req.standby_tasks),
         warmup=_tasks(req.warmup_tasks), process_id=req.process_id, endpoint=endpoint,
         client_tags=None if req.client_tags is None else {kv.key: kv.value for kv in req.client_tags},
@@ -68,8 +69,8 @@ def streams_group_heartbeat(ctx, conn, h, req):
     group = ctx.groups.streams.groups.get(req.group_id)
     endpoints = None
     if r.endpoints is not None and group is not None:
-        endpoints = [{"user_endpoint": {"host": host, "port": port},
-                      "active_partitions": _partitions(group, active), "standby_partitions": _partitions(group, standby)}
+        endpoints = [{"user_endpoint": {"host": host, "port": port}, "active_partitions": _partitions(group, active),
+                      "standby_partitions": _partitions(group, standby)}
                      for (host, port), active, standby in r.endpoints]
     sent = r.active is not None
     return respond(h, {
