@@ -10,9 +10,14 @@ Two group protocols: ``classic`` (Kafka Streams 4.1: the client assigns tasks an
 internal topics through CreateTopics) and ``streams`` (KIP-1071, Kafka Streams 4.4: the broker
 holds the topology, creates the internal topics and assigns the tasks; the group's session
 timeout is lowered through its group config, so the killed instance's tasks are released in
-seconds). Kafka Streams comes from Maven Central (``compat_tests.tools.maven_classpath``).
+seconds; the Java Admin (compat_tests/java/StreamsGroupAdmin.java) then lists the group as a
+streams group and describes it). Kafka Streams comes from Maven Central
+(``compat_tests.tools.maven_classpath``).
 """
 from __future__ import annotations
+
+import subprocess
+import time
 
 import pytest
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
@@ -26,6 +31,12 @@ from compat_tests.kafka.streams_app import (PARTITIONS, PER_WORD, STREAMS, STREA
 STREAMS_GROUP_CONFIGS = {"streams.session.timeout.ms": "6000", "streams.heartbeat.interval.ms": "1000"}
 
 
+def set_streams_group_configs(admin: AdminClient, app_id: str) -> None:
+    group = ConfigResource(ResourceType.GROUP, app_id, incremental_configs=[
+        ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in STREAMS_GROUP_CONFIGS.items()])
+    admin.incremental_alter_configs([group])[group].result(30)
+
+
 @pytest.mark.parametrize("protocol", ["classic", "streams"])
 def test_exactly_once_v2_count_survives_kill_9(bootstrap, tmp_path, protocol):
     cp = tools.maven_classpath("kafka-streams" if protocol == "classic" else "kafka-streams-4.4",
@@ -37,9 +48,7 @@ def test_exactly_once_v2_count_survives_kill_9(bootstrap, tmp_path, protocol):
                                   for t in (source, sink)]).values():
         f.result(30)
     if protocol == "streams":
-        group = ConfigResource(ResourceType.GROUP, app_id, incremental_configs=[
-            ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in STREAMS_GROUP_CONFIGS.items()])
-        admin.incremental_alter_configs([group])[group].result(30)
+        set_streams_group_configs(admin, app_id)
     words = [w for _ in range(PER_WORD) for w in WORDS]
     half = len(words) // 2
     produce(bootstrap, source, words[:half])
@@ -57,7 +66,24 @@ def test_exactly_once_v2_count_survives_kill_9(bootstrap, tmp_path, protocol):
         app.start()
         app.wait_running(120)
         reader.wait_complete(app, 180, "")
+        if protocol == "streams":
+            _check_admin_view(cp, bootstrap, app_id)
     finally:
         app.stop()
         reader.stop()
     reader.assert_exactly_once()
+
+
+def _check_admin_view(cp: list[str], bootstrap: str, app_id: str) -> None:
+    """Admin.listGroups and Admin.describeStreamsGroups: one member (the restarted instance, once
+    the killed one's session ended) running all six tasks of the two subtopologies."""
+    argv, main = tools.compile_java("StreamsGroupAdmin.java", cp)
+    want = "type=streams state=stable subtopologies=0,1 members=1 active=0:0,0:1,0:2,1:0,1:1,1:2"
+    deadline = time.monotonic() + 30
+    while True:
+        r = subprocess.run(argv + [main, bootstrap, app_id], capture_output=True, text=True, timeout=60)
+        seen = r.stdout.strip().lower()
+        if seen == want or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert seen == want, f"{seen!r}\n{r.stderr[-3000:]}"

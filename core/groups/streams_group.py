@@ -6,7 +6,8 @@ member, replaced by a member joining with a higher topology epoch), creates its 
 and assigns *tasks* (subtopology, partition) instead of partitions, with the same three epochs
 as a consumer group:
 
-* the **group epoch** goes up on a member joining or leaving, a new topology, or a change of the
+* the **group epoch** goes up on a member joining or leaving, a new topology (a member joining
+  with a higher topology epoch, or the first member of an empty group), or a change of the
   topics the topology involves (their existence or partition counts);
 * the **assignment epoch** is the group epoch the target assignment
   (core.groups.streams_assignor: active and standby tasks) was computed at, at once;
@@ -237,8 +238,9 @@ class StreamsGroups:
             return self._leave(group, hb)
         bump = False
         if hb.member_epoch == 0:
+            empty = not group.members  # an empty group takes the joining member's topology as it is
             member, bump = self._join(group, hb)
-            if group.topology is None or hb.topology.epoch > group.topology.epoch:
+            if group.topology is None or empty or hb.topology.epoch > group.topology.epoch:
                 if group.topology is not None:
                     log.info("group %s: topology epoch %d replaces %d", group.group_id, hb.topology.epoch,
                              group.topology.epoch)
