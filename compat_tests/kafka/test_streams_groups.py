@@ -6,8 +6,9 @@ must create, a changelog topic it must create) act as Kafka Streams' client does
 reports the tasks the member runs, and a task the answer no longer lists is given up before the
 next one. The tests check what Kafka Streams relies on: internal topics created with the
 partition count the topology implies, every task active on exactly one member, a rebalance that
-splits the tasks when a member joins and gives them back when it leaves, the describe, the
-group listed as type ``streams``, and the ``MISSING_SOURCE_TOPICS`` status.
+splits the tasks when a member joins and gives them back when it leaves, the describe (and
+DescribeGroups and ConsumerGroupDescribe not describing it), the group listed as type
+``streams``, and the ``MISSING_SOURCE_TOPICS`` status.
 """
 from __future__ import annotations
 
@@ -16,6 +17,10 @@ import uuid
 from datetime import timedelta
 
 from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.consumer_group_describe.v0.request import ConsumerGroupDescribeRequest
+from kio.schema.consumer_group_describe.v0.response import ConsumerGroupDescribeResponse
+from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
+from kio.schema.describe_groups.v5.response import DescribeGroupsResponse
 from kio.schema.errors import ErrorCode
 from kio.schema.list_groups.v5.request import ListGroupsRequest
 from kio.schema.list_groups.v5.response import ListGroupsResponse
@@ -137,6 +142,15 @@ def test_streams_group_join_split_leave_and_describe(kafka_broker):
     assert {m.member_id: _ids(m.assignment.active_tasks) for m in described.members} == \
         {a.member_id: a.active, b.member_id: b.active}
     assert {s.subtopology_id for s in described.topology.subtopologies} == {"0", "1"}
+
+    # the other describe APIs do not describe it (DescribeGroups before v6: as a Dead group)
+    old = kio_call(address, 15, DescribeGroupsRequest(groups=(app,), include_authorized_operations=False),
+                   DescribeGroupsResponse, api_version=5).groups[0]
+    assert (old.error_code, old.group_state, old.members) == (ErrorCode.none, "Dead", ())
+    other = kio_call(address, 69, ConsumerGroupDescribeRequest(group_ids=(app,), include_authorized_operations=False),
+                     ConsumerGroupDescribeResponse).groups[0]
+    assert (other.error_code, other.error_message) == (ErrorCode.group_id_not_found,
+                                                       f"Group {app} is not a consumer group.")
 
     listed = kio_call(address, 16, ListGroupsRequest(states_filter=(), types_filter=("streams",)),
                       ListGroupsResponse, api_version=5)

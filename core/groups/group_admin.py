@@ -48,8 +48,8 @@ class GroupAdmin:
             return self.consumer.describe_classic(group_id)
         if group_id in self.share.groups:
             return self.share.describe_classic(group_id)
-        if group_id in self.streams.groups:
-            return self.streams.describe_classic(group_id)
+        if group_id in self.streams.groups:  # as Kafka: not described through this API, as if Dead
+            return GroupDescription(ErrorCode.none, DEAD.value, "", "", [], group_id)
         group = self._groups.get(group_id)
         if group is None:
             return GroupDescription(ErrorCode.none, DEAD.value, "", "", [], group_id)

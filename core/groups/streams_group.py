@@ -38,7 +38,6 @@ from kio.schema.errors import ErrorCode
 from core.groups.streams_assignor import assign as assign_tasks
 from core.groups.consumer_group import LEAVE_EPOCH, STATIC_LEAVE_EPOCH, delete_empty
 from core.groups.group import GroupState
-from core.groups.results import GroupDescription, MemberDescription
 from core.groups.streams_topology import SHUTDOWN_APPLICATION, STALE_TOPOLOGY, Configured, Topology, configure
 
 log = logging.getLogger(__name__)
@@ -467,10 +466,3 @@ class StreamsGroups:
         error = delete_empty(self.groups, group_id)
         self.on_changed(group_id)
         return error
-
-    def describe_classic(self, group_id: str) -> GroupDescription:
-        """DescribeGroups v0-5 of a streams group: its state and members, protocol type ``streams``."""
-        group = self.groups[group_id]
-        members = [MemberDescription(m.member_id, m.instance_id, m.client_id, m.client_host, b"", b"")
-                   for m in group.members.values()]
-        return GroupDescription(ErrorCode.none, group.state, "streams", "", members, group_id)
