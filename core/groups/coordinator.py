@@ -98,6 +98,7 @@ class GroupCoordinator(OffsetCommits, GroupAdmin):
         self.streams.create_topic = lambda name, partitions, rf, configs: logs.create_topic(
             name, partitions, configs, replication_factor=rf)
         self.streams.on_changed = self._streams_group_changed
+        self.streams.leads = lambda g: self.retention.leads(self.offsets.partition_for(g))
         self.consumer.is_share_group = lambda g: g in self.share.groups or g in self.streams.groups
         # a topic deleted and recreated under its name has a new id: both group types reassign it
         self.consumer.topic_ids = self.share.topic_ids = lambda: {n: t.topic_id for n, t in logs.store.topics().items()}

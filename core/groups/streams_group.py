@@ -179,6 +179,9 @@ class StreamsGroups:
         # internal topics: (name, partitions, replication factor or -1, configs) -> None; raises LogError
         self.create_topic: Callable[[str, int, int, dict], None] | None = None
         self.on_changed: Callable[[str], None] = lambda group_id: None
+        # cluster mode: whether this broker coordinates the group now; a copy loaded from a replica
+        # of its __consumer_offsets partition is not timed out here (nor creates topics)
+        self.leads: Callable[[str], bool] = lambda group_id: True
 
     # --- StreamsGroupHeartbeat ------------------------------------------------------------
     def heartbeat(self, hb: StreamsHeartbeat) -> StreamsResult:
@@ -423,6 +426,8 @@ class StreamsGroups:
     def tick(self) -> None:
         now = self.clock()
         for group in list(self.groups.values()):
+            if not self.leads(group.group_id):
+                continue
             removed = False
             for member in list(group.members.values()):
                 if now >= member.last_heartbeat + self.session_timeout_for(group.group_id) / 1000:
