@@ -243,8 +243,8 @@ class StreamsGroups:
             empty = not group.members  # an empty group takes the joining member's topology as it is
             member, bump = self._join(group, hb)
             if group.topology is None or empty or hb.topology.epoch > group.topology.epoch:
-                if group.topology is not None:
-                    log.info("group %s: topology epoch %d replaces %d", group.group_id, hb.topology.epoch,
+                if group.topology is not None and hb.topology.epoch != group.topology.epoch:
+                    log.info("streams group %s: topology epoch %d replaces %d", group.group_id, hb.topology.epoch,
                              group.topology.epoch)
                 group.topology = hb.topology
                 bump = True
