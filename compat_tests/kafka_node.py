@@ -76,6 +76,10 @@ SETTINGS = {
     "share.coordinator.state.topic.min.isr": "1",
     "share.coordinator.state.topic.num.partitions": "5",
     "group.initial.rebalance.delay.ms": "0",
+    # lower bounds only (the defaults stay Kafka's): a streams group's config may ask for a 6 s
+    # session and 1 s heartbeats, as compat_tests/kafka/test_kafka_streams.py does
+    "group.streams.min.session.timeout.ms": "6000",
+    "group.streams.min.heartbeat.interval.ms": "1000",
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
     "auto.create.topics.enable": "true",
     "delete.topic.enable": "true",

@@ -1,6 +1,7 @@
 """Per-group configs: Kafka's GROUP config resource (KIP-848, KIP-932), kept in the data directory.
 
-The keys are those of Kafka 4.1's ``GroupConfig`` (the ``streams.*`` keys left out), with its
+The keys are those of Kafka 4.1's ``GroupConfig`` (of its ``streams.*`` keys, the three streams
+groups use here), with its
 defaults and checks: every value is optional, and a group without an override gets the default
 (the broker's own setting where it has one, given as ``defaults``). The group need not exist.
 
@@ -14,6 +15,9 @@ share.heartbeat.interval.ms        int     5000               >= 1
 share.record.lock.duration.ms      int     30000              1000 .. 3600000
 share.auto.offset.reset            string  latest             earliest, latest, by_duration:<ISO-8601>
 share.isolation.level              string  read_uncommitted   read_committed, read_uncommitted
+streams.session.timeout.ms         int     45000              >= 1, > the heartbeat interval
+streams.heartbeat.interval.ms      int     5000               >= 1
+streams.num.standby.replicas       int     0                  >= 0
 =================================  ======  =================  =============================
 
 The integer ranges are the widest a Kafka broker can be set to accept (it also bounds them by
@@ -50,9 +54,13 @@ KEYS: dict[str, tuple[str, str, int, int]] = {
     "share.record.lock.duration.ms": (INT, "30000", 1000, 3_600_000),
     "share.auto.offset.reset": (STRING, "latest", 0, 0),
     "share.isolation.level": (STRING, "read_uncommitted", 0, 0),
+    "streams.session.timeout.ms": (INT, "45000", 1, INT_MAX),
+    "streams.heartbeat.interval.ms": (INT, "5000", 1, INT_MAX),
+    "streams.num.standby.replicas": (INT, "0", 0, INT_MAX),
 }
 _SESSIONS = (("consumer.session.timeout.ms", "consumer.heartbeat.interval.ms"),
-             ("share.session.timeout.ms", "share.heartbeat.interval.ms"))
+             ("share.session.timeout.ms", "share.heartbeat.interval.ms"),
+             ("streams.session.timeout.ms", "streams.heartbeat.interval.ms"))
 _ISOLATION = ("read_committed", "read_uncommitted")
 # java.time.Duration.parse's grammar (case-insensitive); a "T" needs a time part after it
 _DURATION = re.compile(r"([-+]?)P(?:([-+]?[0-9]+)D)?(T(?:([-+]?[0-9]+)H)?(?:([-+]?[0-9]+)M)?"

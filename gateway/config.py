@@ -154,6 +154,15 @@ OPTIONS: tuple[Option, ...] = (
     Option("group_share_delivery_count_limit", _int_at_least(2), 5, "N",
            "Kafka share groups over a plain topic: deliveries of a record before it is archived "
            "(group.share.delivery.count.limit; a group named like an AMQP queue uses the queue's delivery limit)"),
+    Option("group_streams_session_timeout_ms", _int_at_least(1), 45000, "MS",
+           "Kafka Streams groups (KIP-1071, group.protocol=streams): a member silent this long is removed "
+           "(group.streams.session.timeout.ms; the group config streams.session.timeout.ms wins)"),
+    Option("group_streams_heartbeat_interval_ms", _int_at_least(1), 5000, "MS",
+           "Kafka Streams groups: the heartbeat interval given to members (group.streams.heartbeat.interval.ms; "
+           "the group config streams.heartbeat.interval.ms wins)"),
+    Option("group_streams_num_standby_replicas", _int_at_least(0), 0, "N",
+           "Kafka Streams groups: standby replicas of each stateful task, on other processes than its active "
+           "one (group.streams.num.standby.replicas; the group config streams.num.standby.replicas wins)"),
     Option("consumer_timeout_ms", _int_at_least(0), 1800000, "MS",
            "AMQP: close a channel whose delivery stays unacknowledged this long (406; RabbitMQ's "
            "consumer_timeout; 0: never; a queue's x-consumer-timeout wins)"),
@@ -290,6 +299,9 @@ class Settings:
     group_share_heartbeat_interval_ms: int
     group_share_record_lock_duration_ms: int
     group_share_delivery_count_limit: int
+    group_streams_session_timeout_ms: int
+    group_streams_heartbeat_interval_ms: int
+    group_streams_num_standby_replicas: int
     consumer_timeout_ms: int
     deprecated_features_permit_transient_nonexcl_queues: bool
     deprecated_features_permit_global_qos: bool

@@ -252,14 +252,17 @@ class Broker:
             raise
 
     def _configure_group_settings(self, groups: GroupCoordinator) -> None:
-        """KIP-848 and share groups read the broker's group.consumer.* / group.share.* settings,
-        overridden per group by group configs."""
+        """KIP-848, share and streams groups read the broker's group.consumer.* / group.share.* /
+        group.streams.* settings, overridden per group by group configs."""
         s, kafka = self.settings, self.kafka
         kafka.group_defaults = {"consumer.session.timeout.ms": s.group_consumer_session_timeout_ms,
                                 "consumer.heartbeat.interval.ms": s.group_consumer_heartbeat_interval_ms,
                                 "share.session.timeout.ms": s.group_share_session_timeout_ms,
                                 "share.heartbeat.interval.ms": s.group_share_heartbeat_interval_ms,
-                                "share.record.lock.duration.ms": s.group_share_record_lock_duration_ms}
+                                "share.record.lock.duration.ms": s.group_share_record_lock_duration_ms,
+                                "streams.session.timeout.ms": s.group_streams_session_timeout_ms,
+                                "streams.heartbeat.interval.ms": s.group_streams_heartbeat_interval_ms,
+                                "streams.num.standby.replicas": s.group_streams_num_standby_replicas}
         groups.consumer.session_timeout_for = lambda group: int(group_config(kafka, group,
                                                                              "consumer.session.timeout.ms"))
         groups.consumer.heartbeat_interval_for = lambda group: int(group_config(kafka, group,
@@ -268,6 +271,10 @@ class Broker:
         groups.share.heartbeat_interval_ms = lambda group: int(group_config(kafka, group,
                                                                             "share.heartbeat.interval.ms"))
         kafka.share_delivery_count_limit = s.group_share_delivery_count_limit
+        for name, attr in (("session.timeout.ms", "session_timeout_for"),
+                           ("heartbeat.interval.ms", "heartbeat_interval_for"),
+                           ("num.standby.replicas", "num_standby_for")):
+            setattr(groups.streams, attr, lambda group, key="streams." + name: int(group_config(kafka, group, key)))
 
     def _join_cluster(self) -> None:
         s = self.settings

@@ -21,7 +21,8 @@ from wire.kafka import Request, RequestHeader, request_class, response_class
 DEFAULTS = {"consumer.session.timeout.ms": "45000", "consumer.heartbeat.interval.ms": "5000",
             "share.session.timeout.ms": "45000", "share.heartbeat.interval.ms": "5000",
             "share.record.lock.duration.ms": "30000", "share.auto.offset.reset": "latest",
-            "share.isolation.level": "read_uncommitted"}
+            "share.isolation.level": "read_uncommitted", "streams.session.timeout.ms": "45000",
+            "streams.heartbeat.interval.ms": "5000", "streams.num.standby.replicas": "0"}
 
 
 # --- the store -----------------------------------------------------------------------------------

@@ -103,6 +103,8 @@ ADVERTISED: dict[int, tuple[int, int]] = {
     77: (1, 1),   # ShareGroupDescribe
     78: (1, 1),   # ShareFetch
     79: (1, 1),   # ShareAcknowledge
+    88: (0, 0),   # StreamsGroupHeartbeat (KIP-1071; v1, Kafka 4.4's topology descriptions, is not served)
+    89: (0, 0),   # StreamsGroupDescribe
     90: (0, 1),   # DescribeShareGroupOffsets
     91: (0, 0),   # AlterShareGroupOffsets
     92: (0, 0),   # DeleteShareGroupOffsets

@@ -6,23 +6,32 @@ of ``__transaction_state`` (the coordinator of every transactional id), then the
 the application's group, then the leader of an output partition are killed with SIGKILL, each
 started again a second later. Read committed, each word's counts must be 1, 2, ..., n exactly
 once: no aborted output visible, none lost, no count repeated.
+
+Both group protocols: ``classic`` (Kafka Streams 4.1) and ``streams`` (KIP-1071, Kafka Streams
+4.4), where killing the group's coordinator moves the streams group (topology, members, epochs,
+tasks) to the broker that takes over its ``__consumer_offsets`` partition.
 """
 from __future__ import annotations
 
 import time
 
+import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from compat_tests import tools
 from compat_tests.cluster.test_transactions_cluster import coordinator, leader_of
 from compat_tests.conftest import unique_name
-from compat_tests.kafka.streams_app import PARTITIONS, PER_WORD, STREAMS, WORDS, OutputReader, StreamsApp, produce
+from compat_tests.kafka.streams_app import (PARTITIONS, PER_WORD, STREAMS, STREAMS_PROTOCOL, WORDS, OutputReader,
+                                            StreamsApp, produce)
+from compat_tests.kafka.test_kafka_streams import set_streams_group_configs
 
 INTERNAL = ("__transaction_state", "__consumer_offsets")
 
 
-def test_exactly_once_v2_count_survives_kill_9_of_its_brokers(cluster, tmp_path):
-    cp = tools.maven_classpath("kafka-streams", STREAMS)
+@pytest.mark.parametrize("protocol", ["classic", "streams"])
+def test_exactly_once_v2_count_survives_kill_9_of_its_brokers(cluster, tmp_path, protocol):
+    cp = tools.maven_classpath("kafka-streams" if protocol == "classic" else "kafka-streams-4.4",
+                               STREAMS if protocol == "classic" else STREAMS_PROTOCOL)
     argv, main = tools.compile_java("StreamsWordCount.java", cp)
     bootstrap = cluster.bootstrap()
     source, sink, app_id = unique_name("words"), unique_name("counts"), unique_name("wordcount")
@@ -30,11 +39,13 @@ def test_exactly_once_v2_count_survives_kill_9_of_its_brokers(cluster, tmp_path)
     for f in admin.create_topics([NewTopic(t, num_partitions=PARTITIONS, replication_factor=3)
                                   for t in (source, sink)]).values():
         f.result(30)
+    if protocol == "streams":
+        set_streams_group_configs(admin, app_id)
     words = [w for _ in range(PER_WORD) for w in WORDS]
     produce(bootstrap, source, words)
 
     app = StreamsApp([argv[0], "-Xmx256m", *argv[1:], main, bootstrap, app_id, source, sink,
-                      str(tmp_path / "state"), "classic", "3"])
+                      str(tmp_path / "state"), protocol, "3"])
     reader = OutputReader(bootstrap, sink)
     reader.start()
     victims = [("the transaction coordinator", lambda: leader_of(cluster, "__transaction_state", 0)),

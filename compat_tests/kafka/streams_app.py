@@ -13,6 +13,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from compat_tests.conftest import unique_name
 
 STREAMS = ["org.apache.kafka:kafka-streams:4.1.1", "org.slf4j:slf4j-simple:1.7.36"]
+# group.protocol=streams (KIP-1071, generally available from Kafka Streams 4.2)
+STREAMS_PROTOCOL = ["org.apache.kafka:kafka-streams:4.4.0", "org.slf4j:slf4j-simple:1.7.36"]
 WORDS = [f"w{i:02d}" for i in range(20)]
 PER_WORD = 100
 PARTITIONS = 3

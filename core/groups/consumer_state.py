@@ -19,6 +19,7 @@ import logging
 
 from core.errors import LogError
 from core.groups.consumer_group import ConsumerGroup, ConsumerMember, MemberState
+from core.groups.streams_state import is_streams_state
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +77,8 @@ def keep(group: ConsumerGroup | None, group_id: str, offsets) -> None:
     state = None if group is None else snapshot(group)
     if group is not None and state is None:
         return  # it hosts classic members: not kept
+    if group is None and is_streams_state(offsets.group_states.get(group_id)):
+        return  # a streams group's state (core.groups.streams_state) is not ours to delete
     if offsets.group_states.get(group_id) == state:
         return
     try:
@@ -93,6 +96,8 @@ def restore_groups(groups: dict, classic: dict, offsets, partition: int | None, 
     for group_id, state in offsets.group_states.items():
         if partition is not None and offsets.partition_for(group_id) != partition:
             continue
+        if is_streams_state(state):
+            continue  # core.groups.streams_state restores those
         live = classic.get(group_id)
         if live is not None and live.members:
             continue  # a live classic group has the id now

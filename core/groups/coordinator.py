@@ -38,14 +38,16 @@ from typing import Callable
 
 from kio.schema.errors import ErrorCode
 
-from core.errors import LogError
 from core.groups.consumer_state import keep as keep_consumer_group, restore_groups as restore_consumer_groups
 from core.groups.consumer_group import ConsumerGroups
+from core.groups.group_admin import GroupAdmin
+from core.groups.streams_group import StreamsGroups
+from core.groups.streams_state import keep as keep_streams_group, restore_groups as restore_streams_groups
 from core.groups.migration import Migration
 from core.groups.share_group import ShareGroups
 from core.groups.group import Group, GroupState, Member
 from core.groups.offset_commits import OffsetCommits
-from core.groups.results import GroupDescription, GroupListing, JoinResult, MemberDescription, SyncResult
+from core.groups.results import JoinResult, SyncResult
 from core.groups.retention import DEFAULT_CHECK_INTERVAL_MS, DEFAULT_RETENTION_MS, OffsetRetention
 from core.log_manager import LogManager
 from core.offsets import OffsetStore, is_share_state
@@ -61,11 +63,13 @@ JoinCallback = Callable[[JoinResult], None]
 SyncCallback = Callable[[SyncResult], None]
 
 
-class GroupCoordinator(OffsetCommits):
+class GroupCoordinator(OffsetCommits, GroupAdmin):
     def __init__(self, logs: LogManager, clock: Callable[[], float] = time.time, *,
                  initial_rebalance_delay_ms: int = 3000, min_session_timeout_ms: int = 6000,
                  max_session_timeout_ms: int = 1_800_000, offsets_partitions: int = 1,
                  consumer_session_timeout_ms: int = 45_000, consumer_heartbeat_interval_ms: int = 5_000,
+                 streams_session_timeout_ms: int = 45_000, streams_heartbeat_interval_ms: int = 5_000,
+                 streams_num_standby_replicas: int = 0,
                  offsets_retention_ms: int = DEFAULT_RETENTION_MS,
                  offsets_retention_check_interval_ms: int = DEFAULT_CHECK_INTERVAL_MS):
         self.logs = logs
@@ -83,15 +87,28 @@ class GroupCoordinator(OffsetCommits):
             session_timeout_ms=consumer_session_timeout_ms, heartbeat_interval_ms=consumer_heartbeat_interval_ms)
         self.share = ShareGroups(  # KIP-932 share groups: their ids are taken, too
             lambda: {n: t.partitions for n, t in logs.store.topics().items()},
-            lambda g: "consumer" if g in self.consumer.groups else "classic" if g in self._groups else None, clock)
-        self.consumer.is_share_group = self.share.groups.__contains__
+            lambda g: "consumer" if g in self.consumer.groups else "streams" if g in self.streams.groups
+            else "classic" if g in self._groups else None, clock)
+        self.streams = StreamsGroups(  # KIP-1071 streams groups (Kafka Streams, group.protocol=streams)
+            lambda: {n: t.partitions for n, t in logs.store.topics().items()}, self._groups, clock,
+            session_timeout_ms=streams_session_timeout_ms, heartbeat_interval_ms=streams_heartbeat_interval_ms,
+            num_standby=streams_num_standby_replicas)
+        self.streams.taken = lambda g: ("consumer" if g in self.consumer.groups else
+                                        "share" if g in self.share.groups else None)
+        self.streams.create_topic = lambda name, partitions, rf, configs: logs.create_topic(
+            name, partitions, configs, replication_factor=rf)
+        self.streams.on_changed = self._streams_group_changed
+        self.streams.leads = lambda g: self.retention.leads(self.offsets.partition_for(g))
+        self.consumer.is_share_group = lambda g: g in self.share.groups or g in self.streams.groups
         # a topic deleted and recreated under its name has a new id: both group types reassign it
         self.consumer.topic_ids = self.share.topic_ids = lambda: {n: t.topic_id for n, t in logs.store.topics().items()}
         self.consumer.migration = self.migration = Migration(self.consumer, self._groups, clock, self._prepare_rebalance)
         self.share_deleted: Callable[[str], None] = lambda group_id: None  # its share partitions go too
         self.consumer.on_changed = self._consumer_group_changed
+        # offsets of share groups are start offsets; a streams group's are kept while the group is
         self.retention = OffsetRetention(self.offsets, self._groups, self.consumer,
-                                         lambda g: g in self.share.groups or is_share_state(g),
+                                         lambda g: (g in self.share.groups or is_share_state(g)
+                                                    or g in self.streams.groups),
                                          clock, retention_ms=offsets_retention_ms,
                                          check_interval_ms=offsets_retention_check_interval_ms)
 
@@ -104,6 +121,7 @@ class GroupCoordinator(OffsetCommits):
             if not is_share_state(group_id):  # share groups' start offsets are not a group
                 self._groups.setdefault(group_id, Group(group_id))
         restore_consumer_groups(self.consumer.groups, self._groups, self.offsets, None, self.clock())
+        restore_streams_groups(self.streams.groups, self._groups, self.offsets, None, self.clock())
         self._loaded = True
         log.info("loaded %d offset record(s) of %d group(s)", replayed, len(self.offsets.groups()))
 
@@ -112,12 +130,17 @@ class GroupCoordinator(OffsetCommits):
         come back from its replica, so members go on with their ids and epochs."""
         replayed = self.offsets.reload(partition)
         restore_consumer_groups(self.consumer.groups, self._groups, self.offsets, partition, self.clock())
+        restore_streams_groups(self.streams.groups, self._groups, self.offsets, partition, self.clock())
         return replayed
 
     def _consumer_group_changed(self, group_id: str) -> None:
         """Keep a KIP-848 group's newest state in __consumer_offsets (only where it is coordinated)."""
         if self.retention.leads(self.offsets.partition_for(group_id)):
             keep_consumer_group(self.consumer.groups.get(group_id), group_id, self.offsets)
+
+    def _streams_group_changed(self, group_id: str) -> None:
+        if self.retention.leads(self.offsets.partition_for(group_id)):
+            keep_streams_group(self.streams.groups.get(group_id), group_id, self.offsets)
 
     def _ensure_loaded(self) -> None:
         if not self._loaded:
@@ -176,7 +199,8 @@ class GroupCoordinator(OffsetCommits):
             return self._send(respond, self.migration.join(hosted, member_id, instance_id, client_id, client_host,
                                                            protocol_type, protocols, session_ms, rebalance_ms,
                                                            require_known))
-        if group_id in self.share.groups or not self.consumer.take_over_for_classic(group_id):
+        if (group_id in self.share.groups or group_id in self.streams.groups
+                or not self.consumer.take_over_for_classic(group_id)):
             return self._send(respond, JoinResult.failed(ErrorCode.inconsistent_group_protocol, member_id))
         group = self._groups.get(group_id)
         if group is None:
@@ -505,6 +529,7 @@ class GroupCoordinator(OffsetCommits):
             for group in list(self._groups.values()):
                 self._tick_group(group, now)
             self.consumer.tick()
+            self.streams.tick()
             self.share.tick()
             self.retention.tick(now)
         finally:
@@ -532,73 +557,3 @@ class GroupCoordinator(OffsetCommits):
                     group.remove(member.member_id)
                 self._prepare_rebalance(group)
                 self._maybe_complete_join(group)
-
-    # --- admin --------------------------------------------------------------------------
-    def list_groups(self, states: list[str] | None = None) -> list[GroupListing]:
-        self._ensure_loaded()
-        wanted = {s.lower() for s in states} if states else None
-        return [GroupListing(g.group_id, g.protocol_type or "", g.state.value)
-                for g in self._groups.values()
-                if not g.is_(DEAD) and (wanted is None or g.state.value.lower() in wanted)] + [
-            GroupListing(g.group_id, "consumer", g.state, "consumer") for g in self.consumer.groups.values()
-            if wanted is None or g.state.lower() in wanted] + [
-            GroupListing(g.group_id, "share", g.state, "share") for g in self.share.groups.values()
-            if wanted is None or g.state.lower() in wanted]
-
-    def group_type(self, group_id: str) -> str | None:
-        if group_id in self.share.groups:
-            return "share"
-        return "consumer" if group_id in self.consumer.groups else "classic" if group_id in self._groups else None
-
-    def describe_group(self, group_id: str) -> GroupDescription:
-        self._ensure_loaded()
-        if group_id in self.consumer.groups:
-            return self.consumer.describe_classic(group_id)
-        if group_id in self.share.groups:
-            return self.share.describe_classic(group_id)
-        group = self._groups.get(group_id)
-        if group is None:
-            return GroupDescription(ErrorCode.none, DEAD.value, "", "", [], group_id)
-        if group.is_(STABLE):
-            members = [MemberDescription(m.member_id, m.group_instance_id, m.client_id, m.client_host,
-                                         m.metadata(group.protocol_name), m.assignment)
-                       for m in group.members.values()]
-            protocol = group.protocol_name or ""
-        else:
-            members = [MemberDescription(m.member_id, m.group_instance_id, m.client_id, m.client_host, b"", b"")
-                       for m in group.members.values()]
-            protocol = ""
-        return GroupDescription(ErrorCode.none, group.state.value, group.protocol_type or "", protocol,
-                                members, group_id)
-
-    def delete_groups(self, group_ids) -> dict[str, ErrorCode]:
-        self._ensure_loaded()
-        results: dict[str, ErrorCode] = {}
-        for group_id in group_ids:
-            share_error = self.share.delete(group_id)
-            if share_error is not None:
-                results[group_id] = share_error
-                if share_error == ErrorCode.none:
-                    self.share_deleted(group_id)
-                continue
-            consumer_error = self.consumer.delete(group_id)  # an empty consumer group: its offsets go below
-            if consumer_error == ErrorCode.none and group_id not in self._groups:
-                self._groups[group_id] = Group(group_id)
-            group = self._groups.get(group_id)
-            if consumer_error == ErrorCode.non_empty_group:
-                results[group_id] = consumer_error
-            elif group is None or group.is_(DEAD):
-                results[group_id] = ErrorCode.group_id_not_found
-            elif not group.is_(EMPTY):
-                results[group_id] = ErrorCode.non_empty_group
-            else:
-                try:
-                    self.offsets.delete_group(group_id)
-                except (LogError, OSError):
-                    log.exception("could not write the tombstones of group %s", group_id)
-                    results[group_id] = ErrorCode.coordinator_not_available
-                    continue
-                group.state = DEAD
-                del self._groups[group_id]
-                results[group_id] = ErrorCode.none
-        return results

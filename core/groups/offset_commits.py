@@ -7,7 +7,7 @@ below zero while nobody manages the group (a client using the broker as an offse
 ``assign()`` + commit). The offsets themselves are kept by :class:`core.offsets.OffsetStore`.
 
 :class:`OffsetCommits` is mixed into ``GroupCoordinator`` (core.groups.coordinator), whose state
-it reads: ``logs``, ``offsets``, ``consumer`` (the KIP-848 groups), ``clock``, the classic group
+it reads: ``logs``, ``offsets``, ``consumer`` (the KIP-848 groups), ``streams`` (KIP-1071), ``clock``, the classic group
 table ``_groups``, and its ``_ensure_loaded`` and ``_validate_member``.
 Thread-safety: none; the owner's thread (the reactor) only.
 """
@@ -32,8 +32,7 @@ class OffsetCommits:
     def commit_offsets(self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None,
                        offsets: dict[tuple[str, int], tuple[int, int, str | None]]) -> CommitInfo:
         self._ensure_loaded()
-        error = (self.consumer.commit_error(group_id, member_id or "", generation_id) if group_id in self.consumer.groups
-                 else self._commit_check(group_id, generation_id, member_id or "", group_instance_id))
+        error = self._member_check(group_id, generation_id, member_id or "", group_instance_id)
         if error is not None:
             return CommitInfo({tp: error for tp in offsets}, None)
         errors: dict[tuple[str, int], ErrorCode] = {}
@@ -51,7 +50,8 @@ class OffsetCommits:
                 errors[(topic, partition)] = ErrorCode.none
         if not accepted:
             return CommitInfo(errors, None)
-        if group_id not in self._groups and group_id not in self.consumer.groups and not is_share_state(group_id):
+        if (group_id not in self._groups and group_id not in self.consumer.groups
+                and group_id not in self.streams.groups and not is_share_state(group_id)):
             self._groups[group_id] = Group(group_id)  # a group used only to store offsets
         try:
             durable_at = self.offsets.commit(group_id, accepted)
@@ -72,9 +72,17 @@ class OffsetCommits:
         self._ensure_loaded()
         if generation_id < 0 and not member_id and instance_id is None:
             return None
+        error = self._member_check(group_id, generation_id, member_id, instance_id)
+        return ErrorCode.illegal_generation if error == ErrorCode.stale_member_epoch else error
+
+    def _member_check(self, group_id: str, generation_id: int, member_id: str,
+                      instance_id: str | None) -> ErrorCode | None:
+        """A KIP-848 consumer or KIP-1071 streams member commits at its member epoch; a classic
+        member, at its generation."""
         if group_id in self.consumer.groups:
-            error = self.consumer.commit_error(group_id, member_id, generation_id)
-            return ErrorCode.illegal_generation if error == ErrorCode.stale_member_epoch else error
+            return self.consumer.commit_error(group_id, member_id, generation_id)
+        if group_id in self.streams.groups:
+            return self.streams.commit_error(group_id, member_id, generation_id)
         return self._commit_check(group_id, generation_id, member_id, instance_id)
 
     def _commit_check(self, group_id: str, generation_id: int, member_id: str,

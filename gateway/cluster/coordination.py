@@ -28,6 +28,10 @@ _ONE_GROUP = {
     # ConsumerGroupHeartbeat and ShareGroupHeartbeat: the group's state is its coordinator's
     68: {"error_message": None, "member_id": None, "member_epoch": -1, "heartbeat_interval": 0, "assignment": None},
     76: {"error_message": None, "member_id": None, "member_epoch": -1, "heartbeat_interval": 0, "assignment": None},
+    88: {"error_message": None, "member_id": "", "member_epoch": -1, "heartbeat_interval": 0,  # StreamsGroupHeartbeat
+         "acceptable_recovery_lag": 0, "task_offset_interval": 0, "status": None, "active_tasks": None,
+         "standby_tasks": None, "warmup_tasks": None, "endpoint_information_epoch": 0,
+         "partitions_by_user_endpoint": None},
     91: {"error_message": None, "responses": []},  # AlterShareGroupOffsets
     92: {"error_message": None, "responses": []},  # DeleteShareGroupOffsets
 }
@@ -115,6 +119,13 @@ def misdirected(ctx, h, req) -> bytes | None:
         return _answer(h, {"groups": [{"error_code": NOT_COORDINATOR, "group_id": g, "group_state": "",
                                        "protocol_type": "", "protocol_data": "", "members": [],
                                        "authorized_operations": -(2**31)} for g in req.groups]})
+    if key == 89:  # StreamsGroupDescribe
+        if all(_here(ctx, g) for g in req.group_ids):
+            return None
+        return _answer(h, {"groups": [{"error_code": NOT_COORDINATOR, "error_message": None, "group_id": g,
+                                       "group_state": "", "group_epoch": -1, "assignment_epoch": -1,
+                                       "topology": None, "members": [], "authorized_operations": -(2**31)}
+                                      for g in req.group_ids]})
     if key == 90:  # DescribeShareGroupOffsets
         if all(_here(ctx, g.group_id) for g in req.groups):
             return None

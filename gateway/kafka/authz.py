@@ -580,6 +580,11 @@ RULES: dict[int, typing.Callable] = {
                              "node_endpoints": []}),
     79: _group_only("read", {"error_message": "Not authorized", "responses": [], "node_endpoints": []}),
     91: _group_only("read", {"error_message": "Not authorized", "responses": []}),
+    # streams groups: READ on the group (Kafka also checks the topics; left to the cluster rule, as above)
+    88: _group_only("read", {"error_message": "Not authorized", "member_id": "", "member_epoch": -1,
+                             "heartbeat_interval": 0, "acceptable_recovery_lag": 0, "task_offset_interval": 0,
+                             "status": None, "active_tasks": None, "standby_tasks": None, "warmup_tasks": None,
+                             "endpoint_information_epoch": 0, "partitions_by_user_endpoint": None}),
     92: _group_only("delete", {"error_message": "Not authorized", "responses": []}),
     # DescribeUserScramCredentials, AlterUserScramCredentials and the ACL APIs check the
     # cluster themselves (their answers carry per-entry errors).

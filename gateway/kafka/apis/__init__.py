@@ -11,7 +11,7 @@ import logging
 from gateway.cluster import coordination
 from gateway.kafka.apis import acls, reassign, scram_admin  # noqa: F401 (their @handles fill the table)
 from gateway.kafka.apis import admin, fetch, groups, metadata, offsets, produce, session, txn  # noqa: F401
-from gateway.kafka.apis import consumer_groups, share_groups, share_offsets  # noqa: F401
+from gateway.kafka.apis import consumer_groups, share_groups, share_offsets, streams_groups  # noqa: F401
 from gateway.kafka.apis import client_quotas, elections, log_dirs, telemetry, topic_partitions  # noqa: F401
 from gateway.kafka.apis import amqp_queue, amqp_reply, configs, quorum, stream_consumer  # noqa: F401
 from gateway.kafka.apis.registry import HANDLERS

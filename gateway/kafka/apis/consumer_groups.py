@@ -64,7 +64,7 @@ def consumer_group_describe(ctx, conn, h, req):
     for group_id in req.group_ids:
         group = ctx.groups.consumer.groups.get(group_id)
         if group is None:
-            classic = ctx.groups.group_type(group_id) == "classic"
+            classic = ctx.groups.group_type(group_id) in ("classic", "streams")
             out.append({"error_code": ErrorCode.group_id_not_found, "group_id": group_id, "group_state": "",
                         "error_message": f"Group {group_id} is not a consumer group." if classic
                         else f"Group {group_id} not found.", "group_epoch": -1, "assignment_epoch": -1,

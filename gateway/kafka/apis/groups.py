@@ -126,9 +126,9 @@ def list_groups(ctx, conn, h, req):
 def _v6_not_found(ctx, group_id: str, state: str) -> str | None:
     """DescribeGroups v6 (KIP-1043) answers GROUP_ID_NOT_FOUND, with Kafka's reason, where older
     versions describe a Dead group: for a group that does not exist, and for a group of another
-    type (consumer or share), which Kafka 4.1 does not describe through this API at v6."""
+    type (consumer, share or streams), which Kafka 4.1 does not describe through this API at v6."""
     kind = ctx.groups.group_type(group_id)
-    if kind in ("consumer", "share"):
+    if kind in ("consumer", "share", "streams"):
         return f"Group {group_id} is not a classic group."
     if state == "Dead":
         return f"Group {group_id} not found."
@@ -214,8 +214,10 @@ def _fetched(ctx, group_id: str, topics, require_stable: bool = False) -> list[d
 
 
 def _fetched_group(ctx, g, require_stable: bool) -> dict:
-    # v9: a KIP-848 member fetches with its member id and epoch, checked as Kafka does
-    error = ctx.groups.consumer.fetch_error(g.group_id, getattr(g, "member_id", None), getattr(g, "member_epoch", -1))
+    # v9: a KIP-848 (or KIP-1071 streams) member fetches with its member id and epoch, checked as Kafka does
+    member, epoch = getattr(g, "member_id", None), getattr(g, "member_epoch", -1)
+    error = (ctx.groups.streams.fetch_error(g.group_id, member, epoch) if g.group_id in ctx.groups.streams.groups
+             else ctx.groups.consumer.fetch_error(g.group_id, member, epoch))
     if error:
         return {"group_id": g.group_id, "topics": [], "error_code": error}
     return {"group_id": g.group_id, "topics": _fetched(ctx, g.group_id, g.topics, require_stable),

@@ -43,8 +43,9 @@ _CLUSTER_API_LIST = [api for api in _API_LIST if api["api_key"] not in KRAFT_ONL
 # clients use transactions v2 (KIP-890: partitions added by producing, an epoch per transaction).
 # Kafka leaves a feature whose lowest level is 0 out of the supported list below ApiVersions v4
 # (older clients cannot read a 0 there); a finalized level is listed at every version from v3.
-SUPPORTED_FEATURES = {"transaction.version": (0, 2)}
-FINALIZED_FEATURES = {"transaction.version": 2}
+# streams.version 1 says KIP-1071 streams groups are served (StreamsGroupHeartbeat, Kafka 4.2+).
+SUPPORTED_FEATURES = {"transaction.version": (0, 2), "streams.version": (0, 1)}
+FINALIZED_FEATURES = {"transaction.version": 2, "streams.version": 1}
 FEATURES_EPOCH = 1  # the finalized levels never change while a broker runs
 
 
