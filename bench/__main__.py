@@ -1,7 +1,8 @@
 """``python -m bench SUITE``: run one benchmark suite (or ``all`` of them) and print its table.
 
 ``python -m bench all`` runs every suite in one process, one after the other (each starts its
-broker and its peer, and alternates them), then prints one table and writes one JSON and one
+broker and its peers, and alternates them; Apache Kafka starts once and serves the Kafka and
+scale suites), then prints one table and writes one JSON and one
 PNG (``.cache/bench/results/all.json`` / ``all.png``). ``--skip spark,log`` leaves suites out;
 ``--quick`` shrinks every count for a smoke run. Options of a single suite go after its name:
 ``python -m bench amqp --messages 200000``.
@@ -58,6 +59,9 @@ def run_all(argv) -> int:
         except Exception as exc:  # one suite failing (a peer missing, say) must not lose the others
             print(f"suite {name} failed: {exc!r}", flush=True)
             results.append(peers.SuiteResult(name, [], [f"suite failed: {exc!r}"[:500]], {}, {}))
+    kafka = sys.modules.get("bench.apache_kafka")
+    if kafka is not None:  # the Kafka and scale suites shared one Apache Kafka node: stop it now
+        kafka.close()
     peers.report(results, "all", args.json, time.monotonic() - began)
     return 0
 

@@ -2,7 +2,8 @@
 
 * partitions: confluent-kafka produces ``--kafka-messages`` (1,000,000) 100 B records (acks=1) to
   a topic of 1 and of ``--partitions`` (1,000) partitions; the row is the broker's CPU microseconds per message
-  (from /proc, over the produce phase), our broker next to Tansu, and cost(N) / cost(1);
+  (from /proc, over the produce phase), our broker next to Tansu and Apache Kafka (default
+  settings, ``bench/apache_kafka.py``), and cost(N) / cost(1);
 * queues: the raw AMQP client declares 1 and ``--queues`` (10,000) exclusive queues, then
   publishes ``--messages`` confirmed transient messages round robin over them: CPU us/msg and
   cost(N) / cost(1), and the time the N declarations took, our broker next to RabbitMQ;
@@ -105,14 +106,13 @@ def run(args) -> peers.SuiteResult:
     names = itertools.count()
     if "partitions" in only:
         ours = peers.OurBroker("scale-kafka")
-        peer = None
+        others = []
         try:
-            peer, label, note = kafka_bench.start_peer()
-            if peer:
-                seen["tansu"] = label
-            elif note:
-                notes.append(note)
-            targets = [("broker", ours)] + ([("peer", peer)] if peer else [])
+            # flush settings do not change the CPU a message costs: Apache Kafka with its defaults only
+            others, kafka_seen, kafka_notes = kafka_bench.start_peers(["tansu", "kafka"])
+            seen.update(kafka_seen)
+            notes += kafka_notes
+            targets = [("broker", ours)] + [(peer.name, peer) for peer in others]
             for rep, who, target in peers.alternate(targets, args.repeat):
                 runs = {}  # one run produces and then consumes: the consume row reads its second half
 
@@ -129,7 +129,7 @@ def run(args) -> peers.SuiteResult:
                     "partitions")
         finally:
             ours.close()
-            if peer is not None:
+            for peer in others:
                 peer.close()
     if "queues" in only or "connections" in only:
         # Our broker: a fresh process per measurement. Closing a connection with thousands of
@@ -220,8 +220,8 @@ def run(args) -> peers.SuiteResult:
             "queues": args.queues, "memory_messages": args.memory_messages, "memory_queues": args.memory_queues,
             "connections": args.connections, "startup_gb": args.startup_gb, "repeat": args.repeat}
     rows = samples.rows()
-    for row in rows:  # the peer differs by part
-        if row["peer"] is not None:
+    for row in rows:  # the peer differs by part (the partitions rows name theirs)
+        if row["peer"] is not None and row["peer_name"] is None:
             row["peer_name"] = ("1 process" if row["case"].startswith(("cores", "spread")) else
                                 "tansu" if row["case"].startswith("kafka") else "rabbitmq")
     return peers.SuiteResult("scale", rows, notes, seen, meta)
