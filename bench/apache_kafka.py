@@ -3,8 +3,10 @@ one node per bench process.
 
 The node is a KRaft single node (broker and controller in one JVM) on free ports, its data in a
 temporary directory under ``.cache/bench/data`` (the disk our broker writes to, not a tmpfs). It
-starts on first use and stays up until the bench run ends (:func:`close`, or at exit), so
-``python -m bench all`` pays the JVM's start-up once for the Kafka and scale suites.
+starts on first use and stays up until :func:`close` (the scale suite's partitions rows, the
+last to use it, call it; ``python -m bench all`` does after the last suite that needs it; an
+exit hook otherwise), so ``python -m bench all`` pays the JVM's start-up once for the Kafka
+and scale suites.
 
 The JVM gets Kafka's own start-script defaults (``kafka-server-start.sh``: a 1 GB heap, G1 with
 20 ms pause goal), not the tests' small heap and serial collector.

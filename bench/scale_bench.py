@@ -99,7 +99,7 @@ def _scaling(samples, label, who, target, runs, per_run, unit_label):
 
 
 def run(args) -> peers.SuiteResult:
-    from bench import amqp_bench, kafka_bench
+    from bench import amqp_bench, apache_kafka, kafka_bench
     only = set(args.only.split(","))
     samples = peers.Samples("scale", None)
     seen, notes = {}, []
@@ -112,6 +112,9 @@ def run(args) -> peers.SuiteResult:
             others, kafka_seen, kafka_notes = kafka_bench.start_peers(["tansu", "kafka"])
             seen.update(kafka_seen)
             notes += kafka_notes
+            if "kafka" in kafka_seen:
+                notes.append("kafka partitions rows: the CPU of Apache Kafka's whole JVM (its JIT compiler and "
+                             "collector included) over the produce or consume phase")
             targets = [("broker", ours)] + [(peer.name, peer) for peer in others]
             for rep, who, target in peers.alternate(targets, args.repeat):
                 runs = {}  # one run produces and then consumes: the consume row reads its second half
@@ -131,6 +134,8 @@ def run(args) -> peers.SuiteResult:
             ours.close()
             for peer in others:
                 peer.close()
+            # the rows below are AMQP's and ours: an idle JVM should not share the cores with them
+            apache_kafka.close()
     if "queues" in only or "connections" in only:
         # Our broker: a fresh process per measurement. Closing a connection with thousands of
         # exclusive queues keeps it busy deleting topics for a while (and its freed memory would
