@@ -54,6 +54,7 @@ def node() -> KafkaNode:
     if _node is not None and _node.running:
         return _node
     close()
+    print(f"starting Apache Kafka {KAFKA_VERSION} ...", flush=True)
     (CACHE / "data").mkdir(parents=True, exist_ok=True)
     _base = Path(tempfile.mkdtemp(prefix="apache-kafka-", dir=CACHE / "data"))
     try:
@@ -108,7 +109,6 @@ def start(names: list[str]) -> tuple[list[ApacheKafka], str | None]:
     """The views in ``names`` ("kafka", "kafka-fsync"), or ([], why not) when Kafka cannot run."""
     if not names:
         return [], None
-    print(f"starting Apache Kafka {KAFKA_VERSION} ...", flush=True)
     try:
         return [ApacheKafka(fsync=name == "kafka-fsync") for name in names], None
     except (KafkaUnavailable, OSError) as exc:
