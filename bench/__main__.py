@@ -1,7 +1,8 @@
 """``python -m bench SUITE``: run one benchmark suite (or ``all`` of them) and print its table.
 
 ``python -m bench all`` runs every suite in one process, one after the other (each starts its
-broker and its peer, and alternates them), then prints one table and writes one JSON and one
+broker and its peers, and alternates them; Apache Kafka starts once and serves the Kafka and
+scale suites), then prints one table and writes one JSON and one
 PNG (``.cache/bench/results/all.json`` / ``all.png``). ``--skip spark,log`` leaves suites out;
 ``--quick`` shrinks every count for a smoke run. Options of a single suite go after its name:
 ``python -m bench amqp --messages 200000``.
@@ -18,6 +19,7 @@ from pathlib import Path
 SUITES = {"log": "bench.log_bench", "kafka": "bench.kafka_bench", "amqp": "bench.amqp_bench",
           "scale": "bench.scale_bench", "spark": "bench.spark_bench"}
 ORDER = ["amqp", "kafka", "scale", "log", "spark"]  # the issue's targets first
+KAFKA_SUITES = {"kafka", "scale"}  # the suites with Apache Kafka rows: one node serves them all
 QUICK = {"amqp": ["--messages", "20000", "--client-messages", "2000", "--latency-seconds", "2",
                   "--small-seconds", "2"],
          "kafka": ["--messages", "20000", "--client-messages", "5000", "--latency-seconds", "2", "--small-seconds", "2"],
@@ -25,6 +27,13 @@ QUICK = {"amqp": ["--messages", "20000", "--client-messages", "2000", "--latency
                    "--connections", "200", "--startup-gb", "0.1", "--memory-messages", "100000", "--memory-queues", "1000",
                    "--spread-messages", "3000"],
          "log": ["--mb", "32"], "spark": ["--messages", "20000"]}
+
+
+def _stop_apache_kafka() -> None:
+    """Stop the Apache Kafka node the Kafka-side suites share (started by the first of them)."""
+    kafka = sys.modules.get("bench.apache_kafka")
+    if kafka is not None:
+        kafka.close()
 
 
 def run_all(argv) -> int:
@@ -58,6 +67,9 @@ def run_all(argv) -> int:
         except Exception as exc:  # one suite failing (a peer missing, say) must not lose the others
             print(f"suite {name} failed: {exc!r}", flush=True)
             results.append(peers.SuiteResult(name, [], [f"suite failed: {exc!r}"[:500]], {}, {}))
+        if not KAFKA_SUITES & set(ORDER[ORDER.index(name) + 1:]) - skip:
+            _stop_apache_kafka()  # no later suite needs it: its idle JVM leaves the cores to the rest
+    _stop_apache_kafka()
     peers.report(results, "all", args.json, time.monotonic() - began)
     return 0
 

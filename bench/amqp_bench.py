@@ -57,7 +57,7 @@ def add_arguments(parser) -> None:
 
 def _half_peer_median(samples, case: str) -> float:
     """Half the peer's median of a throughput row (ours when there is no peer), to 100 msg/s."""
-    got = samples.cases[case]["peer"] or samples.cases[case]["broker"]
+    got = samples.values(case, "peer") or samples.values(case, "broker")
     return round(sorted(got)[len(got) // 2] / 2, -2)
 
 

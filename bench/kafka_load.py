@@ -1,7 +1,8 @@
 """Kafka load generator, one run in its own process: ``python -m bench.kafka_load SPEC-JSON``.
 
 SPEC: ``{"bootstrap": "host:port", "topic": str, "messages": int, "size": int, "acks": "1"|"all",
-"consume": bool, "partitions": 1, "client": "confluent"|"kafka-python", "pid": broker pid or 0}``.
+"consume": bool, "partitions": 1, "client": "confluent"|"kafka-python", "pid": broker pid or 0,
+"topic_config": {name: value} (CreateTopics configs, e.g. ``flush.messages``)}``.
 Creates the topic, produces ``messages`` records of ``size`` bytes (linger 5 ms, default batch
 size), waits for every delivery, then (if ``consume``) reads them all back with an assigned
 consumer (no group join), and deletes the topic. With ``pid`` it also reports the broker's CPU
@@ -21,9 +22,9 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 
-def _create_topic(admin: AdminClient, topic: str, partitions: int = 1) -> None:
-    futures = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)],
-                                  operation_timeout=30)
+def _create_topic(admin: AdminClient, topic: str, partitions: int = 1, config: dict | None = None) -> None:
+    futures = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1,
+                                            config=config or {})], operation_timeout=30)
     for f in futures.values():
         f.result(30)
     # wait until metadata shows a leader
@@ -203,7 +204,7 @@ def main(spec: dict) -> dict:
     topic, n = spec["topic"], spec.get("messages", 0)
     partitions = spec.get("partitions", 1)
     if spec.get("produce", True):
-        _create_topic(admin, topic, partitions)
+        _create_topic(admin, topic, partitions, spec.get("topic_config"))
     out = {"topic": topic, "messages": n, "size": spec["size"], "acks": spec.get("acks"), "partitions": partitions}
     if spec.get("mode") == "latency":
         out.update(latency(spec["bootstrap"], topic, spec["rate"], spec["seconds"], spec["size"]))

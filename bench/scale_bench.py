@@ -2,7 +2,8 @@
 
 * partitions: confluent-kafka produces ``--kafka-messages`` (1,000,000) 100 B records (acks=1) to
   a topic of 1 and of ``--partitions`` (1,000) partitions; the row is the broker's CPU microseconds per message
-  (from /proc, over the produce phase), our broker next to Tansu, and cost(N) / cost(1);
+  (from /proc, over the produce phase), our broker next to Tansu and Apache Kafka (default
+  settings, ``bench/apache_kafka.py``), and cost(N) / cost(1);
 * queues: the raw AMQP client declares 1 and ``--queues`` (10,000) exclusive queues, then
   publishes ``--messages`` confirmed transient messages round robin over them: CPU us/msg and
   cost(N) / cost(1), and the time the N declarations took, our broker next to RabbitMQ;
@@ -98,21 +99,23 @@ def _scaling(samples, label, who, target, runs, per_run, unit_label):
 
 
 def run(args) -> peers.SuiteResult:
-    from bench import amqp_bench, kafka_bench
+    from bench import amqp_bench, apache_kafka, kafka_bench
     only = set(args.only.split(","))
     samples = peers.Samples("scale", None)
     seen, notes = {}, []
     names = itertools.count()
     if "partitions" in only:
         ours = peers.OurBroker("scale-kafka")
-        peer = None
+        others = []
         try:
-            peer, label, note = kafka_bench.start_peer()
-            if peer:
-                seen["tansu"] = label
-            elif note:
-                notes.append(note)
-            targets = [("broker", ours)] + ([("peer", peer)] if peer else [])
+            # flush settings do not change the CPU a message costs: Apache Kafka with its defaults only
+            others, kafka_seen, kafka_notes = kafka_bench.start_peers(["tansu", "kafka"])
+            seen.update(kafka_seen)
+            notes += kafka_notes
+            if "kafka" in kafka_seen:
+                notes.append("kafka partitions rows: the CPU of Apache Kafka's whole JVM (its JIT compiler and "
+                             "collector included) over the produce or consume phase")
+            targets = [("broker", ours)] + [(peer.name, peer) for peer in others]
             for rep, who, target in peers.alternate(targets, args.repeat):
                 runs = {}  # one run produces and then consumes: the consume row reads its second half
 
@@ -129,8 +132,10 @@ def run(args) -> peers.SuiteResult:
                     "partitions")
         finally:
             ours.close()
-            if peer is not None:
+            for peer in others:
                 peer.close()
+            # the rows below are AMQP's and ours: an idle JVM should not share the cores with them
+            apache_kafka.close()
     if "queues" in only or "connections" in only:
         # Our broker: a fresh process per measurement. Closing a connection with thousands of
         # exclusive queues keeps it busy deleting topics for a while (and its freed memory would
@@ -220,8 +225,8 @@ def run(args) -> peers.SuiteResult:
             "queues": args.queues, "memory_messages": args.memory_messages, "memory_queues": args.memory_queues,
             "connections": args.connections, "startup_gb": args.startup_gb, "repeat": args.repeat}
     rows = samples.rows()
-    for row in rows:  # the peer differs by part
-        if row["peer"] is not None:
+    for row in rows:  # the peer differs by part (the partitions rows name theirs)
+        if row["peer"] is not None and row["peer_name"] is None:
             row["peer_name"] = ("1 process" if row["case"].startswith(("cores", "spread")) else
                                 "tansu" if row["case"].startswith("kafka") else "rabbitmq")
     return peers.SuiteResult("scale", rows, notes, seen, meta)

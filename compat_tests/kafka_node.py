@@ -1,4 +1,5 @@
-"""Run a private Apache Kafka as a child process: the reference peer of the Kafka suites.
+"""Run a private Apache Kafka as a child process: the reference peer of the Kafka suites (and of
+the Kafka benchmarks, ``bench/apache_kafka.py``).
 
 Apache Kafka's own jars (``org.apache.kafka:kafka_2.13``, :data:`KAFKA_VERSION`) come from Maven
 Central through :func:`compat_tests.tools.maven_classpath`, cached under ``.cache/tools/maven``.
@@ -54,6 +55,9 @@ KAFKA_VERSION = "4.4.0"
 COORDINATES = [f"org.apache.kafka:kafka_2.13:{KAFKA_VERSION}", "org.apache.logging.log4j:log4j-slf4j-impl:2.25.5"]
 JAVA_HINT = "apt-get install -y openjdk-17-jdk-headless"
 HEAP = ["-Xms64m", "-Xmx512m"]
+# The tests' JVM: a small heap and the serial collector (many nodes share two cores). A benchmark
+# passes Kafka's own start-script defaults instead (bench/apache_kafka.py).
+TEST_JVM = [*HEAP, "-XX:+UseSerialGC"]
 _counter = itertools.count(1)
 _live: set["KafkaNode"] = set()
 
@@ -189,7 +193,9 @@ class KafkaNode:
 
     def __init__(self, base_dir: Path, *, node_id: int = 0, cluster_id: str | None = None,
                  voters: dict[int, int] | None = None, port: int | None = None,
-                 controller_port: int | None = None, settings: dict[str, str] | None = None):
+                 controller_port: int | None = None, settings: dict[str, str] | None = None,
+                 jvm: list[str] | None = None):
+        """``jvm``: the server JVM's heap and collector options (default :data:`TEST_JVM`)."""
         self.classpath = kafka_classpath()
         self.java = shutil.which("java")
         self.base = Path(base_dir)
@@ -202,6 +208,7 @@ class KafkaNode:
         self.voters = voters or {node_id: self.controller_port}
         self.cluster_id = cluster_id or new_cluster_id()
         self.settings = {**SETTINGS, **(settings or {})}
+        self.jvm = list(TEST_JVM if jvm is None else jvm)
         self.expected_brokers = set(self.voters)
         self.data_dir = self.base / "data"
         self.log_path = self.base / "node.log"
@@ -243,8 +250,8 @@ class KafkaNode:
         (self.base / "server.properties").write_text("".join(f"{k}={v}\n" for k, v in props.items()))
         (self.base / "log4j2.xml").write_text(_LOG4J2)
 
-    def _java(self, main: str, *args: str, heap: list[str] = HEAP) -> list[str]:
-        return [self.java, *heap, "-XX:+UseSerialGC", "-Djava.awt.headless=true",
+    def _java(self, main: str, *args: str, jvm: list[str] | None = None) -> list[str]:
+        return [self.java, *(self.jvm if jvm is None else jvm), "-Djava.awt.headless=true",
                 f"-Dlog4j2.configurationFile={self.base / 'log4j2.xml'}",
                 "-cp", os.pathsep.join(self.classpath), main, *args]
 
@@ -252,7 +259,7 @@ class KafkaNode:
         argv = self._java("kafka.tools.StorageTool", "format", "-t", self.cluster_id,
                           "-c", str(self.base / "server.properties"), "--ignore-formatted",
                           *itertools.chain.from_iterable(("--feature", f) for f in FEATURES),
-                          heap=["-Xmx256m"])
+                          jvm=["-Xmx256m", "-XX:+UseSerialGC"])
         r = subprocess.run(argv, capture_output=True, text=True, timeout=120)
         if r.returncode != 0:
             raise KafkaUnavailable(f"formatting {self.data_dir} failed ({r.returncode}):\n"
