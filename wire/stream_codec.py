@@ -40,6 +40,7 @@ UNKNOWN_FRAME, FRAME_TOO_LARGE, INTERNAL_ERROR, ACCESS_REFUSED, PRECONDITION_FAI
 PUBLISHER_DOES_NOT_EXIST, NO_OFFSET = 18, 19
 
 OFFSET_FIRST, OFFSET_LAST, OFFSET_NEXT, OFFSET_OFFSET, OFFSET_TIMESTAMP = 1, 2, 3, 4, 5
+OFFSET_NONE = 0  # only in a ConsumerUpdate response: the consumer names no offset (it was made passive)
 
 # A sub-entry batch (several messages compressed as one entry) may say it holds at most this much
 # once uncompressed (RabbitMQ's default max_uncompressed_sub_entry_batch_size): a frame is at most
@@ -260,11 +261,21 @@ def decode_request(key: int, version: int, body: memoryview) -> Request:
     r = _Reader(body)
     response = bool(key & RESPONSE)
     command = key & 0x7FFF
+    if command == TUNE:
+        # the client's Tune answers the server's: RabbitMQ's Java client sends it with the response
+        # bit set, other clients without; RabbitMQ reads both as the client's Tune
+        response = False
     if response:
         req = Request(command, version, r.u32(), response=True)
         if command == CONSUMER_UPDATE:
             req.fields["code"] = r.u16()
-            req.fields["offset_spec"] = _offset_spec(r) if r.pos < len(body) else (OFFSET_NEXT, None)
+            if r.pos >= len(body):
+                req.fields["offset_spec"] = (OFFSET_NEXT, None)
+            elif bytes(body[r.pos:r.pos + 2]) == b"\0\0":  # RabbitMQ's Java client answers a passive update so
+                r.u16()
+                req.fields["offset_spec"] = (OFFSET_NONE, None)
+            else:
+                req.fields["offset_spec"] = _offset_spec(r)
         elif command == CLOSE:
             req.fields["code"] = r.u16()
         elif r.pos < len(body):

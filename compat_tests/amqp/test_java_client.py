@@ -29,7 +29,7 @@ def amqp_client_classpath() -> list[str]:
 
 @pytest.fixture(scope="module")
 def run(amqp_broker):
-    argv, main = tools.compile_java("RabbitAmqpClient.java", amqp_client_classpath())
+    argv, main = tools.compile_java("RabbitAmqpClient.java", amqp_client_classpath(), helpers=("JsonLines.java",))
     try:
         proc = subprocess.run(argv + [main, amqp_broker.host, str(amqp_broker.port), unique("java")],
                               capture_output=True, timeout=JAVA_TIMEOUT)

@@ -27,77 +27,8 @@ import java.util.concurrent.atomic.*;
 
 import com.rabbitmq.client.*;
 
-public class RabbitAmqpClient {
-    static boolean failed = false;
+public class RabbitAmqpClient extends JsonLines {
     static String prefix;
-
-    // ------------------------------------------------------------------ JSON output
-
-    static Map<String, Object> obj(Object... kv) {
-        Map<String, Object> m = new LinkedHashMap<>();
-        for (int i = 0; i < kv.length; i += 2) m.put((String) kv[i], kv[i + 1]);
-        return m;
-    }
-
-    static void json(StringBuilder b, Object v) {
-        if (v == null) {
-            b.append("null");
-        } else if (v instanceof Map) {
-            b.append('{');
-            boolean first = true;
-            for (Map.Entry<?, ?> e : ((Map<?, ?>) v).entrySet()) {
-                if (!first) b.append(',');
-                first = false;
-                json(b, String.valueOf(e.getKey()));
-                b.append(':');
-                json(b, e.getValue());
-            }
-            b.append('}');
-        } else if (v instanceof Collection) {
-            b.append('[');
-            boolean first = true;
-            for (Object o : (Collection<?>) v) {
-                if (!first) b.append(',');
-                first = false;
-                json(b, o);
-            }
-            b.append(']');
-        } else if (v instanceof Number || v instanceof Boolean) {
-            b.append(v);
-        } else {
-            b.append('"');
-            for (char c : v.toString().toCharArray()) {
-                if (c == '"' || c == '\\') b.append('\\').append(c);
-                else if (c < 0x20) b.append(String.format("\\u%04x", (int) c));
-                else b.append(c);
-            }
-            b.append('"');
-        }
-    }
-
-    static synchronized void emit(String step, Object... kv) {
-        Map<String, Object> m = obj("step", step);
-        m.putAll(obj(kv));
-        StringBuilder b = new StringBuilder();
-        json(b, m);
-        System.out.println(b);
-        System.out.flush();
-    }
-
-    interface Stage { void run() throws Exception; }
-
-    static void stage(String name, Stage s) {
-        try {
-            s.run();
-        } catch (Throwable e) {
-            failed = true;
-            emit("error", "stage", name, "error", e.getClass().getName() + ": " + e.getMessage());
-        }
-    }
-
-    static void check(boolean ok, String what) {
-        if (!ok) throw new IllegalStateException("check failed: " + what);
-    }
 
     // ------------------------------------------------------------------ helpers
 
@@ -436,7 +367,6 @@ public class RabbitAmqpClient {
                  "by_application", why.isInitiatedByApplication(), "hard_error", why.isHardError(),
                  "reply_code", ((AMQP.Connection.Close) why.getReason()).getReplyCode());
         });
-        emit("done");
-        System.exit(failed ? 1 : 0);
+        finish();
     }
 }
