@@ -191,8 +191,10 @@ class Request:
             raise AttributeError(name) from None
 
 
-def _offset_spec(r: _Reader) -> tuple[int, int | None]:
+def _offset_spec(r: _Reader, none: bool = False) -> tuple[int, int | None]:
     kind = r.u16()
+    if none and kind == OFFSET_NONE:
+        return kind, None
     if kind == OFFSET_OFFSET:
         return kind, r.u64()
     if kind == OFFSET_TIMESTAMP:
@@ -269,13 +271,8 @@ def decode_request(key: int, version: int, body: memoryview) -> Request:
         req = Request(command, version, r.u32(), response=True)
         if command == CONSUMER_UPDATE:
             req.fields["code"] = r.u16()
-            if r.pos >= len(body):
-                req.fields["offset_spec"] = (OFFSET_NEXT, None)
-            elif bytes(body[r.pos:r.pos + 2]) == b"\0\0":  # RabbitMQ's Java client answers a passive update so
-                r.u16()
-                req.fields["offset_spec"] = (OFFSET_NONE, None)
-            else:
-                req.fields["offset_spec"] = _offset_spec(r)
+            # RabbitMQ's Java client answers an update that made its consumer passive with "none"
+            req.fields["offset_spec"] = _offset_spec(r, none=True) if r.pos < len(body) else (OFFSET_NEXT, None)
         elif command == CLOSE:
             req.fields["code"] = r.u16()
         elif r.pos < len(body):
