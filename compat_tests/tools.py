@@ -239,26 +239,30 @@ def java_binaries() -> tuple[str, str]:
     return java, javac
 
 
-def compile_java(source_name: str, classpath: list[str] | None = None) -> tuple[list[str], str]:
-    """Compile ``compat_tests/java/<source_name>`` against ``classpath`` (by default
-    :func:`kafka_clients_classpath`, the 3.9.1 client), cached by content.
+def compile_java(source_name: str, classpath: list[str] | None = None,
+                 helpers: tuple[str, ...] = ()) -> tuple[list[str], str]:
+    """Compile ``compat_tests/java/<source_name>``, with the ``helpers`` sources of that folder it
+    uses, against ``classpath`` (by default :func:`kafka_clients_classpath`, the 3.9.1 client),
+    cached by content.
 
     Returns ``(java argv prefix, main class)``; run with ``argv + [main class, args...]``.
     """
     java, javac = java_binaries()
     source = JAVA_SOURCES / source_name
+    sources = [source, *(JAVA_SOURCES / h for h in helpers)]
+    content = b"\0".join(s.read_bytes() for s in sources)
     if classpath is None:
         classpath = kafka_clients_classpath()
-        digest = hashlib.sha256(source.read_bytes()).hexdigest()[:16]
+        digest = hashlib.sha256(content).hexdigest()[:16]
     else:
-        digest = hashlib.sha256(source.read_bytes() + "\0".join(classpath).encode()).hexdigest()[:16]
+        digest = hashlib.sha256(content + "\0".join(classpath).encode()).hexdigest()[:16]
     out = _java_root() / "classes" / f"{source.stem}-{digest}"
     with _locked(f"javac-{source.stem}"):
         if not (out / ".complete").exists():
             shutil.rmtree(out, ignore_errors=True)
             out.mkdir(parents=True)
             r = _run([javac, "-nowarn", "-encoding", "UTF-8", "-d", str(out),
-                      "-cp", os.pathsep.join(classpath), str(source)])
+                      "-cp", os.pathsep.join(classpath), *map(str, sources)])
             if r.returncode != 0:
                 raise ToolUnavailable(f"javac {source_name} failed:\n{r.stdout}{r.stderr}")
             (out / ".complete").write_text(digest)

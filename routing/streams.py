@@ -179,11 +179,16 @@ class Writers:
 
     def sequence(self, queue: Queue, name: str) -> int:
         """The last publishing id stored for ``name`` (0 if none, as RabbitMQ answers)."""
-        return self.table(queue).get(name, 0)
+        return max(self.last(queue, name), 0)
+
+    def last(self, queue: Queue, name: str) -> int:
+        """The last publishing id stored for ``name``, -1 if none: a new name's id 0 is stored (as
+        RabbitMQ does), only ids up to one already stored are duplicates."""
+        return self.table(queue).get(name, -1)
 
     def stored(self, queue: Queue, name: str, publishing_id: int) -> None:
         table = self.table(queue)
-        if publishing_id > table.get(name, 0):
+        if publishing_id > table.get(name, -1):
             table[name] = publishing_id
 
     def forget(self, queue: Queue) -> None:
@@ -208,7 +213,7 @@ class Writers:
                     if header.key == WRITER_HEADER and header.value:
                         text = header.value.decode("utf-8", "replace")
                         pid, _, name = text.partition(" ")
-                        if pid.isdigit() and int(pid) > table.get(name, 0):
+                        if pid.isdigit() and int(pid) > table.get(name, -1):
                             table[name] = int(pid)
         return table
 

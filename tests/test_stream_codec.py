@@ -121,6 +121,28 @@ def test_unknown_versions_are_unknown_frames():
     assert sc.decode_request(sc.OPEN, 1, memoryview(body)).vhost == "/"
 
 
+def test_client_tune_decodes_with_or_without_the_response_bit():
+    """RabbitMQ's Java stream client answers the server's Tune with key 0x8014 (the response bit set),
+    other clients with 0x0014: both are the client's Tune, not a response to route elsewhere."""
+    body = memoryview(struct.pack(">II", 65536, 30))
+    for key in (sc.TUNE, sc.TUNE | sc.RESPONSE):
+        tune = sc.decode_request(key, 1, body)
+        assert (tune.command, tune.response, tune.frame_max, tune.heartbeat) == (sc.TUNE, False, 65536, 30)
+
+
+def test_consumer_update_response_may_name_no_offset():
+    """RabbitMQ's Java client answers a ConsumerUpdate that made its consumer passive with offset
+    type 0 (none); an active one's answer names a real offset; type 0 stays invalid in Subscribe."""
+    key = sc.CONSUMER_UPDATE | sc.RESPONSE
+    passive = sc.decode_request(key, 1, memoryview(struct.pack(">IHH", 7, sc.OK, 0)))
+    assert (passive.response, passive.correlation_id, passive.offset_spec) == (True, 7, (sc.OFFSET_NONE, None))
+    active = sc.decode_request(key, 1, memoryview(struct.pack(">IHHQ", 8, sc.OK, sc.OFFSET_OFFSET, 42)))
+    assert active.offset_spec == (sc.OFFSET_OFFSET, 42)
+    subscribe = struct.pack(">IBh", 1, 0, 1) + b"s" + struct.pack(">HH", 0, 10) + struct.pack(">I", 0)
+    with pytest.raises(sc.StreamFrameError):
+        sc.decode_request(sc.SUBSCRIBE, 1, memoryview(subscribe))
+
+
 def _sub_entry(kind: int, count: int, size: int, data: bytes, pid: int = 7) -> memoryview:
     return memoryview(struct.pack(">BiQ", 1, 1, pid) + bytes([0x80 | kind << 4]) +
                       struct.pack(">Hii", count, size, len(data)) + data)

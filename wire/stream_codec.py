@@ -40,6 +40,7 @@ UNKNOWN_FRAME, FRAME_TOO_LARGE, INTERNAL_ERROR, ACCESS_REFUSED, PRECONDITION_FAI
 PUBLISHER_DOES_NOT_EXIST, NO_OFFSET = 18, 19
 
 OFFSET_FIRST, OFFSET_LAST, OFFSET_NEXT, OFFSET_OFFSET, OFFSET_TIMESTAMP = 1, 2, 3, 4, 5
+OFFSET_NONE = 0  # only in a ConsumerUpdate response: the consumer names no offset (it was made passive)
 
 # A sub-entry batch (several messages compressed as one entry) may say it holds at most this much
 # once uncompressed (RabbitMQ's default max_uncompressed_sub_entry_batch_size): a frame is at most
@@ -190,8 +191,10 @@ class Request:
             raise AttributeError(name) from None
 
 
-def _offset_spec(r: _Reader) -> tuple[int, int | None]:
+def _offset_spec(r: _Reader, none: bool = False) -> tuple[int, int | None]:
     kind = r.u16()
+    if none and kind == OFFSET_NONE:
+        return kind, None
     if kind == OFFSET_OFFSET:
         return kind, r.u64()
     if kind == OFFSET_TIMESTAMP:
@@ -260,11 +263,16 @@ def decode_request(key: int, version: int, body: memoryview) -> Request:
     r = _Reader(body)
     response = bool(key & RESPONSE)
     command = key & 0x7FFF
+    if command == TUNE:
+        # the client's Tune answers the server's: RabbitMQ's Java client sends it with the response
+        # bit set, other clients without; RabbitMQ reads both as the client's Tune
+        response = False
     if response:
         req = Request(command, version, r.u32(), response=True)
         if command == CONSUMER_UPDATE:
             req.fields["code"] = r.u16()
-            req.fields["offset_spec"] = _offset_spec(r) if r.pos < len(body) else (OFFSET_NEXT, None)
+            # RabbitMQ's Java client answers an update that made its consumer passive with "none"
+            req.fields["offset_spec"] = _offset_spec(r, none=True) if r.pos < len(body) else (OFFSET_NEXT, None)
         elif command == CLOSE:
             req.fields["code"] = r.u16()
         elif r.pos < len(body):

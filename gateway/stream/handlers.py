@@ -221,7 +221,7 @@ class StreamCommands:
                 self.write(sc.encode_metadata_update(sc.STREAM_NOT_AVAILABLE, queue.name))
             return
         router, writers = self.service.router, self.service.writers
-        last = writers.sequence(queue, reference) if reference is not None else 0
+        last = writers.last(queue, reference) if reference is not None else -1
         now_ms = int(time.time() * 1000)
         errors, duplicates, staged = [], [], []
         limit = self.service.max_message_bytes
@@ -340,7 +340,8 @@ class StreamCommands:
             for sub in self.subscriptions.values():
                 if sub.awaiting_update == r.correlation_id:
                     sub.awaiting_update = None
-                    sub.position = start_offset(sub.queue, r.offset_spec)
+                    if r.offset_spec[0] != sc.OFFSET_NONE:  # none: from where it subscribed
+                        sub.position = start_offset(sub.queue, r.offset_spec)
                     sub.pull(sub.queue)
         elif r.command == sc.CLOSE:
             self.closing = True

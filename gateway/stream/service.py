@@ -13,6 +13,10 @@ from gateway.stream.subscriptions import ActiveConsumers
 from routing.streams import Writers
 from wire import stream_codec as sc
 
+# the RabbitMQ release whose stream protocol this broker speaks: every command up to
+# CreateSuperStream/DeleteSuperStream and Publish/Deliver version 2 (filtering) came by 3.13
+STREAM_PROTOCOL_VERSION = "3.13.0"
+
 
 class StreamService:
     def __init__(self, amqp, offsets, reactor, advertised: Callable[[], tuple[str, int]], request_flush):
@@ -55,8 +59,13 @@ class StreamService:
         self.amqp.after_input()
 
     def server_properties(self) -> dict[str, str]:
-        return {"product": PRODUCT, "version": broker_version(), "platform": "Python/Twisted",
-                "information": "one log: Kafka, AMQP 0-9-1 and RabbitMQ streams", "copyright": "the gateway authors"}
+        # "version" is the RabbitMQ release whose stream commands this broker serves: clients gate
+        # features on it (RabbitMQ's Java client asks ExchangeCommandVersions only of 3.11 or newer,
+        # and without that answer refuses super-stream creation and filtering); our own version is
+        # "gateway_version"
+        return {"product": PRODUCT, "version": STREAM_PROTOCOL_VERSION, "gateway_version": broker_version(),
+                "platform": "Python/Twisted", "information": "one log: Kafka, AMQP 0-9-1 and RabbitMQ streams",
+                "copyright": "the gateway authors"}
 
     def stream_deleted(self, vhost: str, name: str) -> None:
         """Tell every connection with a publisher or subscription on a deleted stream, as RabbitMQ does."""
