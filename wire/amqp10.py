@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["AMQP10Error", "Symbol", "Typed", "Described", "Array", "Message", "HEADER_FIELDS",
-           "PROPERTIES_FIELDS", "decode_message", "encode_message", "encode_value", "value_end"]
+           "PROPERTIES_FIELDS", "decode_message", "decode_value", "encode_message", "encode_value", "value_end"]
 
 HEADER_FIELDS = ("durable", "priority", "ttl", "first_acquirer", "delivery_count")
 PROPERTIES_FIELDS = ("message_id", "user_id", "to", "subject", "reply_to", "correlation_id", "content_type",
@@ -256,6 +256,17 @@ def _value(d: bytes, p: int, end: int, depth: int) -> tuple[Any, int]:
         _set_value(t, v)
         return t, p
     return v, p
+
+
+def decode_value(data: bytes, p: int = 0, end: int | None = None) -> tuple[Any, int]:
+    """The one value at data[p:end] (described values kept as :class:`Described`) and its end;
+    AMQP10Error for anything malformed."""
+    try:
+        return _value(data, p, len(data) if end is None else end, 0)
+    except AMQP10Error:
+        raise
+    except (IndexError, struct.error, ValueError, RecursionError) as e:
+        raise AMQP10Error(f"malformed: {e}") from None
 
 
 def value_end(data: bytes, p: int = 0) -> int:
