@@ -86,7 +86,7 @@ from routing.mapping import amqp_from_record, record_from_amqp, stored_form
 from wire.amqp10 import AMQP10Error, Array, Message, Symbol, Typed, decode_message, encode_message, value_end
 from wire.records import Header, Record
 
-__all__ = ["STREAM_ONLY_HEADERS", "record_from_stream", "stream_from_record"]
+__all__ = ["STREAM_ONLY_HEADERS", "amqp091_from_amqp10", "record_from_stream", "stream_from_record"]
 
 X_STREAM_MESSAGE = "x-stream-message"
 X_STREAM_RAW = "x-stream-raw"
@@ -153,6 +153,14 @@ def record_from_stream(message: bytes, now_ms: int) -> tuple[bytes | None, bytes
             _IN.clear()
         _IN[data[:p]] = (exchange, routing_key, props, rebuilt == data[:p] + _data_header(len(body)) + body)
     return key, value, headers, ts
+
+
+def amqp091_from_amqp10(data: bytes) -> tuple[Message, str, str, bytes, bytes]:
+    """(the decoded message, exchange and routing key from its annotations, 0-9-1 property
+    section, body) of an AMQP 1.0 message, by the table above (the AMQP 1.0 door publishes
+    through the router with these). AMQP10Error if ``data`` is not one message."""
+    msg = decode_message(data)
+    return (msg, *_to_091(msg, data))
 
 
 def _data_start(data: bytes) -> int:

@@ -288,8 +288,9 @@ def value_end(data: bytes, p: int = 0) -> int:
     return q
 
 
-def decode_message(data: bytes) -> Message:
-    """The sections of an AMQP 1.0 message; AMQP10Error if ``data`` is not exactly one."""
+def decode_message(data: bytes, any_order: bool = False) -> Message:
+    """The sections of an AMQP 1.0 message; AMQP10Error if ``data`` is not exactly one.
+    ``any_order`` lets sections come in any order (each at most once; one kind of body)."""
     d = data if type(data) is bytes else bytes(data)
     end = len(d)
     _check(end > 0, "no sections")
@@ -304,7 +305,7 @@ def decode_message(data: bytes) -> Message:
             _check(type(code) is int and HEADER <= code <= FOOTER, "unknown section descriptor")
             value, p = _value(d, p, end, 1)
             kind = _BODY_KIND.get(code)
-            _check((code > last or (code == last and code in (DATA, SEQUENCE)))
+            _check((code > last or (code == last and code in (DATA, SEQUENCE)) or any_order)
                    and (not kind or msg.body_kind in (None, kind)), "sections out of order")
             last = code
             attr, expected = _SECTIONS[code]
