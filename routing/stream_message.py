@@ -86,10 +86,11 @@ from routing.mapping import amqp_from_record, record_from_amqp, stored_form
 from wire.amqp10 import AMQP10Error, Array, Message, Symbol, Typed, decode_message, encode_message, value_end
 from wire.records import Header, Record
 
-__all__ = ["STREAM_ONLY_HEADERS", "amqp091_from_amqp10", "record_from_stream", "stream_from_record"]
+__all__ = ["STREAM_ONLY_HEADERS", "X_STREAM_MESSAGE", "amqp091_from_amqp10", "bare_kept", "record_from_stream", "stream_from_record"]
 
 X_STREAM_MESSAGE = "x-stream-message"
 X_STREAM_RAW = "x-stream-raw"
+_VERBATIM_091 = "amqp.h.x." + X_STREAM_MESSAGE  # the record header of a 0-9-1 'x' header of that name
 STREAM_ONLY_HEADERS = frozenset({"x-stream-filter-value", "x-stream-writer", X_STREAM_MESSAGE, X_STREAM_RAW})
 
 _AMQP_TYPE = b"amqp-1.0"  # the 0-9-1 type of a body that is AMQP 1.0 encoded sections (RabbitMQ's)
@@ -161,6 +162,23 @@ def amqp091_from_amqp10(data: bytes) -> tuple[Message, str, str, bytes, bytes]:
     through the router with these). AMQP10Error if ``data`` is not one message."""
     msg = decode_message(data)
     return (msg, *_to_091(msg, data))
+
+
+def bare_kept(data: bytes, exchange: str, routing_key: str, props: bytes, body: bytes) -> bool:
+    """Whether a stream consumer of the record stored from (exchange, routing key, props, body)
+    gets ``data``'s bare message (properties to the end) back byte for byte."""
+    prefix, amqp_body = _form(exchange, routing_key, props)
+    return _bare(_deliver(prefix, amqp_body, body)) == _bare(data)
+
+
+def _bare(data: bytes) -> bytes:
+    p = 0
+    try:
+        while data[p:p + 2] == b"\x00\x53" and data[p + 2] in (0x70, 0x71, 0x72):
+            p = value_end(data, p)
+    except (AMQP10Error, IndexError):
+        return data
+    return data[p:]
 
 
 def _data_start(data: bytes) -> int:
@@ -373,6 +391,8 @@ def stream_from_record(record: Record) -> bytes:
         k = h.key
         if k[:5] == "amqp.":
             kafka = False
+            if k == _VERBATIM_091 and h.value is not None:  # set by the AMQP 1.0 door (a 0-9-1 binary header)
+                verbatim = h.value
         elif k in STREAM_ONLY_HEADERS:
             if k == X_STREAM_MESSAGE and h.value is not None:
                 verbatim = h.value

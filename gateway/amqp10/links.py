@@ -16,8 +16,9 @@ from gateway.amqp import permissions
 from gateway.amqp10 import addresses
 from gateway.amqp10.errors import LinkError
 from routing.errors import AmqpError, ChannelError
-from routing.stream_message import amqp091_from_amqp10, stream_from_record
-from wire.amqp10 import AMQP10Error, Described, Typed, decode_message, encode_message
+from routing.amqp_properties import with_entry
+from routing.stream_message import X_STREAM_MESSAGE, amqp091_from_amqp10, bare_kept, stream_from_record
+from wire.amqp10 import AMQP10Error, Described, Message, Symbol, Typed, decode_message, encode_message, value_end
 from wire.amqp10_frames import Attach, Error, Flow, Rejected, Released, Transfer
 
 LINK_CREDIT = 256  # granted to a publishing link, topped up when half is used
@@ -164,6 +165,10 @@ class IncomingLink:
                 subject = msg.properties[3] if msg.properties and len(msg.properties) > 3 else None
                 routing_key = subject if isinstance(subject, str) else ""
         headers = plain(msg.application_properties) if msg.application_properties else None
+        if exchange == "":  # to a stream: the bare message stays byte for byte (RabbitMQ 4 keeps it)
+            queue = session.vhost.queues.get(routing_key)
+            if queue is not None and queue.is_stream and not bare_kept(data, exchange, routing_key, props, body):
+                props = with_entry(props, X_STREAM_MESSAGE, "x", data)
         try:
             if self.node is None:
                 permissions.check(session, "exchange", exchange, "write")
@@ -254,7 +259,9 @@ class OutgoingLink:
     # --- delivering ----------------------------------------------------------------------------
     def deliver(self, queue, offset: int, record, redelivered: bool) -> None:
         data = stream_from_record(record)
-        if queue.counts_deliveries:
+        if queue.is_stream:  # as RabbitMQ 4: a stream delivery says where it is in the stream
+            data = _annotated(data, "x-stream-offset", Typed(0x81, offset))
+        elif queue.counts_deliveries:
             count = queue.delivery_counts.get(offset, 0)
             if count:
                 data = _with_delivery_count(data, count)
@@ -323,6 +330,28 @@ def _offset_spec(source):
             spec = plain(spec)
             return str(spec) if isinstance(spec, str) else spec
     return None
+
+
+def _annotated(data: bytes, name: str, value) -> bytes:
+    """The message with one more message annotation (the bare message's bytes are kept)."""
+    try:
+        msg = decode_message(data)
+    except AMQP10Error:
+        return data
+    annotations = dict(msg.message_annotations or {})
+    annotations[Symbol(name)] = value
+    bare = data[_bare_start(data):]
+    head = Message(header=msg.header, delivery_annotations=msg.delivery_annotations,
+                   message_annotations=annotations)
+    return encode_message(head) + bare
+
+
+def _bare_start(data: bytes) -> int:
+    """Where the bare message (properties on) starts: after header and annotations sections."""
+    p = 0
+    while p < len(data) and data[p:p + 2] == b"\x00\x53" and data[p + 2] in (0x70, 0x71, 0x72):
+        p = value_end(data, p)
+    return p
 
 
 def _with_delivery_count(data: bytes, count: int) -> bytes:
