@@ -82,8 +82,9 @@ class IncomingLink:
     def _check_node(self, node) -> None:
         vhost = self.session.vhost
         try:
-            if node.kind == "queue":
+            if node.kind == "queue":  # published through the default exchange: write on it, as 0-9-1
                 vhost.queue(node.name, self.session.connection)
+                permissions.check(self.session, "exchange", "", "write")
             else:
                 vhost.exchange(node.name)
                 permissions.check(self.session, "exchange", node.name, "write")

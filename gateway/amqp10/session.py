@@ -55,6 +55,7 @@ class Session:
         # delivery id -> (link, queue, offset): our deliveries the client has not settled
         self.unsettled: dict[int, tuple] = {}
         self.pending_confirms: deque = deque()  # (delivery id, Publish, routed) of unsettled publishes
+        self.detaching: set[int] = set()  # handles we detached first: the client's detach ends them
         self.closing = False
 
     def send_begin(self) -> None:
@@ -86,7 +87,7 @@ class Session:
         if m.handle > self.handle_max:
             raise SessionError("amqp:session:handle-in-use" if m.handle in self.links else "amqp:not-allowed",
                                f"handle {m.handle} is above handle-max {self.handle_max}")
-        if m.handle in self.links:
+        if m.handle in self.links or m.handle in self.detaching:
             raise SessionError("amqp:session:handle-in-use", f"handle {m.handle} is in use")
         try:
             link = attach_link(self, m)
@@ -94,14 +95,16 @@ class Session:
             self.send(Attach(name=m.name, handle=m.handle, role=not m.role, snd_settle_mode=m.snd_settle_mode,
                              rcv_settle_mode=m.rcv_settle_mode, source=m.source if m.role else None,
                              target=None if m.role else m.target, initial_delivery_count=None if m.role else 0))
-            self.send(Detach(handle=m.handle, closed=True, error=Error(condition=exc.condition,
-                                                                        description=exc.description)))
+            self.send_detach_error(m.handle, exc.condition, exc.description)
             return
         self.links[m.handle] = link
         link.attached()
 
     def _detach(self, m: Detach) -> None:
         link = self.links.pop(m.handle, None)
+        if link is None and m.handle in self.detaching:
+            self.detaching.discard(m.handle)  # the answer to our detach
+            return
         if link is None:
             raise SessionError("amqp:session:unattached-handle", f"detach of handle {m.handle}, which is not attached")
         link.release()
@@ -112,9 +115,10 @@ class Session:
         link = self.links.pop(handle, None)
         if link is not None:
             link.release()
-        self.send(Detach(handle=handle, closed=True, error=Error(condition=condition, description=text)))
+        self.send_detach_error(handle, condition, text)
 
     def send_detach_error(self, handle: int, condition: str, text: str) -> None:
+        self.detaching.add(handle)
         self.send(Detach(handle=handle, closed=True, error=Error(condition=condition, description=text)))
 
     def _flow(self, m: Flow) -> None:
@@ -125,9 +129,10 @@ class Session:
         self.remote_outgoing_window = m.outgoing_window
         if m.handle is not None:
             link = self.links.get(m.handle)
-            if link is None:
+            if link is not None:
+                link.flow(m)
+            elif m.handle not in self.detaching:  # (on a link we detached: ignored)
                 raise SessionError("amqp:session:unattached-handle", f"flow on handle {m.handle}, which is not attached")
-            link.flow(m)
         elif m.echo:
             self.send_flow()
         self.dispatch_all()
@@ -147,6 +152,8 @@ class Session:
             self.send_flow()
         link = self.links.get(m.handle)
         if link is None:
+            if m.handle in self.detaching:
+                return  # sent before our detach reached the client
             raise SessionError("amqp:session:unattached-handle", f"transfer on handle {m.handle}, which is not attached")
         if not isinstance(link, IncomingLink):
             raise SessionError("amqp:not-allowed", f"transfer on handle {m.handle}, a link this broker sends on")
