@@ -23,6 +23,7 @@ import time
 
 from twisted.internet import task
 
+from gateway.amqp.counters import AMQP as COUNTS
 from gateway.amqp10.errors import ConnError, LinkError, SessionError
 from gateway.amqp10.session import Session
 from gateway.logs import connection_ids, fields
@@ -124,6 +125,7 @@ class Amqp10Connection:
         pass
 
     def connectionLost(self, reason=None) -> None:
+        COUNTS.connections_closed += 1  # (counted as opened by the 0-9-1 door that took the socket)
         self.service.amqp10_connections.discard(self)
         self.service.confirming.discard(self)
         self._cancel_timers()
