@@ -24,7 +24,7 @@ import time
 from twisted.internet import task
 
 from gateway.amqp.counters import AMQP as COUNTS
-from gateway.amqp10.errors import ConnError, LinkError, SessionError
+from gateway.amqp10.errors import ConnError, LinkError, SessionError, condition_of
 from gateway.amqp10.session import Session
 from gateway.logs import connection_ids, fields
 from gateway.netutil import no_delay, write_through
@@ -417,12 +417,3 @@ class Amqp10Connection:
 
     def close_connection(self, code: int, text: str, *_args, **_kwargs) -> None:
         self.close("amqp:connection:forced", text)
-
-
-_CONDITIONS = {403: "amqp:unauthorized-access", 404: "amqp:not-found", 405: "amqp:resource-locked",
-               406: "amqp:precondition-failed", 320: "amqp:connection:forced", 530: "amqp:not-allowed",
-               540: "amqp:not-implemented", 506: "amqp:resource-limit-exceeded"}
-
-
-def condition_of(exc: AmqpError) -> str:
-    return _CONDITIONS.get(exc.reply_code, "amqp:internal-error")

@@ -21,3 +21,14 @@ class SessionError(Amqp10DoorError):
 
 class ConnError(Amqp10DoorError):
     pass
+
+
+# AMQP 0-9-1 reply codes the routing model raises -> AMQP 1.0 error conditions
+_CONDITIONS = {403: "amqp:unauthorized-access", 404: "amqp:not-found", 405: "amqp:resource-locked",
+               406: "amqp:precondition-failed", 320: "amqp:connection:forced", 530: "amqp:not-allowed",
+               540: "amqp:not-implemented", 506: "amqp:resource-limit-exceeded"}
+
+
+def condition_of(exc) -> str:
+    """The AMQP 1.0 condition of a routing error (:class:`routing.errors.AmqpError`)."""
+    return _CONDITIONS.get(exc.reply_code, "amqp:internal-error")

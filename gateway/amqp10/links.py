@@ -14,7 +14,7 @@ import datetime
 
 from gateway.amqp import permissions
 from gateway.amqp10 import addresses
-from gateway.amqp10.errors import LinkError
+from gateway.amqp10.errors import LinkError, condition_of
 from routing.errors import AmqpError, ChannelError
 from routing.amqp_properties import with_entry
 from routing.stream_message import X_STREAM_MESSAGE, amqp091_from_amqp10, bare_kept, stream_from_record
@@ -24,11 +24,6 @@ from wire.amqp10_frames import Attach, Error, Flow, Rejected, Released, Transfer
 LINK_CREDIT = 256  # granted to a publishing link, topped up when half is used
 UINT = 1 << 32
 _TRANSFER_OVERHEAD = 64  # frame header + a transfer performative, at most (tags are 4 bytes here)
-
-
-def _condition(exc: AmqpError) -> str:
-    from gateway.amqp10.connection import condition_of  # the table lives with the connection
-    return condition_of(exc)
 
 
 def plain(v):
@@ -42,22 +37,6 @@ def plain(v):
     if type(v) is Described:
         return plain(v.value)
     return v
-
-
-def attach_link(session, m: Attach):
-    """The link a client's attach asks for; LinkError if it cannot be had."""
-    terminus = m.source if m.role else m.target
-    address = getattr(terminus, "address", None)
-    try:
-        node = None if (address is None and not m.role) else addresses.parse(address)
-    except addresses.BadAddress as exc:
-        raise LinkError(m.handle, "amqp:invalid-field", str(exc)) from None
-    if node is not None and node.kind == "management":
-        from gateway.amqp10.management import ManagementReplies, ManagementRequests
-        return ManagementReplies(session, m) if m.role else ManagementRequests(session, m)
-    if m.role:
-        return OutgoingLink(session, m, node)
-    return IncomingLink(session, m, node)
 
 
 class IncomingLink:
@@ -89,7 +68,7 @@ class IncomingLink:
                 vhost.exchange(node.name)
                 permissions.check(self.session, "exchange", node.name, "write")
         except AmqpError as exc:
-            raise LinkError(self.handle, _condition(exc), exc.reply_text) from None
+            raise LinkError(self.handle, condition_of(exc), exc.reply_text) from None
 
     def attached(self) -> None:
         m = self.attach
@@ -177,9 +156,9 @@ class IncomingLink:
                                                      not settled)
         except ChannelError as exc:
             if self.node is not None:  # the target went away under the link
-                raise LinkError(self.handle, _condition(exc), exc.reply_text) from None
+                raise LinkError(self.handle, condition_of(exc), exc.reply_text) from None
             self._outcome(delivery_id, settled, None, Rejected(error=Error(
-                condition=_condition(exc), description=exc.reply_text)))
+                condition=condition_of(exc), description=exc.reply_text)))
             return
         session.connection.has_published = True
         self._outcome(delivery_id, settled, publish, None if routed else Released())
@@ -207,7 +186,7 @@ class OutgoingLink:
             self.queue = session.vhost.queue(node.name, session.connection)
             permissions.check(session, "queue", node.name, "read")
         except AmqpError as exc:
-            raise LinkError(m.handle, _condition(exc), exc.reply_text) from None
+            raise LinkError(m.handle, condition_of(exc), exc.reply_text) from None
         self.no_ack = m.snd_settle_mode == 1
         self.owner = self
         self.credit = 0

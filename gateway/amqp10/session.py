@@ -28,7 +28,9 @@ from __future__ import annotations
 from collections import deque
 
 from gateway.amqp10.errors import LinkError, SessionError
-from gateway.amqp10.links import IncomingLink, OutgoingLink, attach_link
+from gateway.amqp10 import addresses
+from gateway.amqp10.links import IncomingLink, OutgoingLink
+from gateway.amqp10.management import ManagementReplies, ManagementRequests
 from wire.amqp10_frames import (
     Accepted, Attach, Begin, Detach, Disposition, Error, Flow, Modified, Rejected, Released, Transfer,
 )
@@ -236,3 +238,18 @@ def settle(queue, offsets: list[int], state) -> None:
         queue.requeue_uncounted(offsets)
     else:
         queue.ack(offsets)
+
+
+def attach_link(session, m: Attach):
+    """The link a client's attach asks for; LinkError if it cannot be had."""
+    terminus = m.source if m.role else m.target
+    address = getattr(terminus, "address", None)
+    try:
+        node = None if (address is None and not m.role) else addresses.parse(address)
+    except addresses.BadAddress as exc:
+        raise LinkError(m.handle, "amqp:invalid-field", str(exc)) from None
+    if node is not None and node.kind == "management":
+        return ManagementReplies(session, m) if m.role else ManagementRequests(session, m)
+    if m.role:
+        return OutgoingLink(session, m, node)
+    return IncomingLink(session, m, node)
