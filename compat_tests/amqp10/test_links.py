@@ -263,3 +263,38 @@ def test_presettled_consumer_and_drain(broker):
         assert get_all(channel, name) == []
     finally:
         connection.close()
+
+
+def test_idle_time_out_heartbeats(broker):
+    """Gateway only (RabbitMQ 3.10 sends them too; the check is that ours does): a client with a
+    1 s idle time-out stays connected over 3 s of silence, kept alive by the broker's empty frames."""
+    address = broker.address("amqp")
+    name = _qq(broker)
+    conn = proton(address, heartbeat=1)
+    try:
+        with pytest.raises(Timeout):
+            conn.wait(lambda: False, timeout=3)  # 3 s of I/O with nothing sent by the client's code
+        sender = conn.create_sender(f"/queues/{name}")
+        assert sender.send(Message(inferred=True, body=b"alive"), timeout=10).remote_state == Delivery.ACCEPTED
+    finally:
+        conn.close()
+
+
+def test_no_credit_for_publishers_while_an_alarm_is_on(tmp_path):
+    """Gateway only: a resource alarm holds AMQP 1.0 publishers by withholding link credit (as it
+    blocks 0-9-1 publishers); a disk-free limit above any disk turns the alarm on from the start."""
+    from tests.brokerproc import start_broker
+    process = start_broker(tmp_path / "data", "--disk-free-limit-mb", str(1 << 40))
+    try:
+        time.sleep(1.0)  # the alarm check runs on the AMQP tick
+        address = process.address("amqp")
+        conn = proton(address)
+        try:
+            sender = conn.create_sender("/exchanges/amq.fanout")
+            with pytest.raises(Timeout):
+                sender.send(Message(inferred=True, body=b"held"), timeout=2)
+            assert sender.link.credit <= 0  # none granted (proton counts the held message below 0)
+        finally:
+            conn.close()
+    finally:
+        assert process.stop() == 0

@@ -159,7 +159,7 @@ class AmqpService:
         reason = " and ".join(f"low on {name}" for name in sorted(active)) or None
         if reason != self.alarm_reason:
             self.alarm_reason = reason
-            for connection in list(self.connections):
+            for connection in list(self.connections) + list(self.amqp10_connections):
                 connection.alarm_changed()
 
     def stop(self) -> None:

@@ -410,7 +410,14 @@ class Amqp10Connection:
         pass  # link credit bounds what a 1.0 consumer holds; RabbitMQ 4 applies no timeout here either
 
     def alarm_changed(self) -> None:
-        pass  # publishers are held by link credit (see Session): not granted while an alarm is on
+        """A resource alarm cleared: links that were refused credit get it (see IncomingLink.grant)."""
+        if self.service.alarm_reason:
+            return
+        for session in list(self.sessions.values()):
+            for link in list(session.links.values()):
+                if getattr(link, "blocked", False):
+                    link.grant()
+        self._flush()
 
     def drain_input(self) -> None:
         pass

@@ -55,6 +55,7 @@ class IncomingLink:
         self._size = 0
         self._delivery: tuple[int, bool] | None = None  # (delivery id, settled) of a delivery in frames
         self.unsettled = 0
+        self.blocked = False  # no credit granted while a resource alarm is on
         if node is not None:
             self._check_node(node)
 
@@ -75,6 +76,15 @@ class IncomingLink:
         self.session.send(Attach(name=m.name, handle=m.handle, role=True, snd_settle_mode=m.snd_settle_mode,
                                  rcv_settle_mode=0, source=m.source, target=m.target,
                                  max_message_size=self.session.connection.service.max_message_bytes))
+        self.grant()
+
+    def grant(self) -> None:
+        """Top the link credit up, unless a resource alarm is on: then the publisher waits for
+        credit (the connection grants it when the alarm clears), as 0-9-1 publishers are blocked."""
+        if self.session.connection.service.alarm_reason:
+            self.blocked = True
+            return
+        self.blocked = False
         self.credit = LINK_CREDIT
         self.session.send_flow(self)
 
@@ -114,9 +124,8 @@ class IncomingLink:
         self._parts, self._size, self._delivery = [], 0, None
         self.delivery_count = (self.delivery_count + 1) % UINT
         self.credit -= 1
-        if self.credit < LINK_CREDIT // 2:
-            self.credit = LINK_CREDIT
-            self.session.send_flow(self)
+        if self.credit < LINK_CREDIT // 2 and not self.blocked:
+            self.grant()
         self.message(delivery_id, settled, data)
 
     def message(self, delivery_id: int, settled: bool, data: bytes) -> None:
