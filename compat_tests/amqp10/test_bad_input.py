@@ -14,7 +14,7 @@ from proton import Delivery, Message
 
 from wire.amqp10 import encode_message, Message as Message10
 from wire.amqp10_frames import (
-    HEADER_AMQP, HEADER_SASL, SASL_FRAME, Attach, Begin, Close, Frame, FrameReader, NEED_DATA, Open, SaslInit,
+    HEADER_AMQP, HEADER_SASL, SASL_FRAME, Attach, Begin, Close, End, Frame, FrameReader, NEED_DATA, Open, SaslInit,
     SaslOutcome, Target, Transfer, encode_frame,
 )
 
@@ -164,3 +164,26 @@ def test_header_dispatch_leaves_091_alone(broker, head):
         assert data[:1] == b"\x01"  # a method frame: connection.start
     else:
         assert data == b"AMQP\x00\x00\x09\x01"
+
+
+def test_session_error_ends_only_that_session(broker):
+    """A transfer on a handle that is not attached ends its session (amqp:session:unattached-handle);
+    the connection goes on: after the client's end, the channel takes a new session."""
+    sock = _open(broker.address("amqp"))
+    sock.sendall(encode_frame(0, Transfer(handle=9, delivery_id=0, delivery_tag=b"1", message_format=0), b"x"))
+    data = b""
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and not any(isinstance(e, Frame) and isinstance(e.body, End)
+                                                  for e in _frames(data)):
+        data += sock.recv(65536)
+    ends = [e.body for e in _frames(data) if isinstance(e, Frame) and isinstance(e.body, End)]
+    assert ends and ends[0].error.condition == "amqp:session:unattached-handle"
+    sock.sendall(encode_frame(0, End()) + encode_frame(0, Begin(next_outgoing_id=0, incoming_window=10,
+                                                                  outgoing_window=10)))
+    more = b""
+    while time.monotonic() < deadline and sum(isinstance(e, Frame) and isinstance(e.body, Begin)
+                                              for e in _frames(data + more)) < 2:
+        more += sock.recv(65536)
+    sock.close()
+    assert sum(isinstance(e, Frame) and isinstance(e.body, Begin) for e in _frames(data + more)) == 2
+    _no_traceback(broker)

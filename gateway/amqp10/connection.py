@@ -83,6 +83,7 @@ class Amqp10Connection:
         self.max_frame_size = 512
         self.channel_max = CHANNEL_MAX
         self.sessions: dict[int, Session] = {}
+        self._ending: set[int] = set()  # channels whose session we ended: waiting for the client's end
         self.confirms_waiting: set = set()  # sessions with publishes waiting to be settled
         self.write_blocked = False
         self.certificate_user = peer_common_name(transport)
@@ -299,6 +300,10 @@ class Amqp10Connection:
             return
         session = self.sessions.get(frame.channel)
         if session is None:
+            if frame.channel in self._ending:  # we ended it with an error: ignored until the client's end
+                if isinstance(body, End):
+                    self._ending.discard(frame.channel)
+                return
             raise ConnError("amqp:not-found", f"{body.NAME} on channel {frame.channel}, which has no session")
         if isinstance(body, End):
             del self.sessions[frame.channel]
@@ -350,7 +355,7 @@ class Amqp10Connection:
     def _begin(self, channel: int, m) -> None:
         if m.remote_channel is not None:
             raise ConnError("amqp:not-allowed", "begin with a remote-channel: this broker does not begin sessions")
-        if channel in self.sessions:
+        if channel in self.sessions or channel in self._ending:
             raise ConnError("amqp:illegal-state", f"channel {channel} already has a session")
         if channel > self.channel_max:
             raise ConnError("amqp:connection:framing-error", f"channel {channel} is above channel-max "
@@ -363,6 +368,7 @@ class Amqp10Connection:
         log.info("ending AMQP 1.0 session", extra=fields(peer=self.peer, conn=self.conn_id, channel=session.channel,
                                                         condition=condition, text=text))
         self.sessions.pop(session.channel, None)
+        self._ending.add(session.channel)
         session.release()
         self.send_frame(session.channel, End(error=Error(condition=condition, description=text)))
 
