@@ -86,7 +86,7 @@ from routing.mapping import amqp_from_record, record_from_amqp, stored_form
 from wire.amqp10 import AMQP10Error, Array, Message, Symbol, Typed, decode_message, encode_message, value_end
 from wire.records import Header, Record
 
-__all__ = ["STREAM_ONLY_HEADERS", "X_STREAM_MESSAGE", "amqp091_from_amqp10", "bare_kept", "record_from_stream", "stream_from_record"]
+__all__ = ["STREAM_ONLY_HEADERS", "X_STREAM_MESSAGE", "amqp091_from_amqp10", "bare_kept", "data_body", "record_from_stream", "stream_from_record"]
 
 X_STREAM_MESSAGE = "x-stream-message"
 X_STREAM_RAW = "x-stream-raw"
@@ -162,6 +162,15 @@ def amqp091_from_amqp10(data: bytes) -> tuple[Message, str, str, bytes, bytes]:
     through the router with these). AMQP10Error if ``data`` is not one message."""
     msg = decode_message(data)
     return (msg, *_to_091(msg, data))
+
+
+def data_body(data: bytes) -> tuple[int, bytes] | None:
+    """(where its one data section starts, that section's bytes) of a message whose only body is
+    one data section at its end, else None: the sections before it can be cached as a key."""
+    p = _data_start(data)
+    if p < 0:
+        return None
+    return p, _data_body(data, p)[0]
 
 
 def bare_kept(data: bytes, exchange: str, routing_key: str, props: bytes, body: bytes) -> bool:

@@ -24,7 +24,7 @@ from typing import Any
 
 from wire.amqp10 import AMQP10Error, Array, Described, Symbol, Typed, decode_value, encode_value
 
-__all__ = ["HEADER_AMQP", "HEADER_SASL", "HEADER_091", "NEED_DATA", "FrameError", "FrameReader", "Frame",
+__all__ = ["HEADER_AMQP", "HEADER_SASL", "HEADER_091", "AMQP_FRAME", "SASL_FRAME", "NEED_DATA", "FrameError", "FrameReader", "Frame",
            "ProtocolHeader", "Heartbeat", "encode_frame", "encode_heartbeat", "PERFORMATIVES", "SASL_FRAMES",
            "Open", "Begin", "Attach", "Flow", "Transfer", "Disposition", "Detach", "End", "Close", "Error",
            "Source", "Target", "Accepted", "Rejected", "Released", "Modified", "Received", "SaslMechanisms",
@@ -249,23 +249,26 @@ class FrameReader:
     def __init__(self, max_frame_size: int = MIN_MAX_FRAME_SIZE):
         self.max_frame_size = max_frame_size
         self.expect_header = True
-        self._buf = bytearray()
+        self._buf = b""
+        self._pos = 0  # frames are read at this offset; the buffer is cut once per receive_data
 
     def receive_data(self, data: bytes) -> None:
-        self._buf += data
+        rest = self._buf[self._pos:] if self._pos else self._buf
+        self._buf = rest + data if rest else bytes(data)
+        self._pos = 0
 
     def next_event(self):
-        buf = self._buf
+        buf, p = self._buf, self._pos
+        left = len(buf) - p
         if self.expect_header:
-            if len(buf) < 8:
+            if left < 8:
                 return NEED_DATA
-            header = bytes(buf[:8])
-            del buf[:8]
+            self._pos = p + 8
             self.expect_header = False
-            return ProtocolHeader(header)
-        if len(buf) < 8:
+            return ProtocolHeader(buf[p:p + 8])
+        if left < 8:
             return NEED_DATA
-        size, doff, type_, channel = _HEAD.unpack_from(buf)
+        size, doff, type_, channel = _HEAD.unpack_from(buf, p)
         if size > self.max_frame_size:
             raise FrameError(f"frame of {size} bytes is larger than the max-frame-size {self.max_frame_size}",
                              FRAME_SIZE_TOO_SMALL)
@@ -273,10 +276,10 @@ class FrameReader:
             raise FrameError(f"frame data offset {doff} does not fit its size {size}", "amqp:connection:framing-error")
         if type_ not in (AMQP_FRAME, SASL_FRAME):
             raise FrameError(f"unknown frame type {type_}", "amqp:connection:framing-error")
-        if len(buf) < size:
+        if left < size:
             return NEED_DATA
-        data = bytes(buf[doff * 4:size])
-        del buf[:size]
+        data = buf[p + doff * 4:p + size]
+        self._pos = p + size
         if not data:
             return Heartbeat(channel)
         return Frame(type_, channel, *decode_body(type_, data))

@@ -17,13 +17,17 @@ from gateway.amqp10 import addresses
 from gateway.amqp10.errors import LinkError, condition_of
 from routing.errors import AmqpError, ChannelError
 from routing.amqp_properties import with_entry
-from routing.stream_message import X_STREAM_MESSAGE, amqp091_from_amqp10, bare_kept, stream_from_record
+from routing.stream_message import X_STREAM_MESSAGE, amqp091_from_amqp10, bare_kept, data_body, stream_from_record
 from wire.amqp10 import AMQP10Error, Described, Message, Symbol, Typed, decode_message, encode_message, value_end
 from wire.amqp10_frames import Attach, Error, Flow, Rejected, Released, Transfer
 
 LINK_CREDIT = 256  # granted to a publishing link, topped up when half is used
 UINT = 1 << 32
 _TRANSFER_OVERHEAD = 64  # frame header + a transfer performative, at most (tags are 4 bytes here)
+# a published message's sections before its data body -> (decoded message, 0-9-1 properties, headers)
+_CONVERTED: dict[bytes, tuple] = {}
+_CACHED_MAX = 4096  # bytes of sections worth keeping as a key
+_CACHE_ENTRIES = 1024
 
 
 def plain(v):
@@ -130,10 +134,21 @@ class IncomingLink:
 
     def message(self, delivery_id: int, settled: bool, data: bytes) -> None:
         session = self.session
-        try:
-            msg, _, _, props, body = amqp091_from_amqp10(data)
-        except AMQP10Error as exc:
-            raise LinkError(self.handle, "amqp:decode-error", f"the message is malformed: {exc}") from None
+        split = data_body(data)
+        hit = _CONVERTED.get(data[:split[0]]) if split is not None and split[0] <= _CACHED_MAX else None
+        if hit is not None:  # a publisher repeats its properties: converted once
+            msg, props, headers = hit
+            body = split[1]
+        else:
+            try:
+                msg, _, _, props, body = amqp091_from_amqp10(data)
+            except AMQP10Error as exc:
+                raise LinkError(self.handle, "amqp:decode-error", f"the message is malformed: {exc}") from None
+            headers = plain(msg.application_properties) if msg.application_properties else None
+            if split is not None and split[0] <= _CACHED_MAX and body == split[1]:
+                if len(_CONVERTED) >= _CACHE_ENTRIES:
+                    _CONVERTED.clear()
+                _CONVERTED[data[:split[0]]] = (msg, props, headers)
         node = self.node
         if node is None:  # the anonymous terminus: the message's "to" says where it goes
             to = msg.properties[2] if msg.properties and len(msg.properties) > 2 else None
@@ -153,7 +168,6 @@ class IncomingLink:
             if routing_key is None:  # /exchanges/:x: the subject is the routing key
                 subject = msg.properties[3] if msg.properties and len(msg.properties) > 3 else None
                 routing_key = subject if isinstance(subject, str) else ""
-        headers = plain(msg.application_properties) if msg.application_properties else None
         if exchange == "":  # to a stream: the bare message stays byte for byte (RabbitMQ 4 keeps it)
             queue = session.vhost.queues.get(routing_key)
             if queue is not None and queue.is_stream and not bare_kept(data, exchange, routing_key, props, body):
