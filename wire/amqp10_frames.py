@@ -99,6 +99,9 @@ def _dec_field(kind: str, v: Any) -> Any:
     return from_described(v)
 
 
+_new, _setattr = object.__new__, object.__setattr__
+
+
 class _Composite:
     """A described list with named, typed fields (a performative, a terminus, an outcome...)."""
     CODE = 0
@@ -130,11 +133,16 @@ class _Composite:
     def from_list(cls, items: Any) -> "_Composite":
         if not isinstance(items, list):
             raise FrameError(f"{cls.NAME} is not a list")
-        if len(items) > len(cls.FIELDS):
-            items = items[:len(cls.FIELDS)]  # later spec versions may add fields: ignored
-        obj = cls()
-        for (name, kind), v in zip(cls.FIELDS, items):
-            object.__setattr__(obj, name, _dec_field(kind, v))
+        obj = _new(cls)  # every field set below: __init__'s defaults would be a second pass (per transfer)
+        n = len(items)  # (fields past ours, from a later spec version, are ignored)
+        for i, (name, kind) in enumerate(cls.FIELDS):
+            v = items[i] if i < n else None
+            if v is not None:
+                if type(v) is Typed and kind in _CODES:
+                    v = v.value
+                else:
+                    v = _dec_field(kind, v)
+            _setattr(obj, name, v)
         return obj
 
     def __eq__(self, other: object) -> bool:
