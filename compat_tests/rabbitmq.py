@@ -119,10 +119,12 @@ def amqp_greets(host: str, port: int, timeout: float = 1.0) -> bool:
 class RabbitMQNode:
     """One private RabbitMQ node under ``base_dir``; see the module docstring."""
 
-    def __init__(self, base_dir: Path, name: str | None = None, *, management: bool = False, stream: bool = False):
+    def __init__(self, base_dir: Path, name: str | None = None, *, management: bool = False, stream: bool = False,
+                 amqp10: bool = False):
         self.script = find_server_script()
         self.management = management  # the rabbitmq_management plugin (HTTP API) on http_port
         self.stream = stream  # the rabbitmq_stream plugin (stream protocol) on stream_port
+        self.amqp10 = amqp10  # the rabbitmq_amqp1_0 plugin (AMQP 1.0 on the AMQP port)
         self.base = Path(base_dir)
         self.node_name = name or f"rabbit-compat-{os.getpid()}-{next(_counter)}@localhost"
         self.host = "127.0.0.1"
@@ -162,7 +164,8 @@ class RabbitMQNode:
         # 2 s lets the suite see a dead letter arrive once its binding appears.
         (self.base / "advanced.config").write_text(
             "[{rabbit, [{dead_letter_worker_publisher_confirm_timeout, 2000}]}].\n")
-        plugins = ["rabbitmq_management"] * self.management + ["rabbitmq_stream"] * self.stream
+        plugins = (["rabbitmq_management"] * self.management + ["rabbitmq_stream"] * self.stream
+                   + ["rabbitmq_amqp1_0"] * self.amqp10)
         (self.base / "enabled_plugins").write_text(f"[{','.join(plugins)}].\n")
 
     def _env(self) -> dict:

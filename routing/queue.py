@@ -503,6 +503,11 @@ class Queue:
                 continue
             self._discard(offset, self.reader.get(offset), "rejected")
 
+    def requeue_uncounted(self, offsets) -> None:
+        """Delivered messages come back without counting a delivery (AMQP 1.0 ``released``)."""
+        if not self.is_stream:
+            self.cursor.requeue([o for o in offsets if self.cursor.owner_of(o) is not None])
+
     def release(self, owner: Hashable) -> list[int]:
         """A channel closed: its unacked deliveries go back to the queue, in offset order."""
         if self.is_stream:

@@ -86,10 +86,11 @@ from routing.mapping import amqp_from_record, record_from_amqp, stored_form
 from wire.amqp10 import AMQP10Error, Array, Message, Symbol, Typed, decode_message, encode_message, value_end
 from wire.records import Header, Record
 
-__all__ = ["STREAM_ONLY_HEADERS", "record_from_stream", "stream_from_record"]
+__all__ = ["STREAM_ONLY_HEADERS", "X_STREAM_MESSAGE", "amqp091_from_amqp10", "bare_kept", "data_body", "record_from_stream", "stream_from_record"]
 
 X_STREAM_MESSAGE = "x-stream-message"
 X_STREAM_RAW = "x-stream-raw"
+_VERBATIM_091 = "amqp.h.x." + X_STREAM_MESSAGE  # the record header of a 0-9-1 'x' header of that name
 STREAM_ONLY_HEADERS = frozenset({"x-stream-filter-value", "x-stream-writer", X_STREAM_MESSAGE, X_STREAM_RAW})
 
 _AMQP_TYPE = b"amqp-1.0"  # the 0-9-1 type of a body that is AMQP 1.0 encoded sections (RabbitMQ's)
@@ -153,6 +154,40 @@ def record_from_stream(message: bytes, now_ms: int) -> tuple[bytes | None, bytes
             _IN.clear()
         _IN[data[:p]] = (exchange, routing_key, props, rebuilt == data[:p] + _data_header(len(body)) + body)
     return key, value, headers, ts
+
+
+def amqp091_from_amqp10(data: bytes) -> tuple[Message, str, str, bytes, bytes]:
+    """(the decoded message, exchange and routing key from its annotations, 0-9-1 property
+    section, body) of an AMQP 1.0 message, by the table above (the AMQP 1.0 door publishes
+    through the router with these). AMQP10Error if ``data`` is not one message."""
+    msg = decode_message(data)
+    return (msg, *_to_091(msg, data))
+
+
+def data_body(data: bytes) -> tuple[int, bytes] | None:
+    """(where its one data section starts, that section's bytes) of a message whose only body is
+    one data section at its end, else None: the sections before it can be cached as a key."""
+    p = _data_start(data)
+    if p < 0:
+        return None
+    return p, _data_body(data, p)[0]
+
+
+def bare_kept(data: bytes, exchange: str, routing_key: str, props: bytes, body: bytes) -> bool:
+    """Whether a stream consumer of the record stored from (exchange, routing key, props, body)
+    gets ``data``'s bare message (properties to the end) back byte for byte."""
+    prefix, amqp_body = _form(exchange, routing_key, props)
+    return _bare(_deliver(prefix, amqp_body, body)) == _bare(data)
+
+
+def _bare(data: bytes) -> bytes:
+    p = 0
+    try:
+        while data[p:p + 2] == b"\x00\x53" and data[p + 2] in (0x70, 0x71, 0x72):
+            p = value_end(data, p)
+    except (AMQP10Error, IndexError):
+        return data
+    return data[p:]
 
 
 def _data_start(data: bytes) -> int:
@@ -365,6 +400,8 @@ def stream_from_record(record: Record) -> bytes:
         k = h.key
         if k[:5] == "amqp.":
             kafka = False
+            if k == _VERBATIM_091 and h.value is not None:  # set by the AMQP 1.0 door (a 0-9-1 binary header)
+                verbatim = h.value
         elif k in STREAM_ONLY_HEADERS:
             if k == X_STREAM_MESSAGE and h.value is not None:
                 verbatim = h.value

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["AMQP10Error", "Symbol", "Typed", "Described", "Array", "Message", "HEADER_FIELDS",
-           "PROPERTIES_FIELDS", "decode_message", "encode_message", "encode_value", "value_end"]
+           "PROPERTIES_FIELDS", "decode_message", "decode_value", "encode_message", "encode_value", "value_end"]
 
 HEADER_FIELDS = ("durable", "priority", "ttl", "first_acquirer", "delivery_count")
 PROPERTIES_FIELDS = ("message_id", "user_id", "to", "subject", "reply_to", "correlation_id", "content_type",
@@ -258,6 +258,17 @@ def _value(d: bytes, p: int, end: int, depth: int) -> tuple[Any, int]:
     return v, p
 
 
+def decode_value(data: bytes, p: int = 0, end: int | None = None) -> tuple[Any, int]:
+    """The one value at data[p:end] (described values kept as :class:`Described`) and its end;
+    AMQP10Error for anything malformed."""
+    try:
+        return _value(data, p, len(data) if end is None else end, 0)
+    except AMQP10Error:
+        raise
+    except (IndexError, struct.error, ValueError, RecursionError) as e:
+        raise AMQP10Error(f"malformed: {e}") from None
+
+
 def value_end(data: bytes, p: int = 0) -> int:
     """End of the encoded value (descriptors included) that starts at data[p], from its size
     fields only: cheap, and it checks nothing inside compound values."""
@@ -277,8 +288,9 @@ def value_end(data: bytes, p: int = 0) -> int:
     return q
 
 
-def decode_message(data: bytes) -> Message:
-    """The sections of an AMQP 1.0 message; AMQP10Error if ``data`` is not exactly one."""
+def decode_message(data: bytes, any_order: bool = False) -> Message:
+    """The sections of an AMQP 1.0 message; AMQP10Error if ``data`` is not exactly one.
+    ``any_order`` lets sections come in any order (each at most once; one kind of body)."""
     d = data if type(data) is bytes else bytes(data)
     end = len(d)
     _check(end > 0, "no sections")
@@ -293,7 +305,7 @@ def decode_message(data: bytes) -> Message:
             _check(type(code) is int and HEADER <= code <= FOOTER, "unknown section descriptor")
             value, p = _value(d, p, end, 1)
             kind = _BODY_KIND.get(code)
-            _check((code > last or (code == last and code in (DATA, SEQUENCE)))
+            _check((code > last or (code == last and code in (DATA, SEQUENCE)) or any_order)
                    and (not kind or msg.body_kind in (None, kind)), "sections out of order")
             last = code
             attr, expected = _SECTIONS[code]

@@ -33,12 +33,12 @@ def _read_until_closed(sock: socket.socket, timeout: float = 5.0) -> bytes:
     raise AssertionError(f"server did not close the connection within {timeout}s (read {data!r})")
 
 
+# (AMQP 1.0's headers are not here: the port serves AMQP 1.0 too, as RabbitMQ 4 does; see compat_tests/amqp10)
 @pytest.mark.parametrize("header", [
-    b"AMQP\x00\x01\x00\x00",  # AMQP 1.0
     b"AMQP\x01\x01\x00\x0a",  # AMQP 0-10
     b"AMQP\x00\x00\x08\x00",  # AMQP 0-8
     b"GET / HTTP/1.1\r\n\r\n",
-], ids=["amqp1.0", "amqp0-10", "amqp0-8", "http"])
+], ids=["amqp0-10", "amqp0-8", "http"])
 def test_wrong_protocol_header_gets_ours_and_close(amqp_broker, header):
     with socket.create_connection((amqp_broker.host, amqp_broker.port), timeout=5) as s:
         s.sendall(header)

@@ -201,6 +201,7 @@ def _amqp_clients(port: int, relay: RecordingRelay) -> None:
 def main() -> None:
     import sys
 
+    from compat_tests.fuzz.capture_amqp10 import amqp10_clients, amqp10_frames
     from compat_tests.fuzz.capture_stream import AdvertisedRewriter, stream_clients, stream_frames
     from tests.brokerproc import start_broker
     wanted = sys.argv[1:] or ["kafka", "amqp", "stream"]
@@ -220,6 +221,10 @@ def main() -> None:
                 amqp_relay = RecordingRelay(broker.address("amqp"))
                 _amqp_clients(amqp_relay.port, amqp_relay)
                 relays["amqp"] = (amqp_relay, amqp_frames)
+            if "amqp10" in wanted:
+                amqp10_relay = RecordingRelay(broker.address("amqp"))
+                amqp10_clients(amqp10_relay.port, amqp10_relay)
+                relays["amqp10"] = (amqp10_relay, amqp10_frames)
             if "stream" in wanted:
                 stream_relay = RecordingRelay(broker.address("stream"), rewrite=AdvertisedRewriter)
                 stream_clients(stream_relay.port, stream_relay)

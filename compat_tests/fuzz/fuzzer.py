@@ -41,7 +41,7 @@ def load(protocol: str) -> list[list[bytes]]:
     return sessions
 
 
-PROTOCOLS = ("kafka", "amqp", "stream")
+PROTOCOLS = ("kafka", "amqp", "stream", "amqp10")
 
 
 def _fix_size(protocol: str, frame: bytearray) -> None:
@@ -49,6 +49,8 @@ def _fix_size(protocol: str, frame: bytearray) -> None:
         struct.pack_into(">i", frame, 0, len(frame) - 4)
     elif protocol == "stream" and len(frame) >= 4:  # size:u32, then key, version, the command's fields
         struct.pack_into(">I", frame, 0, len(frame) - 4)
+    elif protocol == "amqp10" and len(frame) >= 8 and not frame.startswith(b"AMQP"):  # the size counts itself
+        struct.pack_into(">I", frame, 0, len(frame))
     elif protocol == "amqp" and len(frame) >= 8 and not frame.startswith(b"AMQP"):
         struct.pack_into(">I", frame, 3, len(frame) - 8)
         frame[-1] = 0xCE

@@ -1,8 +1,8 @@
 """Mutated real-client traffic against a live broker (issue 19): it must shrug all of it off.
 
 For each protocol, ``FUZZ_FRAMES`` frames (100,000 in CI; 1,000,000 by hand) from the captured
-corpus, mutated (fuzzer.py), over 32 connections at a time. The stream protocol runs
-``FUZZ_STREAM_FRAMES`` frames (5,000 in CI, a few seconds; by hand e.g. 500,000; unset, it
+corpus, mutated (fuzzer.py), over 32 connections at a time. The stream protocol and AMQP 1.0
+(on the AMQP port) run ``FUZZ_STREAM_FRAMES`` frames (5,000 in CI, a few seconds; by hand e.g. 500,000; unset, it
 follows ``FUZZ_FRAMES`` when that is set). Afterwards:
 
 - the broker is still running and still serves a real client (confluent-kafka, pika, rstream);
@@ -26,6 +26,8 @@ from pathlib import Path
 import pika
 import pytest
 from confluent_kafka import Producer
+from proton import Delivery, Message
+from proton.utils import BlockingConnection
 from rstream import Producer as StreamProducer
 
 from compat_tests.fuzz.fuzzer import fuzz
@@ -64,6 +66,11 @@ def _serves(broker) -> None:
     ch.queue_declare("after-fuzz")
     ch.basic_publish("", "after-fuzz", b"still here")
     conn.close()
+    amqp10 = BlockingConnection(f"amqp://{host}:{port}", user="guest", password="guest", allowed_mechs="PLAIN",
+                                timeout=20)
+    assert amqp10.create_sender("/queues/after-fuzz").send(
+        Message(inferred=True, body=b"still here"), timeout=20).remote_state == Delivery.ACCEPTED
+    amqp10.close()
     host, port = broker.address("stream")
 
     async def stream_publish() -> None:
@@ -74,13 +81,13 @@ def _serves(broker) -> None:
 
 
 @pytest.mark.timeout(600 + max(FRAMES, STREAM_FRAMES) // 200)
-@pytest.mark.parametrize("protocol", ["kafka", "amqp", "stream"])
+@pytest.mark.parametrize("protocol", ["kafka", "amqp", "stream", "amqp10"])
 def test_mutated_client_traffic_harms_nothing(protocol, tmp_path, capsys):
     data = tmp_path / "data"
     broker = start_broker(data)
-    frames = STREAM_FRAMES if protocol == "stream" else FRAMES
+    frames = STREAM_FRAMES if protocol in ("stream", "amqp10") else FRAMES
     try:
-        address = broker.address(protocol)
+        address = broker.address("amqp" if protocol == "amqp10" else protocol)  # AMQP 1.0: the same port
         fuzz(address, protocol, min(5_000, frames // 2), seed=SEED + 1)  # warm-up: topics, queues, caches
         time.sleep(1)
         baseline = broker.rss_mb()

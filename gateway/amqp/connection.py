@@ -28,6 +28,7 @@ from twisted.internet import protocol, task
 
 from gateway.amqp.channel import Channel
 from gateway.amqp.secrets import SecretsMixin
+from gateway.amqp10.connection import hand_over
 from gateway.logs import connection_ids, fields
 from gateway.management import metrics
 from gateway.amqp.counters import AMQP as COUNTS
@@ -40,6 +41,7 @@ from routing.errors import (
     ACCESS_REFUSED, CHANNEL_ERROR, COMMAND_INVALID, INTERNAL_ERROR, NOT_ALLOWED, AmqpError,
     ChannelError, ConnectionError,
 )
+from wire.amqp10_frames import HEADER_AMQP as HEADER_AMQP10, HEADER_SASL
 from wire.amqp import (
     NEED_DATA, PROTOCOL_HEADER, AmqpFrameError, Heartbeat, Message, MethodFrame, ProtocolHeader, ServerCodec,
     encode_heartbeat, encode_message, encode_method,
@@ -111,6 +113,22 @@ class AmqpConnection(SecretsMixin, protocol.Protocol):
         self.has_published = False
         self._publish_n, self._publish_s = 0, 0.0  # publishes of the current dataReceived, their time
         self.blocked_reason: str | None = None  # sent connection.blocked with this reason
+        # The first bytes pick the protocol (0-9-1 or AMQP 1.0): until then reads go to _sniff,
+        # after it the class's dataReceived, so 0-9-1 traffic pays nothing for the choice.
+        self._head = b""
+        self.dataReceived = self._sniff
+
+    def _sniff(self, data: bytes) -> None:
+        head = self._head + data
+        if len(head) < 8 and b"AMQP".startswith(head[:4]):
+            self._head = head  # wait for the whole header
+            return
+        del self.dataReceived
+        self._head = b""
+        if head[:8] in (HEADER_SASL, HEADER_AMQP10) and self.state == "header":
+            hand_over(self, head)
+            return
+        self.dataReceived(head)
 
     # --- transport -----------------------------------------------------------------------
     def connectionMade(self) -> None:

@@ -40,7 +40,8 @@ class AmqpService:
         self.alarms = alarms
         self.alarm_reason: str | None = None  # "low on disk" / "low on memory" while an alarm is on
         self.reactor = reactor
-        self.connections: set = set()
+        self.connections: set = set()  # AMQP 0-9-1
+        self.amqp10_connections: set = set()  # AMQP 1.0 (gateway.amqp10), handed over after the protocol header
         self.confirming: set = set()  # connections with publishes waiting for their confirm
         self.output_pending: set = set()  # connections holding output for the end of this input
         self.accepting = True
@@ -160,7 +161,7 @@ class AmqpService:
         reason = " and ".join(f"low on {name}" for name in sorted(active)) or None
         if reason != self.alarm_reason:
             self.alarm_reason = reason
-            for connection in list(self.connections):
+            for connection in list(self.connections) + list(self.amqp10_connections):
                 connection.alarm_changed()
 
     def stop(self) -> None:
@@ -168,6 +169,6 @@ class AmqpService:
         for connection in list(self.connections):
             connection.drain_input()  # acks a client sent just before the stop still count
         self.after_input()
-        for connection in list(self.connections):
+        for connection in list(self.connections) + list(self.amqp10_connections):
             connection.close_connection(320, "broker forced connection closure with reason 'shutdown'")
         self.router.checkpoint(clean_stop=True)

@@ -1,0 +1,328 @@
+"""AMQP 1.0 framing, performatives and SASL frames, without I/O (spec part 2 "Transport", part 5
+"Security").
+
+A connection starts with an 8-byte protocol header: ``AMQP 3 1 0 0`` opens the SASL layer,
+``AMQP 0 1 0 0`` the AMQP layer (again after a SASL outcome). Then frames::
+
+    size (uint32, the whole frame) | doff (uint8, header length in 4-byte words, >= 2)
+    | type (0 AMQP, 1 SASL) | channel (uint16) | extended header | body
+
+An AMQP frame's body is one performative (a described list) and, for a transfer, the payload
+after it; an empty body is a heartbeat. :class:`FrameReader` is the sans-I/O reader in the h11
+shape (``receive_data`` / ``next_event``, ``NEED_DATA``); :func:`encode_frame` writes one frame.
+
+Performatives are small classes (:data:`PERFORMATIVES`, :data:`SASL_FRAMES`) whose attributes
+are the spec's fields with ``-`` as ``_``; absent fields are ``None``. Fields have types so that
+an ``int`` encodes as the uint / ushort / ulong the spec asks for. Decoding checks the list
+shape; the door checks the semantics. Malformed input raises :class:`FrameError` (the door
+closes with its ``condition``, ``amqp:decode-error`` unless said otherwise).
+"""
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+from wire.amqp10 import AMQP10Error, Array, Described, Symbol, Typed, decode_value, encode_value
+
+__all__ = ["HEADER_AMQP", "HEADER_SASL", "HEADER_091", "AMQP_FRAME", "SASL_FRAME", "NEED_DATA", "FrameError", "FrameReader", "Frame",
+           "ProtocolHeader", "Heartbeat", "encode_frame", "encode_heartbeat", "PERFORMATIVES", "SASL_FRAMES",
+           "Open", "Begin", "Attach", "Flow", "Transfer", "Disposition", "Detach", "End", "Close", "Error",
+           "Source", "Target", "Accepted", "Rejected", "Released", "Modified", "Received", "SaslMechanisms",
+           "SaslInit", "SaslChallenge", "SaslResponse", "SaslOutcome", "DECODE_ERROR", "FRAME_SIZE_TOO_SMALL",
+           "described", "from_described"]
+
+HEADER_AMQP = b"AMQP\x00\x01\x00\x00"
+HEADER_SASL = b"AMQP\x03\x01\x00\x00"
+HEADER_091 = b"AMQP\x00\x00\x09\x01"
+AMQP_FRAME, SASL_FRAME = 0, 1
+MIN_MAX_FRAME_SIZE = 512  # the spec's floor for max-frame-size
+
+DECODE_ERROR = "amqp:decode-error"
+FRAME_SIZE_TOO_SMALL = "amqp:frame-size-too-small"
+_HEAD = struct.Struct(">IBBH")
+
+
+class _NeedData:
+    def __repr__(self) -> str:
+        return "NEED_DATA"
+
+
+NEED_DATA = _NeedData()
+
+
+class FrameError(ValueError):
+    """The peer sent bytes that are not a well-formed frame; ``condition`` is the AMQP error symbol."""
+
+    def __init__(self, text: str, condition: str = DECODE_ERROR):
+        super().__init__(text)
+        self.condition = condition
+
+
+# --- field types --------------------------------------------------------------------------
+# How an int or str of a field is encoded; decoding unwraps Typed scalars of those fields.
+_CODES = {"uint": 0x70, "ushort": 0x60, "ubyte": 0x50, "ulong": 0x80, "millis": 0x70, "ts": 0x83}
+
+
+def _enc_field(kind: str, v: Any) -> Any:
+    if v is None:
+        return None
+    code = _CODES.get(kind)
+    if code is not None:
+        return v if type(v) is Typed else Typed(code, int(v))
+    if kind == "sym":
+        return v if type(v) is Symbol else Symbol(v)
+    if kind == "syms":  # symbol or array of symbols: always sent as an array
+        items = [v] if isinstance(v, str) else list(v)
+        return Array(0xa3, [Symbol(x) for x in items])
+    if kind == "bool":
+        return bool(v)
+    if isinstance(v, _Composite):
+        return v.described()
+    return v
+
+
+def _dec_field(kind: str, v: Any) -> Any:
+    if type(v) is Typed and kind in _CODES:
+        return v.value
+    if kind == "bool":
+        if type(v) is Typed:
+            v = v.value
+        if v is not None and type(v) is not bool:
+            raise FrameError(f"a boolean field holds {type(v).__name__}")
+        return v
+    if kind in _CODES and v is not None and type(v) is not int:
+        raise FrameError(f"a {kind} field holds {type(v).__name__}")
+    if kind == "syms" and isinstance(v, str):
+        return [v]
+    if kind == "*" or kind == "syms" or kind == "sym" or kind in ("str", "bin", "map"):
+        return from_described(v)
+    return from_described(v)
+
+
+_new, _setattr = object.__new__, object.__setattr__
+
+
+class _Composite:
+    """A described list with named, typed fields (a performative, a terminus, an outcome...)."""
+    CODE = 0
+    NAME = ""
+    FIELDS: tuple[tuple[str, str], ...] = ()
+    __slots__ = ()
+
+    def __init__(self, *args, **kwargs):
+        names = [f for f, _ in self.FIELDS]
+        for name in names:
+            object.__setattr__(self, name, None)
+        for name, v in zip(names, args):
+            object.__setattr__(self, name, v)
+        for name, v in kwargs.items():
+            if name not in names:
+                raise TypeError(f"{type(self).__name__} has no field {name}")
+            object.__setattr__(self, name, v)
+
+    def fields(self) -> list:
+        out = [_enc_field(kind, getattr(self, name)) for name, kind in self.FIELDS]
+        while out and out[-1] is None:  # trailing nulls are left off, as every client does
+            out.pop()
+        return out
+
+    def described(self) -> Described:
+        return Described(self.CODE, self.fields())
+
+    @classmethod
+    def from_list(cls, items: Any) -> "_Composite":
+        if not isinstance(items, list):
+            raise FrameError(f"{cls.NAME} is not a list")
+        obj = _new(cls)  # every field set below: __init__'s defaults would be a second pass (per transfer)
+        n = len(items)  # (fields past ours, from a later spec version, are ignored)
+        for i, (name, kind) in enumerate(cls.FIELDS):
+            v = items[i] if i < n else None
+            if v is not None:
+                if type(v) is Typed and kind in _CODES:
+                    v = v.value
+                else:
+                    v = _dec_field(kind, v)
+            _setattr(obj, name, v)
+        return obj
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and all(getattr(self, f) == getattr(other, f) for f, _ in self.FIELDS)
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{f}={getattr(self, f)!r}" for f, _ in self.FIELDS if getattr(self, f) is not None)
+        return f"{type(self).__name__}({shown})"
+
+
+def _composite(name: str, code: int, spec: str) -> type:
+    fields = tuple(tuple(item.split(":")) for item in spec.split())
+    cls_name = "".join(part.capitalize() for part in name.split("-"))
+    return type(cls_name, (_Composite,), {"CODE": code, "NAME": name, "FIELDS": fields,
+                                          "__slots__": tuple(f for f, _ in fields)})
+
+
+Error = _composite("error", 0x1d, "condition:sym description:str info:map")
+Open = _composite("open", 0x10, "container_id:str hostname:str max_frame_size:uint channel_max:ushort "
+                  "idle_time_out:millis outgoing_locales:syms incoming_locales:syms offered_capabilities:syms "
+                  "desired_capabilities:syms properties:map")
+Begin = _composite("begin", 0x11, "remote_channel:ushort next_outgoing_id:uint incoming_window:uint "
+                   "outgoing_window:uint handle_max:uint offered_capabilities:syms desired_capabilities:syms "
+                   "properties:map")
+Attach = _composite("attach", 0x12, "name:str handle:uint role:bool snd_settle_mode:ubyte rcv_settle_mode:ubyte "
+                    "source:* target:* unsettled:map incomplete_unsettled:bool initial_delivery_count:uint "
+                    "max_message_size:ulong offered_capabilities:syms desired_capabilities:syms properties:map")
+Flow = _composite("flow", 0x13, "next_incoming_id:uint incoming_window:uint next_outgoing_id:uint "
+                  "outgoing_window:uint handle:uint delivery_count:uint link_credit:uint available:uint "
+                  "drain:bool echo:bool properties:map")
+Transfer = _composite("transfer", 0x14, "handle:uint delivery_id:uint delivery_tag:bin message_format:uint "
+                      "settled:bool more:bool rcv_settle_mode:ubyte state:* resume:bool aborted:bool "
+                      "batchable:bool")
+Disposition = _composite("disposition", 0x15, "role:bool first:uint last:uint settled:bool state:* batchable:bool")
+Detach = _composite("detach", 0x16, "handle:uint closed:bool error:*")
+End = _composite("end", 0x17, "error:*")
+Close = _composite("close", 0x18, "error:*")
+Received = _composite("received", 0x23, "section_number:uint section_offset:ulong")
+Accepted = _composite("accepted", 0x24, "")
+Rejected = _composite("rejected", 0x25, "error:*")
+Released = _composite("released", 0x26, "")
+Modified = _composite("modified", 0x27, "delivery_failed:bool undeliverable_here:bool message_annotations:map")
+Source = _composite("source", 0x28, "address:str durable:uint expiry_policy:sym timeout:uint dynamic:bool "
+                    "dynamic_node_properties:map distribution_mode:sym filter:map default_outcome:* outcomes:syms "
+                    "capabilities:syms")
+Target = _composite("target", 0x29, "address:str durable:uint expiry_policy:sym timeout:uint dynamic:bool "
+                    "dynamic_node_properties:map capabilities:syms")
+SaslMechanisms = _composite("sasl-mechanisms", 0x40, "sasl_server_mechanisms:syms")
+SaslInit = _composite("sasl-init", 0x41, "mechanism:sym initial_response:bin hostname:str")
+SaslChallenge = _composite("sasl-challenge", 0x42, "challenge:bin")
+SaslResponse = _composite("sasl-response", 0x43, "response:bin")
+SaslOutcome = _composite("sasl-outcome", 0x44, "code:ubyte additional_data:bin")
+
+PERFORMATIVES = {c.CODE: c for c in (Open, Begin, Attach, Flow, Transfer, Disposition, Detach, End, Close)}
+SASL_FRAMES = {c.CODE: c for c in (SaslMechanisms, SaslInit, SaslChallenge, SaslResponse, SaslOutcome)}
+_NESTED = {c.CODE: c for c in (Error, Received, Accepted, Rejected, Released, Modified, Source, Target)}
+_SYMBOLIC = {f"amqp:{c.NAME}:list": c for c in (*PERFORMATIVES.values(), *SASL_FRAMES.values(), *_NESTED.values())}
+
+
+def from_described(v: Any) -> Any:
+    """A described value whose descriptor names one of our composites, as that composite; else as is."""
+    if type(v) is not Described:
+        return v
+    cls = _NESTED.get(v.descriptor) if type(v.descriptor) is int else _SYMBOLIC.get(v.descriptor)
+    if cls is None:
+        return v
+    return cls.from_list(v.value)
+
+
+def described(obj: Any) -> Any:
+    return obj.described() if isinstance(obj, _Composite) else obj
+
+
+# --- frames -------------------------------------------------------------------------------
+
+class ProtocolHeader:
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes):
+        self.data = data
+
+    def __repr__(self) -> str:
+        return f"ProtocolHeader({self.data!r})"
+
+
+class Heartbeat:
+    """An empty AMQP frame: keeps the connection alive (idle-time-out)."""
+    __slots__ = ("channel",)
+
+    def __init__(self, channel: int):
+        self.channel = channel
+
+
+class Frame:
+    """One AMQP or SASL frame: its channel, its performative, and (transfers) the payload after it."""
+    __slots__ = ("type", "channel", "body", "payload")
+
+    def __init__(self, type_: int, channel: int, body: Any, payload: bytes = b""):
+        self.type = type_
+        self.channel = channel
+        self.body = body
+        self.payload = payload
+
+    def __repr__(self) -> str:
+        return f"Frame({self.type}, {self.channel}, {self.body!r}, {len(self.payload)} payload bytes)"
+
+
+class FrameReader:
+    """Bytes in, protocol headers and frames out. ``expect_header`` is True at the start and set
+    again by the door after a SASL outcome (the client then sends the AMQP header)."""
+
+    def __init__(self, max_frame_size: int = MIN_MAX_FRAME_SIZE):
+        self.max_frame_size = max_frame_size
+        self.expect_header = True
+        self._buf = b""
+        self._pos = 0  # frames are read at this offset; the buffer is cut once per receive_data
+
+    def receive_data(self, data: bytes) -> None:
+        rest = self._buf[self._pos:] if self._pos else self._buf
+        self._buf = rest + data if rest else bytes(data)
+        self._pos = 0
+
+    def next_event(self):
+        buf, p = self._buf, self._pos
+        left = len(buf) - p
+        if self.expect_header:
+            if left < 8:
+                return NEED_DATA
+            self._pos = p + 8
+            self.expect_header = False
+            return ProtocolHeader(buf[p:p + 8])
+        if left < 8:
+            return NEED_DATA
+        size, doff, type_, channel = _HEAD.unpack_from(buf, p)
+        if size > self.max_frame_size:
+            raise FrameError(f"frame of {size} bytes is larger than the max-frame-size {self.max_frame_size}",
+                             FRAME_SIZE_TOO_SMALL)
+        if doff < 2 or doff * 4 > size:
+            raise FrameError(f"frame data offset {doff} does not fit its size {size}", "amqp:connection:framing-error")
+        if type_ not in (AMQP_FRAME, SASL_FRAME):
+            raise FrameError(f"unknown frame type {type_}", "amqp:connection:framing-error")
+        if left < size:
+            return NEED_DATA
+        data = buf[p + doff * 4:p + size]
+        self._pos = p + size
+        if not data:
+            return Heartbeat(channel)
+        return Frame(type_, channel, *decode_body(type_, data))
+
+
+def decode_body(type_: int, data: bytes) -> tuple[Any, bytes]:
+    """(performative, payload) of a frame body."""
+    try:
+        value, end = decode_value(data, 0)
+    except AMQP10Error as exc:
+        raise FrameError(f"malformed frame body: {exc}") from None
+    if type(value) is not Described:
+        raise FrameError("a frame body must be a described list")
+    table = PERFORMATIVES if type_ == AMQP_FRAME else SASL_FRAMES
+    d = value.descriptor
+    cls = table.get(d) if type(d) is int else _SYMBOLIC.get(d)
+    if cls is None or cls.CODE not in table:
+        raise FrameError(f"unknown {'performative' if type_ == AMQP_FRAME else 'SASL frame'} {d!r}")
+    body = cls.from_list(value.value)
+    if end != len(data) and cls is not Transfer:
+        raise FrameError(f"{cls.NAME} frame has {len(data) - end} bytes after its performative")
+    return body, data[end:]
+
+
+def encode_frame(channel: int, body: Any, payload: bytes = b"", type_: int = AMQP_FRAME) -> bytes:
+    """One frame: the performative (a composite) and the payload after it."""
+    encoded = encode_value(described(body))
+    return _HEAD.pack(8 + len(encoded) + len(payload), 2, type_, channel) + encoded + payload
+
+
+def encode_heartbeat() -> bytes:
+    return _HEAD.pack(8, 2, AMQP_FRAME, 0)
+
+
+def transfer_overhead(tag: bytes) -> int:
+    """Bytes a transfer frame spends besides its payload (frame header and performative) at most:
+    used to cut a message into frames under max-frame-size."""
+    return 8 + 64 + len(tag)
