@@ -45,3 +45,31 @@ def kept_port() -> int:
         _handed_out.add(port)
         return port
     raise RuntimeError(f"no free port left in {first}-{first + _KEPT_SLICE - 1}")
+
+
+def deselect_marked(config, items, marker: str, is_reference, found: list[tuple[str, str]]) -> None:
+    """Deselect (not skip) the reference-broker cases of tests marked ``marker(reason)``: those
+    for which ``is_reference(callspec_params)`` holds. ``found`` collects (node id, reason) for
+    the summary; a mark without a reason is a usage error."""
+    import pytest
+    keep, drop = [], []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        mark = item.get_closest_marker(marker)
+        if mark is not None and callspec is not None and is_reference(callspec.params):
+            if not (mark.args and str(mark.args[0]).strip()):
+                raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.{marker} needs a reason")
+            drop.append(item)
+            found.append((item.nodeid, mark.args[0]))
+        else:
+            keep.append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+def summarize_deselected(terminalreporter, found: list[tuple[str, str]], what: str) -> None:
+    if found:
+        terminalreporter.write_sep("-", f"{len(found)} {what} deselected: gateway only")
+        for nodeid, reason in found:
+            terminalreporter.write_line(f"  {nodeid}: {reason}")

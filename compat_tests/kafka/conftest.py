@@ -25,6 +25,7 @@ import pytest
 
 from compat_tests.conftest import EXTERNAL_ENV, KafkaBroker
 from compat_tests.kafka_node import JAVA_HINT, KafkaNode, KafkaUnavailable
+from compat_tests.support import deselect_marked, summarize_deselected
 
 TARGETS = ("gateway", "kafka")
 TARGETS_ENV = "KAFKA_COMPAT_TARGETS"
@@ -52,28 +53,12 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    keep, drop = [], []
-    for item in items:
-        callspec = getattr(item, "callspec", None)
-        target = callspec.params.get("kafka_target") if callspec else None
-        mark = item.get_closest_marker(GATEWAY_ONLY)
-        if mark is not None and target in ("kafka", "external"):
-            if not (mark.args and str(mark.args[0]).strip()):
-                raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.{GATEWAY_ONLY} needs a reason")
-            drop.append(item)
-            _gateway_only.append((item.nodeid, mark.args[0]))
-        else:
-            keep.append(item)
-    if drop:
-        config.hook.pytest_deselected(items=drop)
-        items[:] = keep
+    deselect_marked(config, items, GATEWAY_ONLY, lambda params: params.get("kafka_target") in ("kafka", "external"),
+                    _gateway_only)
 
 
 def pytest_terminal_summary(terminalreporter):
-    if _gateway_only:
-        terminalreporter.write_sep("-", f"{len(_gateway_only)} case(s) deselected: gateway only")
-        for nodeid, reason in _gateway_only:
-            terminalreporter.write_line(f"  {nodeid}: {reason}")
+    summarize_deselected(terminalreporter, _gateway_only, "case(s)")
 
 
 class KafkaNodeBroker:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import pytest
 
 from compat_tests.rabbitmq import RabbitMQNode, RabbitMQUnavailable
+from compat_tests.support import deselect_marked, summarize_deselected
 from tests.brokerproc import start_broker
 
 GATEWAY_ONLY = "gateway_only"
@@ -24,27 +25,11 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    keep, drop = [], []
-    for item in items:
-        callspec = getattr(item, "callspec", None)
-        mark = item.get_closest_marker(GATEWAY_ONLY)
-        if mark is not None and callspec is not None and callspec.params.get("target") == "rabbitmq":
-            if not (mark.args and str(mark.args[0]).strip()):
-                raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.{GATEWAY_ONLY} needs a reason")
-            drop.append(item)
-            _gateway_only.append((item.nodeid, mark.args[0]))
-        else:
-            keep.append(item)
-    if drop:
-        config.hook.pytest_deselected(items=drop)
-        items[:] = keep
+    deselect_marked(config, items, GATEWAY_ONLY, lambda params: params.get("target") == "rabbitmq", _gateway_only)
 
 
 def pytest_terminal_summary(terminalreporter):
-    if _gateway_only:
-        terminalreporter.write_sep("-", f"{len(_gateway_only)} stream case(s) deselected: gateway only")
-        for nodeid, reason in _gateway_only:
-            terminalreporter.write_line(f"  {nodeid}: {reason}")
+    summarize_deselected(terminalreporter, _gateway_only, "stream case(s)")
 
 
 @pytest.fixture(scope="module")
