@@ -325,7 +325,8 @@ class Broker:
 
         def too_many() -> bool:  # called as a connection arrives, so it already counts itself
             return bool(s.max_connections) and \
-                len(self.amqp.connections) + len(self.kafka.connections) > s.max_connections
+                len(self.amqp.connections) + len(self.amqp.amqp10_connections) + len(self.kafka.connections) \
+                > s.max_connections
         self.amqp.too_many_connections = self.kafka.too_many_connections = too_many
         self.amqp.max_connections_per_user = self.kafka.max_connections_per_user = s.max_connections_per_user
         self.amqp.channel_max, self.amqp.max_message_bytes = s.channel_max, s.max_message_bytes

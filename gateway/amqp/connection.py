@@ -29,6 +29,7 @@ from twisted.internet import protocol, task
 from gateway.amqp.channel import Channel
 from gateway.amqp.secrets import SecretsMixin
 from gateway.amqp10.connection import hand_over
+from gateway.amqp10.upkeep import connection_limit_refusal
 from gateway.logs import connection_ids, fields
 from gateway.management import metrics
 from gateway.amqp.counters import AMQP as COUNTS
@@ -387,19 +388,12 @@ class AmqpConnection(SecretsMixin, protocol.Protocol):
         if self.permission(name) is None:
             log.warning("AMQP access to vhost refused", extra=fields(peer=self.peer, conn=self.conn_id, user=self.username, vhost=name))
             raise ConnectionError(NOT_ALLOWED, f"access to vhost '{name}' refused for user '{self.username}'")
-        limit = self.service.max_connections_per_user
-        if limit and sum(1 for c in self.service.connections if c.vhost is not None and c.username == self.username) \
-                >= limit:
-            log.warning("AMQP connection refused: user connection limit reached", extra=fields(
-                peer=self.peer, conn=self.conn_id, user=self.username, limit=limit))
+        refusal = connection_limit_refusal(self.service, self.username, vhost)  # counts AMQP 1.0 ones too
+        if refusal is not None:
+            log.warning("AMQP connection refused: %s", refusal, extra=fields(
+                peer=self.peer, conn=self.conn_id, user=self.username, vhost=name))
             raise ConnectionError(NOT_ALLOWED, f"access to vhost '{name}' refused for user '{self.username}': "
-                                               f"user connection limit ({limit}) is reached")
-        vhost_limit = vhost.limits.get("max-connections", -1)
-        if vhost_limit >= 0 and sum(1 for c in self.service.connections if c.vhost is vhost) >= vhost_limit:
-            log.warning("AMQP connection refused: vhost connection limit reached", extra=fields(
-                peer=self.peer, conn=self.conn_id, user=self.username, vhost=name, limit=vhost_limit))
-            raise ConnectionError(NOT_ALLOWED, f"access to vhost '{name}' refused for user '{self.username}': "
-                                               f"connection limit ({vhost_limit}) is reached")
+                                               f"{refusal}")
         self.vhost = vhost
         if self._close_timer is not None and self._close_timer.active():
             self._close_timer.cancel()

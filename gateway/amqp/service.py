@@ -113,7 +113,7 @@ class AmqpService:
             now = time.monotonic()
             if now - self._timeouts_checked >= CONSUMER_TIMEOUT_CHECK_S:
                 self._timeouts_checked = now
-                for connection in list(self.connections):
+                for connection in list(self.connections) + list(self.amqp10_connections):
                     connection.check_consumer_timeouts(now, self.consumer_timeout_ms)
             self.router.checkpoint()
             self._check_alarms()

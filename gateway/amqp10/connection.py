@@ -26,6 +26,7 @@ from twisted.internet import task
 from gateway.amqp.counters import AMQP as COUNTS
 from gateway.amqp10.errors import ConnError, LinkError, SessionError, condition_of
 from gateway.amqp10.session import Session
+from gateway.amqp10.upkeep import check_consumer_timeouts, connection_limit_refusal
 from gateway.logs import connection_ids, fields
 from gateway.netutil import no_delay, write_through
 from gateway.security.login import check_login
@@ -86,6 +87,9 @@ class Amqp10Connection:
         self._ending: set[int] = set()  # channels whose session we ended: waiting for the client's end
         self.confirms_waiting: set = set()  # sessions with publishes waiting to be settled
         self.write_blocked = False
+        self.unsettled_seen: dict = {}  # for the consumer timeout (gateway.amqp10.upkeep)
+        self.opened_at: float | None = None  # time.time() of the open: the management API's connected_at
+        self.client_properties: dict = {}  # the client's open properties, as the management API shows them
         self.certificate_user = peer_common_name(transport)
         self._out: list[bytes] = []
         self._out_bytes = 0
@@ -328,7 +332,15 @@ class Amqp10Connection:
             raise ConnError("amqp:not-found", f"vhost {name} not found") from None
         if self.permission(name) is None:
             raise ConnError("amqp:unauthorized-access", f"access to vhost '{name}' refused for user '{self.username}'")
+        refusal = connection_limit_refusal(self.service, self.username, vhost)
+        if refusal is not None:
+            log.warning("AMQP 1.0 connection refused: %s", refusal, extra=fields(
+                peer=self.peer, conn=self.conn_id, user=self.username, vhost=name))
+            raise ConnError("amqp:resource-limit-exceeded",
+                            f"access to vhost '{name}' refused for user '{self.username}': {refusal}")
         self.vhost = vhost
+        self.opened_at = time.time()
+        self.client_properties = {str(k): v for k, v in (m.properties or {}).items()}
         self.max_frame_size = max(512, min(m.max_frame_size or MAX_FRAME_SIZE, MAX_FRAME_SIZE))
         self.reader.max_frame_size = self.max_frame_size
         self.channel_max = min(CHANNEL_MAX if m.channel_max is None else m.channel_max, self.service.channel_max)
@@ -413,7 +425,8 @@ class Amqp10Connection:
 
     # --- called by the service --------------------------------------------------------------
     def check_consumer_timeouts(self, now: float, default_ms: int) -> None:
-        pass  # link credit bounds what a 1.0 consumer holds; RabbitMQ 4 applies no timeout here either
+        if self.state == "opened" and check_consumer_timeouts(self, now, default_ms):
+            self._flush()
 
     def alarm_changed(self) -> None:
         """A resource alarm cleared: links that were refused credit get it (see IncomingLink.grant)."""

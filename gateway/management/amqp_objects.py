@@ -71,6 +71,7 @@ class AmqpObjects:
             ("GET", ("consumers", "*"), lambda user, v: self._consumers(self.api.vhost(v).name)),
             ("GET", ("connections", "*"), self.get_connection),
             ("DELETE", ("connections", "*"), self.close_connection),
+            ("GET", ("connections", "*", "sessions"), self.get_sessions),
             ("GET", ("connections", "*", "channels"),
              lambda user, name: (lambda conn: [c for c in views.channels(self.broker)
                                                if c["connection_details"]["name"] == conn])(self._connection(name)[1]["name"])),
@@ -210,7 +211,8 @@ class AmqpObjects:
 
     def delete_vhost(self, user, name):
         v = self.api.vhost(name)
-        for connection in [c for c in self.broker.amqp.connections if c.vhost is v]:
+        for connection in [c for c in (*self.broker.amqp.connections, *self.broker.amqp.amqp10_connections)
+                           if c.vhost is v]:
             connection.close_connection(320, f"CONNECTION_FORCED - vhost '{name}' is deleted")
         self.broker.amqp.router.vhost_delete(name)
         for u in list(self.broker.users.users.values()):
@@ -345,6 +347,10 @@ class AmqpObjects:
             doc = views.amqp_connection(c)
             if doc["name"] == name:
                 return c, doc
+        for c in self.broker.amqp.amqp10_connections:
+            doc = views.amqp10_connection(c)
+            if doc["name"] == name:
+                return c, doc
         for c in getattr(self.broker.kafka, "connections", ()):
             doc = views.kafka_connection(c)
             if doc["name"] == name:
@@ -353,6 +359,13 @@ class AmqpObjects:
 
     def get_connection(self, user, name):
         return self._connection(name)[1]
+
+    def get_sessions(self, user, name):
+        """RabbitMQ 4: an AMQP 1.0 connection's sessions; 400 for a connection of another protocol."""
+        connection, doc = self._connection(name)
+        if doc["protocol"] != "AMQP 1-0":
+            raise bad(f"connection '{name}' is not an AMQP 1.0 connection")
+        return views.amqp10_sessions(connection)
 
     def close_connection(self, user, name):
         connection, doc = self._connection(name)

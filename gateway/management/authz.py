@@ -49,7 +49,7 @@ TABLE: list[tuple[str, str, str, int | None]] = [
         "health/checks/ready-to-serve-clients", "health/checks/is-in-service")],
     ("DELETE", "connections/*", MANAGEMENT, None),  # a management user closes its own (see own_only)
     *[("GET", p, MONITOR, None) for p in ("nodes", "nodes/*", "nodes/*/memory", "topics", "topics/*", "groups",
-                                          "groups/*")],
+                                          "groups/*", "connections/*/sessions")],  # sessions name no user
     *[("GET", p, VHOST_READ, 0) for p in (
         "queues/*", "queues/*/*", "queues/*/*/bindings", "exchanges/*", "exchanges/*/*",
         "exchanges/*/*/bindings/source", "exchanges/*/*/bindings/destination", "bindings/*", _B, _B + "/*",

@@ -81,6 +81,7 @@ class BrokerCollector:
         yield from self._amqp(b)
         connections = GaugeMetricFamily("gateway_connections", "Open client connections", labels=["protocol"])
         connections.add_metric(["amqp"], len(b.amqp.connections))
+        connections.add_metric(["amqp10"], len(b.amqp.amqp10_connections))
         connections.add_metric(["kafka"], len(b.kafka.connections))
         yield connections
         yield KAFKA_REQUESTS.family("gateway_kafka_request_seconds",

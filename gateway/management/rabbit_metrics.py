@@ -112,14 +112,15 @@ class RabbitCollector:
         yield _gauge("rabbitmq_process_open_fds", "file descriptors the broker holds open", fds)
         yield _gauge("rabbitmq_process_max_fds", "the broker's soft limit on open file descriptors", max_fds)
         yield _gauge("rabbitmq_process_open_tcp_sockets", "client connections open, AMQP and Kafka",
-                     len(b.amqp.connections) + len(b.kafka.connections))
+                     len(b.amqp.connections) + len(b.amqp.amqp10_connections) + len(b.kafka.connections))
         yield _gauge("rabbitmq_process_max_tcp_sockets", "connections allowed (--max-connections, else the descriptor limit)",
                      b.settings.max_connections or max_fds)
 
     @staticmethod
     def _totals(b):
         channels = [ch for c in b.amqp.connections for ch in c.channels.values()]
-        yield _gauge("rabbitmq_connections", "AMQP connections open now", len(b.amqp.connections))
+        yield _gauge("rabbitmq_connections", "AMQP connections open now, 0-9-1 and 1.0",
+                     len(b.amqp.connections) + len(b.amqp.amqp10_connections))
         yield _gauge("rabbitmq_channels", "AMQP channels open now", len(channels))
         yield _gauge("rabbitmq_consumers", "AMQP consumers subscribed now", sum(len(ch.consumers) for ch in channels))
         yield _gauge("rabbitmq_queues", "AMQP queues that exist now", sum(len(v.queues) for v in b.amqp.router.vhosts.values()))
@@ -127,6 +128,7 @@ class RabbitCollector:
     @staticmethod
     def _churn(b):
         router = b.amqp.router
+        # both AMQP versions: a connection is counted as it is accepted, before its header says which
         yield _counter("rabbitmq_connections_opened_total", "AMQP connections accepted since start",
                        AMQP.connections_opened)
         yield _counter("rabbitmq_connections_closed_total", "AMQP connections ended since start, closed or dropped",

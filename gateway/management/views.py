@@ -120,10 +120,58 @@ def kafka_connection(connection) -> dict:
             "state": "running", "client_properties": {}}
 
 
+def amqp10_connection(connection) -> dict:
+    """An AMQP 1.0 connection as RabbitMQ 4 lists one: protocol ``AMQP 1-0``, its sessions as
+    ``channels`` (their detail is ``/api/connections/{name}/sessions``)."""
+    host, _, port = connection.peer.rpartition(":")
+    return {"name": f"{connection.peer} -> amqp", "id": connection.conn_id, "protocol": "AMQP 1-0",
+            "user": connection.username,
+            "vhost": connection.vhost.name if connection.vhost else None, "peer_host": host,
+            "peer_port": int(port) if port.isdigit() else None, "channels": len(connection.sessions),
+            "channel_max": connection.channel_max, "frame_max": connection.max_frame_size,
+            "connected_at": int(connection.opened_at * 1000) if connection.opened_at else None,
+            "state": "running" if connection.state == "opened" else connection.state,
+            "client_properties": jsonable(connection.client_properties)}
+
+
+def amqp10_sessions(connection) -> list[dict]:
+    """``/api/connections/{name}/sessions``: RabbitMQ 4's fields of each session and its links."""
+    out = []
+    for channel, s in sorted(connection.sessions.items()):
+        incoming, outgoing = [], []
+        for handle, link in sorted(s.links.items()):
+            doc = {"handle": handle, "link_name": str(link.attach.name), "credit": link.credit,
+                   "delivery_count": link.delivery_count, "unsettled_deliveries": link.unsettled,
+                   "snd_settle_mode": "settled" if link.attach.snd_settle_mode == 1 else "unsettled"}
+            if link.attach.role:  # the client receives: an outgoing link of ours
+                queue = getattr(link, "queue", None)
+                doc.update(source_address=_address(link.attach.source),
+                           queue_name=queue.name if queue is not None else None)
+                outgoing.append(doc)
+            else:
+                node = getattr(link, "node", None)
+                doc.update(target_address=_address(link.attach.target),
+                           exchange_name=node.name if node is not None and node.kind == "exchange" else None)
+                incoming.append(doc)
+        out.append({"channel_number": channel, "handle_max": s.handle_max, "next_incoming_id": s.next_incoming_id,
+                    "incoming_window": s.incoming_window, "next_outgoing_id": s.next_outgoing_id,
+                    "remote_incoming_window": s.remote_incoming_window,
+                    "remote_outgoing_window": s.remote_outgoing_window,
+                    "outgoing_unsettled_deliveries": len(s.unsettled),
+                    "incoming_links": incoming, "outgoing_links": outgoing})
+    return out
+
+
+def _address(terminus) -> str | None:
+    address = getattr(terminus, "address", None)
+    return None if address is None else str(address)
+
+
 def connections(broker) -> list[dict]:
     amqp = [amqp_connection(c) for c in broker.amqp.connections]
+    amqp10 = [amqp10_connection(c) for c in broker.amqp.amqp10_connections]
     kafka = [kafka_connection(c) for c in getattr(broker.kafka, "connections", ())]
-    return sorted(amqp + kafka, key=lambda c: c["name"])
+    return sorted(amqp + amqp10 + kafka, key=lambda c: c["name"])
 
 
 def channels(broker) -> list[dict]:
