@@ -64,6 +64,7 @@ from gateway.kafka.context import KafkaContext, group_config
 from gateway.kafka.waiters import Waiters
 from gateway.logs import fields
 from gateway.management import definitions, history, metrics
+from gateway.management.views import node_name
 from gateway.security.acl import ACLS_FILE, Authorizer
 from gateway.security.oauth import OAuthValidator
 from gateway.security.tls import TlsConfigError, server_options
@@ -200,6 +201,7 @@ class Broker:
         self.amqp = AmqpService(router, self.reactor, self.request_flush, alarms,
                                 users=self.users)
         self.amqp.oauth = self.oauth
+        self.amqp.node_name = node_name(self.settings.node_id)  # in the AMQP 1.0 open frame
         self.streams = StreamService(self.amqp, groups.offsets, self.reactor, self._stream_advertised,
                                      self.request_flush)
         self.kafka.topic_deleted = lambda name: self.amqp.router.topic_deleted(name)

@@ -51,6 +51,7 @@ class AmqpService:
         self.max_message_bytes = 128 * 1024 * 1024
         self.too_many_connections: Callable[[], bool] = lambda: False  # the global limit, both protocols
         self.cluster_name = cluster_name
+        self.node_name = "gateway@0"  # this node as the management API names it (set by gateway.server)
         self._request_flush = request_flush
         router.on_appended = request_flush
         router.on_storage_error = self.storage_failed

@@ -354,6 +354,7 @@ class Amqp10Connection:
             offered_capabilities=["LINK_PAIR_V1_0", "ANONYMOUS-RELAY"],
             properties={Symbol("product"): "RabbitMQ", Symbol("version"): RABBITMQ_VERSION,
                         Symbol("platform"): "Python/Twisted", Symbol("cluster_name"): self.service.cluster_name,
+                        Symbol("node"): self.service.node_name,  # RabbitMQ 4's Java client requires it
                         Symbol("information"): "gateway: one log, Kafka, AMQP 0-9-1 and 1.0, streams"}))
         peer_idle = m.idle_time_out or 0
         self._idle_s = IDLE_TIME_OUT_MS / 1000

@@ -33,7 +33,7 @@ from urllib.parse import unquote
 from gateway.amqp import permissions
 from gateway.amqp10.links import IncomingLink, plain
 from routing.errors import AmqpError
-from wire.amqp10 import AMQP10Error, Message, decode_message, encode_message
+from wire.amqp10 import AMQP10Error, Array, Message, decode_message, encode_message
 from wire.amqp10_frames import Attach, Transfer
 
 _STATUS = {403: 403, 404: 404, 405: 409, 406: 409}
@@ -213,5 +213,6 @@ def _queue_info(queue) -> dict:
     return {"name": queue.name, "vhost": queue.vhost, "durable": queue.durable, "auto_delete": queue.auto_delete,
             "exclusive": queue.exclusive_owner is not None, "type": queue.args.queue_type,
             "arguments": {k: v for k, v in (queue.arguments or {}).items() if isinstance(v, (str, int, float, bool))},
-            "leader": "gateway", "replicas": ["gateway"],
+            # replicas is an AMQP array of strings, as RabbitMQ 4's (the Java client casts it to String[])
+            "leader": "gateway", "replicas": Array(0xa1, ["gateway"]),
             "message_count": queue.message_count(), "consumer_count": queue.consumer_count()}

@@ -1,0 +1,92 @@
+"""RabbitMQ's Java AMQP 1.0 client (``com.rabbitmq.client:amqp-client`` 1.x from Maven Central, the
+client of RabbitMQ 4; not ``com.rabbitmq:amqp-client``, which speaks 0-9-1), driven by
+compat_tests/java/RabbitAmqp10Client.java: queue, exchange and binding through its Management API,
+publishing with outcomes, a consumer with credit settling each way, a stream read from an offset.
+
+Gateway only: the client needs RabbitMQ 4 (its v2 addresses and the /management node), which
+Debian's RabbitMQ 3.10 does not have. One run of the Java program (a few seconds); each test checks
+one stage of its JSON-lines report, with RabbitMQ 4's answers as the expectations.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+from collections import defaultdict
+
+import pytest
+
+from compat_tests import tools
+
+from .helpers import unique
+
+AMQP10_CLIENT = "com.rabbitmq.client:amqp-client:1.5.0"
+JAVA_TIMEOUT = 60
+
+
+@pytest.fixture(scope="module")
+def run(broker):
+    classpath = tools.maven_classpath("rabbitmq-amqp10-client", [AMQP10_CLIENT])
+    argv, main = tools.compile_java("RabbitAmqp10Client.java", classpath, helpers=("JsonLines.java",))
+    host, port = broker.address("amqp")
+    try:
+        proc = subprocess.run(argv + [main, host, str(port), unique("java10")], capture_output=True,
+                              timeout=JAVA_TIMEOUT)
+        stdout, stderr, returncode = proc.stdout, proc.stderr, proc.returncode
+    except subprocess.TimeoutExpired as e:  # a stalled run: keep what it printed for the tests to report
+        stdout, stderr, returncode = e.stdout or b"", e.stderr or b"", f"killed after {JAVA_TIMEOUT}s"
+    steps = defaultdict(list)
+    for line in stdout.decode(errors="replace").splitlines():
+        if line.startswith("{"):
+            event = json.loads(line)
+            steps[event["step"]].append(event)
+    return dict(steps=steps, returncode=returncode, stderr=stderr.decode(errors="replace")[-6000:], broker=broker)
+
+
+def stage(run, name):
+    """The one event of a stage; fails with the Java program's errors if it never got there."""
+    events = run["steps"].get(name)
+    if not events:
+        raise AssertionError(f"the Java client reported no {name!r} event (exit {run['returncode']}); "
+                             f"errors: {run['steps'].get('error')}\nstderr:\n{run['stderr']}\n"
+                             f"broker log (end):\n{run['broker'].output()[-4000:]}")
+    [event] = events
+    return event
+
+
+def test_program_completed(run):
+    assert run["returncode"] == 0 and run["steps"].get("done") and not run["steps"].get("error"), (
+        f"exit {run['returncode']}; steps reported: {list(run['steps'])}; errors: {run['steps'].get('error')}\n"
+        f"stderr:\n{run['stderr']}")
+
+
+def test_connected_to_a_rabbitmq_4(run):
+    connected = stage(run, "connected")
+    assert connected["product"] == "RabbitMQ" and connected["version"].startswith("4.")
+
+
+def test_topology_through_the_management_api(run):
+    topology = stage(run, "topology")
+    assert topology["declared_name"].endswith("-orders") and topology["type"] == "QUORUM"
+    assert topology["durable"] is True and (topology["messages"], topology["consumers"]) == (0, 0)
+
+
+def test_publish_outcomes(run):
+    publish = stage(run, "publish")
+    assert publish["statuses"] == {"ACCEPTED": 10}
+    assert publish["unroutable"] == "RELEASED"  # RabbitMQ 4: no queue took it
+    assert publish["queue_messages"] == 10
+
+
+def test_consume_with_credit_and_each_settlement(run):
+    consume = stage(run, "consume")
+    assert consume["discarded"] == ["order-1", "order-4", "order-7"]
+    assert consume["requeued"] == ["order-2", "order-5", "order-8"]
+    assert consume["accepted"] == sorted(f"order-{i}" for i in (0, 2, 3, 5, 6, 8, 9))
+    assert consume["requeued_delivery_count"] == 0  # released: the delivery count is unchanged
+    assert (consume["unsettled"], consume["queue_messages"]) == (0, 0)
+
+
+def test_stream_read_from_an_offset(run):
+    stream = stage(run, "stream")
+    assert stream["from_offset_2"] == ["entry-2@2", "entry-3@3", "entry-4@4"]
+    assert stream["from_first"] == [f"entry-{i}@{i}" for i in range(5)]
