@@ -48,10 +48,11 @@ def _wait_for(condition, timeout: float = 10) -> None:
         time.sleep(0.1)
 
 
-def _refused(address, **kw) -> str:
+def _refused(address, why: str = "", **kw) -> str:
     """The condition of the close that refuses an AMQP 1.0 connection at its open."""
     with pytest.raises(ConnectionException) as refused:
         proton(address, **kw).close()
+    assert why in str(refused.value)
     return getattr(refused.value, "condition", str(refused.value))
 
 
@@ -104,7 +105,8 @@ def test_vhost_connection_limit_counts_amqp10_connections(broker):
     hostname = f"vhost:{vhost}"  # RabbitMQ 4's open hostname naming a vhost
     first = proton(broker.address("amqp"), virtual_host=hostname)
     try:
-        assert _refused(broker.address("amqp"), virtual_host=hostname) == "amqp:resource-limit-exceeded"
+        assert _refused(broker.address("amqp"), "connection limit (1)", virtual_host=hostname) == \
+            "amqp:resource-limit-exceeded"
         host, port = broker.address("amqp")
         with pytest.raises(pika.exceptions.AMQPConnectionError):  # a 0-9-1 one counts the 1.0 one too
             pika.BlockingConnection(pika.ConnectionParameters(host=host, port=port, virtual_host=vhost))
@@ -140,11 +142,12 @@ def test_global_and_user_connection_limits_count_amqp10(tmp_path):
     process = start_broker(tmp_path / "data", "--max-connections", "2", "--max-connections-per-user", "1")
     try:
         address = process.address("amqp")
-        _api(process, "PUT", "users/ops", json={"password": "ops", "tags": ""})
-        _api(process, "PUT", "permissions/%2F/ops", json={"configure": ".*", "write": ".*", "read": ".*"})
+        for user in ("ops", "ops2"):
+            _api(process, "PUT", f"users/{user}", json={"password": user, "tags": ""})
+            _api(process, "PUT", f"permissions/%2F/{user}", json={"configure": ".*", "write": ".*", "read": ".*"})
         guest = proton(address)
         try:
-            assert _refused(address) == "amqp:resource-limit-exceeded"  # guest's second
+            assert _refused(address, "user connection limit (1)") == "amqp:resource-limit-exceeded"  # guest's 2nd
             ops = proton(address, user="ops", password="ops")
             try:
                 # the refused one leaves the count when its socket closes
@@ -152,6 +155,9 @@ def test_global_and_user_connection_limits_count_amqp10(tmp_path):
                 with pytest.raises(pika.exceptions.AMQPConnectionError):  # 2 open: a third is one too many
                     pika.BlockingConnection(pika.ConnectionParameters(host=address[0], port=address[1],
                                                                       connection_attempts=1))
+                # an AMQP 1.0 client is told why (ops2 is under its user limit)
+                assert _refused(address, "--max-connections", user="ops2", password="ops2") == \
+                    "amqp:resource-limit-exceeded"
             finally:
                 ops.close()
         finally:

@@ -114,6 +114,7 @@ class AmqpConnection(SecretsMixin, protocol.Protocol):
         self.has_published = False
         self._publish_n, self._publish_s = 0, 0.0  # publishes of the current dataReceived, their time
         self.blocked_reason: str | None = None  # sent connection.blocked with this reason
+        self.over_limit = False  # arrived beyond --max-connections: refused once its header names the protocol
         # The first bytes pick the protocol (0-9-1 or AMQP 1.0): until then reads go to _sniff,
         # after it the class's dataReceived, so 0-9-1 traffic pays nothing for the choice.
         self._head = b""
@@ -127,7 +128,11 @@ class AmqpConnection(SecretsMixin, protocol.Protocol):
         del self.dataReceived
         self._head = b""
         if head[:8] in (HEADER_SASL, HEADER_AMQP10) and self.state == "header":
-            hand_over(self, head)
+            hand_over(self, head)  # (an over-limit one is refused at its open, with an AMQP 1.0 close)
+            return
+        if self.over_limit:
+            self.state = "closed"
+            self.transport.abortConnection()
             return
         self.dataReceived(head)
 
@@ -140,11 +145,12 @@ class AmqpConnection(SecretsMixin, protocol.Protocol):
         self.service.connections.add(self)
         COUNTS.connections_opened += 1
         if self.service.too_many_connections():
+            # Refused once its first bytes say which AMQP it speaks: an AMQP 1.0 client is told why
+            # (amqp:resource-limit-exceeded at its open), a 0-9-1 one is dropped. It holds its slot
+            # until then, at most the handshake time-out.
             log.warning("AMQP connection refused: the broker's connection limit is reached (--max-connections)",
                         extra=fields(peer=self.peer, conn=self.conn_id))
-            self.state = "closed"
-            self.transport.abortConnection()
-            return
+            self.over_limit = True
         self._close_timer = self.reactor.callLater(HANDSHAKE_TIMEOUT_S, self._handshake_timeout)
         self.transport.registerProducer(self, True)
         no_delay(self.transport)

@@ -57,6 +57,7 @@ def hand_over(old, head: bytes) -> "Amqp10Connection":
     the transport keeps calling ``old``'s methods, which now are the new connection's (one
     rebinding, so no per-read cost), and ``old`` leaves the 0-9-1 bookkeeping."""
     new = Amqp10Connection(old.service, old.transport, old.peer, old.peer_host, old.conn_id)
+    new.over_limit = old.over_limit
     old.service.connections.discard(old)
     old._cancel_timers()
     old.state = "closed"
@@ -87,6 +88,7 @@ class Amqp10Connection:
         self._ending: set[int] = set()  # channels whose session we ended: waiting for the client's end
         self.confirms_waiting: set = set()  # sessions with publishes waiting to be settled
         self.write_blocked = False
+        self.over_limit = False  # arrived beyond --max-connections: refused at the open
         self.unsettled_seen: dict = {}  # for the consumer timeout (gateway.amqp10.upkeep)
         self.opened_at: float | None = None  # time.time() of the open: the management API's connected_at
         self.client_properties: dict = {}  # the client's open properties, as the management API shows them
@@ -332,7 +334,8 @@ class Amqp10Connection:
             raise ConnError("amqp:not-found", f"vhost {name} not found") from None
         if self.permission(name) is None:
             raise ConnError("amqp:unauthorized-access", f"access to vhost '{name}' refused for user '{self.username}'")
-        refusal = connection_limit_refusal(self.service, self.username, vhost)
+        refusal = "the broker's connection limit is reached (--max-connections)" if self.over_limit else \
+            connection_limit_refusal(self.service, self.username, vhost)
         if refusal is not None:
             log.warning("AMQP 1.0 connection refused: %s", refusal, extra=fields(
                 peer=self.peer, conn=self.conn_id, user=self.username, vhost=name))
