@@ -78,6 +78,8 @@ def test_listed_detailed_counted_and_closed_through_the_api(broker):
         assert [link["target_address"] for link in incoming] == [f"/queues/{queue}"]
         assert _metric(broker, "rabbitmq_connections") == before + 1
         assert _metric(broker, 'gateway_connections{protocol="amqp10"}') == 1
+        assert _metric(broker, 'rabbitmq_global_consumers{protocol="amqp10"}') == 1
+        assert _metric(broker, 'rabbitmq_global_publishers{protocol="amqp10"}') == 1
         sender.send(Message(body=b"held", inferred=True))
         assert receiver.receive(timeout=10).body == b"held"  # not settled: back to the queue on close
 

@@ -8,7 +8,7 @@ work against this broker unchanged. The label sets and meanings are RabbitMQ's:
   (``* on(instance, job) group_left(rabbitmq_cluster, rabbitmq_node)``), so without it no panel
   shows anything. It is on every endpoint, with ``rabbitmq_endpoint`` naming which one.
 - ``rabbitmq_global_*`` are process-lifetime counters (gateway.amqp.counters) labelled
-  ``protocol="amqp091"``; deliveries and acks also by ``queue_type`` (``rabbit_classic_queue``...).
+  ``protocol="amqp091"``; publishers and consumers have an ``amqp10`` series too (AMQP 1.0 links); deliveries and acks also by ``queue_type`` (``rabbit_classic_queue``...).
 - Queue metrics are one unlabelled sum on ``/metrics`` and one series per queue (``vhost``,
   ``queue``) on ``/metrics/per-object``, as RabbitMQ's aggregated and per-object modes.
 
@@ -29,7 +29,8 @@ from gateway.amqp.counters import AMQP, BY_QUEUE_TYPE, RABBIT_QUEUE_TYPES
 from gateway.amqp.service import broker_version
 from gateway.management import views
 
-PROTOCOL = "amqp091"  # the only AMQP version this broker speaks
+PROTOCOL = "amqp091"  # the label of AMQP 0-9-1 series
+PROTOCOL_10 = "amqp10"  # and of AMQP 1.0 ones, where a figure is kept for them
 
 
 def node_name(broker) -> str:
@@ -164,6 +165,11 @@ class RabbitCollector:
         publishers.add_metric(proto, sum(1 for ch in channels if ch.publishing))
         consumers = GaugeMetricFamily("rabbitmq_global_consumers", "AMQP consumers subscribed now", labels=["protocol"])
         consumers.add_metric(proto, sum(len(ch.consumers) for ch in channels))
+        # AMQP 1.0, as RabbitMQ 4 counts it: sender links publish, receiver links of a queue consume
+        links = [link for c in b.amqp.amqp10_connections for s in c.sessions.values() for link in s.links.values()]
+        publishers.add_metric([PROTOCOL_10], sum(1 for link in links if not link.attach.role
+                                                 and getattr(getattr(link, "node", None), "kind", "") != "management"))
+        consumers.add_metric([PROTOCOL_10], sum(1 for link in links if getattr(link, "queue", None) is not None))
         yield from (publishers, consumers)
         for name, attr, doc in (
                 ("delivered", "delivered", "deliveries since start, consume and get"),
