@@ -77,6 +77,8 @@ def test_listed_detailed_counted_and_closed_through_the_api(broker):
         assert [link["queue_name"] for link in outgoing] == [queue]
         assert [link["target_address"] for link in incoming] == [f"/queues/{queue}"]
         assert _metric(broker, "rabbitmq_connections") == before + 1
+        [consumer] = [c for c in _api(broker, "GET", "consumers") if c["queue"]["name"] == queue]
+        assert consumer["ack_required"] and consumer["channel_details"]["connection_name"] == name
         assert _metric(broker, 'gateway_connections{protocol="amqp10"}') == 1
         assert _metric(broker, 'rabbitmq_global_consumers{protocol="amqp10"}') == 1
         assert _metric(broker, 'rabbitmq_global_publishers{protocol="amqp10"}') == 1

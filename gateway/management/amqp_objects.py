@@ -340,6 +340,21 @@ class AmqpObjects:
                         "channel_details": {"name": f"{c.peer} ({number})", "number": number,
                                             "connection_name": f"{c.peer} -> amqp", "peer_host": c.peer_host,
                                             "user": c.username}})
+        for c in self.broker.amqp.amqp10_connections:  # AMQP 1.0: a receiver link of a queue, by its name
+            if c.vhost is None or (vhost is not None and c.vhost.name != vhost):
+                continue
+            for number, session in sorted(c.sessions.items()):
+                for _handle, link in sorted(session.links.items()):
+                    if getattr(link, "queue", None) is None:
+                        continue
+                    out.append({
+                        "consumer_tag": str(link.tag), "exclusive": False, "ack_required": not link.no_ack,
+                        "prefetch_count": link.credit, "priority": 0, "arguments": {},
+                        "active": True, "activity_status": "up",
+                        "queue": {"name": link.queue.name, "vhost": c.vhost.name},
+                        "channel_details": {"name": f"{c.peer} ({number})", "number": number,
+                                            "connection_name": f"{c.peer} -> amqp", "peer_host": c.peer_host,
+                                            "user": c.username}})
         return out
 
     def _connection(self, name: str):
