@@ -34,12 +34,14 @@ def connection_limit_refusal(service, username: str | None, vhost) -> str | None
 def check_consumer_timeouts(connection, now: float, default_ms: int) -> bool:
     """Detach each receiver link holding a delivery unsettled past its queue's timeout; True
     when one was detached (there is output to flush)."""
-    seen = connection.unsettled_seen  # (channel, delivery id) -> when a check first saw it unsettled
-    still: dict[tuple[int, int], float] = {}
+    # (session, delivery id) -> when a check first saw it unsettled; by session, not channel: a
+    # channel's next session numbers its deliveries from 0 again
+    seen = connection.unsettled_seen
+    still: dict[tuple, float] = {}
     expired: dict[tuple, int] = {}
     for session in list(connection.sessions.values()):
         for delivery_id, (link, queue, _offset) in session.unsettled.items():
-            key = (session.channel, delivery_id)
+            key = (session, delivery_id)
             first = still[key] = seen.get(key, now)
             timeout = queue.args.consumer_timeout or default_ms
             if timeout and (now - first) * 1000 > timeout:
