@@ -25,6 +25,7 @@ from twisted.internet import task
 
 from gateway.amqp.counters import AMQP as COUNTS
 from gateway.amqp10.errors import ConnError, LinkError, SessionError, condition_of
+from gateway.amqp10.links import plain
 from gateway.amqp10.session import Session
 from gateway.amqp10.upkeep import check_consumer_timeouts, connection_limit_refusal
 from gateway.logs import connection_ids, fields
@@ -343,7 +344,7 @@ class Amqp10Connection:
                             f"access to vhost '{name}' refused for user '{self.username}': {refusal}")
         self.vhost = vhost
         self.opened_at = time.time()
-        self.client_properties = {str(k): v for k, v in (m.properties or {}).items()}
+        self.client_properties = plain(m.properties or {})  # (Typed values unwrapped for the API's JSON)
         self.max_frame_size = max(512, min(m.max_frame_size or MAX_FRAME_SIZE, MAX_FRAME_SIZE))
         self.reader.max_frame_size = self.max_frame_size
         self.channel_max = min(CHANNEL_MAX if m.channel_max is None else m.channel_max, self.service.channel_max)
