@@ -13,7 +13,7 @@ from urllib.parse import quote
 import pika
 import pytest
 import requests
-from proton import ConnectionException, Message, Timeout
+from proton import ConnectionException, Message, Timeout, symbol
 from proton.utils import LinkDetached
 
 from tests.brokerproc import start_broker
@@ -61,13 +61,14 @@ def test_listed_detailed_counted_and_closed_through_the_api(broker):
     pconn, channel = pika_channel(broker.address("amqp"))
     channel.queue_declare(queue)
     before = _metric(broker, "rabbitmq_connections")
-    conn = proton(broker.address("amqp"))
+    conn = proton(broker.address("amqp"), properties={symbol("connection_name"): "ops-test"})
     try:
         receiver = conn.create_receiver(f"/queues/{queue}", credit=5)
         sender = conn.create_sender(f"/queues/{queue}")
         [listed] = _amqp10_connections(broker)
         assert listed["user"] == "guest" and listed["vhost"] == "/" and listed["channels"] >= 1
         assert listed["state"] == "running" and listed["peer_host"] == "127.0.0.1"
+        assert listed["client_properties"]["connection_name"] == "ops-test"
         name = listed["name"]
         assert _api(broker, "GET", f"connections/{quote(name, safe='')}")["protocol"] == "AMQP 1-0"
         assert listed in _api(broker, "GET", "vhosts/%2F/connections")
