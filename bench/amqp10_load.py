@@ -156,9 +156,9 @@ def message(size: int, durable: bool) -> bytes:
     return head + b"\x00\x53\x75" + (b"\xa0" + bytes([size]) if size < 256 else b"\xb0" + struct.pack(">I", size)) + body
 
 
-def transfer_template(size: int, settled: bool, durable: bool) -> tuple[bytearray, int]:
-    """One transfer frame (handle 0) and the offset of its 4-byte delivery-id to patch."""
-    frame = bytearray(encode_frame(0, Transfer(handle=0, delivery_id=Typed(0x70, 0x01020304), delivery_tag=b"t",
+def transfer_template(size: int, settled: bool, durable: bool, handle: int = 0) -> tuple[bytearray, int]:
+    """One transfer frame and the offset of its 4-byte delivery-id to patch."""
+    frame = bytearray(encode_frame(0, Transfer(handle=handle, delivery_id=Typed(0x70, 0x01020304), delivery_tag=b"t",
                                                message_format=0, settled=settled), message(size, durable)))
     at = frame.index(b"\x70\x01\x02\x03\x04") + 1
     return frame, at
