@@ -326,7 +326,6 @@ def decode_body(type_: int, data: bytes) -> tuple[Any, bytes]:
 _UINT_FIELD, _BIN_FIELD, _BOOL_FIELD, _UBYTE_FIELD, _NULL_FIELD = range(5)
 _TRANSFER_KINDS = (_UINT_FIELD, _UINT_FIELD, _BIN_FIELD, _UINT_FIELD, _BOOL_FIELD, _BOOL_FIELD, _UBYTE_FIELD,
                    _NULL_FIELD, _BOOL_FIELD, _BOOL_FIELD, _BOOL_FIELD)
-_TRANSFER_NAMES = tuple(name for name, _ in Transfer.FIELDS)
 _U32_AT = struct.Struct(">I").unpack_from
 
 
@@ -350,43 +349,41 @@ def _transfer_fields(buf: bytes, start: int, stop: int) -> tuple[Any, bytes] | N
         return None
     if count > 11 or end > stop:
         return None
-    t = _new(Transfer)
-    names = _TRANSFER_NAMES
-    for i in range(11):
-        v = None
-        if i < count:
-            if p >= end:
-                return None
-            c = buf[p]
-            kind = _TRANSFER_KINDS[i]
-            if c == 0x40:
-                p += 1
-            elif kind == _UINT_FIELD:
-                if c == 0x52:
-                    v, p = buf[p + 1], p + 2
-                elif c == 0x43:
-                    v, p = 0, p + 1
-                elif c == 0x70:
-                    v, p = _U32_AT(buf, p + 1)[0], p + 5
-                else:
-                    return None
-            elif kind == _BOOL_FIELD:
-                if c == 0x41 or c == 0x42:
-                    v, p = c == 0x41, p + 1
-                else:
-                    return None
-            elif kind == _BIN_FIELD and c == 0xa0:
-                q = p + 2 + buf[p + 1]
-                v, p = bytes(buf[p + 2:q]), q
-            elif kind == _UBYTE_FIELD and c == 0x50:
-                v, p = buf[p + 1], p + 2
+    kinds = _TRANSFER_KINDS
+    values = [None] * 11
+    for i in range(count):
+        if p >= end:
+            return None
+        c = buf[p]
+        if c == 0x40:
+            p += 1
+            continue
+        kind = kinds[i]
+        if kind == _UINT_FIELD:
+            if c == 0x52:
+                values[i], p = buf[p + 1], p + 2
+            elif c == 0x43:
+                values[i], p = 0, p + 1
+            elif c == 0x70:
+                values[i], p = _U32_AT(buf, p + 1)[0], p + 5
             else:
                 return None
-            if p > end:
+        elif kind == _BOOL_FIELD:
+            if c != 0x41 and c != 0x42:
                 return None
-        _setattr(t, names[i], v)
+            values[i], p = c == 0x41, p + 1
+        elif kind == _BIN_FIELD and c == 0xa0:
+            q = p + 2 + buf[p + 1]
+            values[i], p = bytes(buf[p + 2:q]), q
+        elif kind == _UBYTE_FIELD and c == 0x50:
+            values[i], p = buf[p + 1], p + 2
+        else:
+            return None
     if p != end:
         return None
+    t = _new(Transfer)  # (Transfer's slots are plain attributes: stored directly)
+    (t.handle, t.delivery_id, t.delivery_tag, t.message_format, t.settled, t.more, t.rcv_settle_mode, t.state,
+     t.resume, t.aborted, t.batchable) = values
     return t, bytes(buf[end:stop])
 
 
