@@ -11,7 +11,7 @@ from wire.amqp10 import Described, Symbol, Typed, encode_value
 from wire.amqp10_frames import (
     HEADER_AMQP, HEADER_SASL, NEED_DATA, SASL_FRAME, Accepted, Attach, Begin, Close, Detach, Disposition, End, Error,
     Flow, Frame, FrameError, FrameReader, Heartbeat, Modified, Open, ProtocolHeader, Rejected, SaslInit, SaslOutcome,
-    Source, Target, Transfer, decode_body, decode_transfer, encode_frame, encode_heartbeat,
+    Source, Target, Transfer, decode_body, decode_transfer, encode_frame, encode_heartbeat, encode_transfer,
 )
 
 uint = st.integers(0, 2**32 - 1)
@@ -227,3 +227,11 @@ def test_frame_reader_takes_the_fast_path_for_a_plain_transfer():
     assert [type(e) for e in events] == [Frame, Heartbeat, Frame]
     for e in (events[0], events[2]):
         assert (e.channel, e.body, e.payload) == (2, t, b"message")
+
+
+@given(channel=ushort, handle=uint, delivery_id=uint, tag=st.binary(max_size=40), settled=st.booleans(),
+       more=st.booleans(), payload=st.binary(max_size=40))
+def test_encode_transfer_makes_the_generic_encoders_bytes(channel, handle, delivery_id, tag, settled, more, payload):
+    t = Transfer(handle=handle, delivery_id=delivery_id, delivery_tag=tag, message_format=0, settled=settled, more=more)
+    assert encode_transfer(channel, handle, delivery_id, tag, settled, more, payload) \
+        == encode_frame(channel, t, payload)

@@ -29,7 +29,7 @@ __all__ = ["HEADER_AMQP", "HEADER_SASL", "HEADER_091", "AMQP_FRAME", "SASL_FRAME
            "Open", "Begin", "Attach", "Flow", "Transfer", "Disposition", "Detach", "End", "Close", "Error",
            "Source", "Target", "Accepted", "Rejected", "Released", "Modified", "Received", "SaslMechanisms",
            "SaslInit", "SaslChallenge", "SaslResponse", "SaslOutcome", "DECODE_ERROR", "FRAME_SIZE_TOO_SMALL",
-           "described", "from_described", "decode_body", "decode_transfer"]
+           "described", "from_described", "decode_body", "decode_transfer", "encode_transfer"]
 
 HEADER_AMQP = b"AMQP\x00\x01\x00\x00"
 HEADER_SASL = b"AMQP\x03\x01\x00\x00"
@@ -391,6 +391,25 @@ def encode_frame(channel: int, body: Any, payload: bytes = b"", type_: int = AMQ
     """One frame: the performative (a composite) and the payload after it."""
     encoded = encode_value(described(body))
     return _HEAD.pack(8 + len(encoded) + len(payload), 2, type_, channel) + encoded + payload
+
+
+def _uint_bytes(v: int) -> bytes:
+    return b"\x43" if v == 0 else (b"\x52" + bytes((v,)) if v < 256 else b"\x70" + v.to_bytes(4, "big"))
+
+
+def encode_transfer(channel: int, handle: int, delivery_id: int, tag: bytes, settled: bool, more: bool,
+                    payload: bytes) -> bytes:
+    """The first transfer frame of a delivery (message-format 0), the bytes :func:`encode_frame`
+    makes of ``Transfer(handle, delivery_id, tag, 0, settled, more)``, without the generic encoder
+    (one per delivered message)."""
+    if len(tag) > 32:
+        return encode_frame(channel, Transfer(handle=handle, delivery_id=delivery_id, delivery_tag=tag,
+                                              message_format=0, settled=settled, more=more), payload)
+    fields = b"".join((_uint_bytes(handle), _uint_bytes(delivery_id), b"\xa0", bytes((len(tag),)), tag,
+                       b"\x43\x41" if settled else b"\x43\x42", b"\x41" if more else b"\x42"))
+    size = 14 + len(fields) + len(payload)  # frame header 8, 00 53 14 c0 size count 6
+    return b"".join((_HEAD.pack(size, 2, AMQP_FRAME, channel), b"\x00\x53\x14\xc0",
+                     bytes((len(fields) + 1, 6)), fields, payload))
 
 
 def encode_heartbeat() -> bytes:

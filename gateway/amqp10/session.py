@@ -38,6 +38,7 @@ from wire.amqp10_frames import (
 INCOMING_WINDOW = 65535
 HANDLE_MAX = 1023
 UINT = 1 << 32
+_ACCEPTED = Accepted()
 
 
 class Session:
@@ -193,18 +194,35 @@ class Session:
         self.connection.service.confirming.add(self.connection)
 
     def send_confirms(self) -> bool:
+        """Settle the publishes that are durable now, in order; consecutive accepted ones share one
+        disposition (first..last), as a multiple basic.ack does."""
         pending = self.pending_confirms
+        run_first = run_last = None  # a run of accepted delivery ids not yet sent
         while pending:
             delivery_id, publish, outcome = pending[0]
             if publish is not None and not publish.durable():
                 break
             pending.popleft()
+            if outcome is None and not (publish is not None and publish.rejected):
+                if run_first is not None and delivery_id == run_last + 1:  # (a wrap to 0 starts a new run)
+                    run_last = delivery_id
+                    continue
+                self._accepted(run_first, run_last)
+                run_first = run_last = delivery_id
+                continue
+            self._accepted(run_first, run_last)
+            run_first = run_last = None
             if outcome is None:
                 outcome = Rejected(error=Error(condition="amqp:precondition-failed",
-                                               description="a queue refused the message")) \
-                    if publish is not None and publish.rejected else Accepted()
+                                               description="a queue refused the message"))
             self.send(Disposition(role=True, first=delivery_id, settled=True, state=outcome))
+        self._accepted(run_first, run_last)
         return not pending
+
+    def _accepted(self, first: int | None, last: int | None) -> None:
+        if first is not None:
+            self.send(Disposition(role=True, first=first, last=None if last == first else last, settled=True,
+                                  state=_ACCEPTED))
 
     # --- deliveries to the client -----------------------------------------------------------
     def dispatch_all(self) -> None:
