@@ -200,6 +200,9 @@ class Sender:
         """A flow frame at buf[s:]: the new credit limit (delivery-count field 6, link-credit 7)."""
         buf = self.conn.buf
         p = _fields_start(buf, s)
+        count = buf[s + 5] if buf[s + 3] == 0xc0 else struct.unpack_from(">I", buf, s + 8)[0]
+        if count < 7:
+            return  # a session flow (no link fields)
         values = []
         for _ in range(7):
             if buf[p] == 0x40:
@@ -331,7 +334,8 @@ def main(spec: dict) -> dict:
         elapsed, send_s = run_consume(spec["address"], q, n)
     else:
         raise SystemExit(f"unknown mode {mode}")
-    out = {"mode": mode, "queue": q, "messages": n, "seconds": elapsed, "msgs_s": n / elapsed}
+    out = {"mode": mode, "queue": q, "messages": n, "seconds": elapsed, "msgs_s": n / elapsed,
+           "client_cpu_s": time.process_time()}  # (whether the client could be the bottleneck)
     if send_s is not None:
         out["send_seconds"] = send_s
     return out
