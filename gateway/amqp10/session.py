@@ -170,19 +170,23 @@ class Session:
         if first is None or last < first or last - first > 1 << 20:
             raise SessionError("amqp:decode-error", f"disposition of deliveries {first}..{last}")
         state = m.state
-        touched = {}
+        if not m.settled and state is None:
+            return  # a state without settling (e.g. received): nothing to do yet
+        touched: dict = {}  # queue -> offsets: one ack (or reject...) per queue for the whole range
+        unsettled = self.unsettled
         for delivery_id in range(first, last + 1):
-            entry = self.unsettled.get(delivery_id)
+            entry = unsettled.pop(delivery_id, None)
             if entry is None:
                 continue
-            if not m.settled and state is None:
-                continue  # a state without settling (e.g. received): nothing to do yet
-            del self.unsettled[delivery_id]
             link, queue, offset = entry
             link.unsettled -= 1
-            touched.setdefault(queue, []).append(offset)
-            settle(queue, [offset], state)
-        for queue in touched:
+            offsets = touched.get(queue)
+            if offsets is None:
+                touched[queue] = [offset]
+            else:
+                offsets.append(offset)
+        for queue, offsets in touched.items():
+            settle(queue, offsets, state)
             if not queue.deleted:
                 queue.dispatch()
         self.router.settle_appends()
