@@ -18,10 +18,18 @@ Rows, each measured on broker and peer in alternation (who goes first flips each
   (``--latency-rate`` overrides), persistent + confirms at half its confirmed median; pika
   transient and persistent with ``confirm_delivery`` at 1,000 msg/s.
 
+AMQP 1.0 rows (``bench/amqp10_load.py``, raw frames made with ``wire/amqp10_frames.py``), our
+broker only, each right after the 0-9-1 row it mirrors, with a ``ratio 1.0/0-9-1`` row (median
+over median): publish pre-settled (vs transient), durable unsettled with outcomes, at most 1,000
+in flight (vs persistent + confirms), at ``--size`` and ``--latency-size``; consume with credit
+1,000 accepted every 500 (vs prefetch 1,000, multi-ack/500). RabbitMQ 4 is not packaged here and
+Debian's 3.10 serves AMQP 1.0 through its old plugin, so no peer runs these. ``--only-raw``: our
+broker alone, only the raw publish/consume rows of both protocols (a quick 1.0/0-9-1 check).
+
 RabbitMQ is a private node started by ``compat_tests.rabbitmq.RabbitMQNode`` (free ports, its
 own epmd); if it cannot start, our broker is measured alone.
 
-    python -m bench amqp [--messages 100000] [--size 100] [--repeat 3] [--json PATH]
+    python -m bench amqp [--messages 100000] [--size 100] [--repeat 3] [--only-raw] [--json PATH]
 
 Results go to ``.cache/bench/results/amqp.json`` (and ``amqp.png`` if matplotlib is importable).
 """
