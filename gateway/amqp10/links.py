@@ -278,22 +278,17 @@ class OutgoingLink:
             self.unsettled += 1
         room = session.connection.max_frame_size - _TRANSFER_OVERHEAD
         tag = delivery_id.to_bytes(4, "big")
-        first, n = True, len(data)
-        start = 0
-        while True:
-            chunk = data[start:start + room]
-            start += room
-            more = start < n
-            if first:  # (encoded by hand: one per delivered message)
-                session.connection.send(encode_transfer(session.channel, self.handle, delivery_id, tag, self.no_ack,
-                                                        more, chunk))
-                first = False
-            else:
-                session.send(Transfer(handle=self.handle, more=more), chunk)
-            session.next_outgoing_id = (session.next_outgoing_id + 1) % UINT
-            session.remote_incoming_window -= 1
-            if not more:
-                break
+        n = len(data)
+        # the first frame encoded by hand (one per delivered message); a message over one frame
+        # goes on in continuation transfers with only the handle and ``more``
+        session.connection.send(encode_transfer(session.channel, self.handle, delivery_id, tag, self.no_ack,
+                                                n > room, data if n <= room else data[:room]))
+        frames = 1
+        for start in range(room, n, room):
+            session.send(Transfer(handle=self.handle, more=start + room < n), data[start:start + room])
+            frames += 1
+        session.next_outgoing_id = (session.next_outgoing_id + frames) % UINT
+        session.remote_incoming_window -= frames
 
     def cancelled_by_server(self, queue) -> None:
         """The queue was deleted: detach the link, as RabbitMQ 4 does (amqp:resource-deleted)."""
