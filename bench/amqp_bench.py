@@ -18,10 +18,18 @@ Rows, each measured on broker and peer in alternation (who goes first flips each
   (``--latency-rate`` overrides), persistent + confirms at half its confirmed median; pika
   transient and persistent with ``confirm_delivery`` at 1,000 msg/s.
 
+AMQP 1.0 rows (``bench/amqp10_load.py``, raw frames made with ``wire/amqp10_frames.py``), our
+broker only, each right after the 0-9-1 row it mirrors, with a ``ratio 1.0/0-9-1`` row (median
+over median): publish pre-settled (vs transient), durable unsettled with outcomes, at most 1,000
+in flight (vs persistent + confirms), at ``--size`` and ``--latency-size``; consume with credit
+1,000 accepted every 500 (vs prefetch 1,000, multi-ack/500). RabbitMQ 4 is not packaged here and
+Debian's 3.10 serves AMQP 1.0 through its old plugin, so no peer runs these. ``--only-raw``: our
+broker alone, only the raw publish/consume rows of both protocols (a quick 1.0/0-9-1 check).
+
 RabbitMQ is a private node started by ``compat_tests.rabbitmq.RabbitMQNode`` (free ports, its
 own epmd); if it cannot start, our broker is measured alone.
 
-    python -m bench amqp [--messages 100000] [--size 100] [--repeat 3] [--json PATH]
+    python -m bench amqp [--messages 100000] [--size 100] [--repeat 3] [--only-raw] [--json PATH]
 
 Results go to ``.cache/bench/results/amqp.json`` (and ``amqp.png`` if matplotlib is importable).
 """
@@ -39,6 +47,13 @@ CLIENTS = [("pika", "publish", "pika: publish transient"),
            ("pika", "consume", "pika: consume prefetch 1000, multi-ack"),
            ("aio-pika", "publish", "aio-pika: publish persistent + confirms"),
            ("aio-pika", "consume", "aio-pika: consume prefetch 1000, multi-ack")]
+# AMQP 1.0 rows (bench/amqp10_load.py, our broker only): mode, label, the 0-9-1 row it is set against
+AMQP10 = [("settled", "1.0 raw: publish pre-settled", "raw: publish transient"),
+          ("unsettled", "1.0 raw: publish durable, unsettled (outcomes)", "raw: publish persistent + confirms"),
+          ("consume", "1.0 raw: consume credit 1000, accept/500", "raw: consume prefetch 1000, multi-ack/500")]
+AMQP10_NOTE = ("AMQP 1.0 rows: our broker only, set against our own 0-9-1 rows of the same run (ratio rows: "
+               "median 1.0 / median 0-9-1); RabbitMQ 4 (native AMQP 1.0) is not packaged here and Debian's "
+               "RabbitMQ 3.10 serves 1.0 through its old plugin, no fair peer")
 
 
 def add_arguments(parser) -> None:
@@ -53,6 +68,36 @@ def add_arguments(parser) -> None:
     parser.add_argument("--skip-clients", action="store_true", help="no pika / aio-pika rows")
     parser.add_argument("--small-seconds", type=float, default=5.0,
                         help="length of the confirm-per-message run (10 pika connections)")
+    parser.add_argument("--only-raw", action="store_true",
+                        help="our broker only, raw 0-9-1 and AMQP 1.0 rows at --size and 1 KB (no peer, "
+                             "clients or latency rows): the quick 1.0 / 0-9-1 comparison")
+
+
+def amqp10_rows(load, who, target, base: str, messages: int, size: int, suffix: str, modes) -> None:
+    """AMQP 1.0 raw rows of one repetition, run right after the 0-9-1 rows they are compared with."""
+    for mode, case, _ in AMQP10:
+        if mode in modes:
+            queue = f"{base}-10{suffix.replace(' ', '-')}-unsettled" if mode == "consume" else \
+                f"{base}-10{suffix.replace(' ', '-')}-{mode}"
+            load("bench.amqp10_load", who, target, {"address": target.address("amqp"), "queue": queue,
+                 "messages": messages, "size": size, "mode": mode, "delete": mode == "unsettled" and suffix != ""},
+                 case + suffix, size=size)
+
+
+def add_ratios(samples, suffixes) -> None:
+    """One ratio row per AMQP 1.0 row: its median over the median of the 0-9-1 row it mirrors."""
+    for suffix in suffixes:
+        for _, case, peer_case in AMQP10:
+            ours = samples.values(case + suffix, "broker") if case + suffix in samples.cases else []
+            theirs = samples.values(peer_case + suffix, "broker") if peer_case + suffix in samples.cases else []
+            if ours and theirs:
+                ratio = _median(ours) / _median(theirs)
+                samples.add(f"ratio 1.0/0-9-1: {case[9:]}{suffix}", "broker", ratio, unit="x")
+                print(f"  ratio 1.0/0-9-1 {case[9:]}{suffix}: {ratio:.2f}", flush=True)
+
+
+def _median(values) -> float:
+    return sorted(values)[len(values) // 2]
 
 
 def _half_peer_median(samples, case: str) -> float:
@@ -103,7 +148,10 @@ def run(args) -> peers.SuiteResult:
     cpu = {"broker": 0.0, "peer": 0.0}
     names = itertools.count()
     try:
-        peer, peer_label, peer_note = start_peer()
+        if args.only_raw:
+            peer_note = "--only-raw: our broker alone"
+        else:
+            peer, peer_label, peer_note = start_peer()
         if peer_note:
             print(peer_note, flush=True)
         targets = [("broker", ours)] + ([("peer", peer)] if peer else [])
@@ -117,21 +165,29 @@ def run(args) -> peers.SuiteResult:
 
         for rep, who, target in peers.alternate(targets, args.repeat):
             base = f"bench-{rep}-{next(names)}"
-            for mode, case in RAW:
+            for mode, case in RAW[:3] if args.only_raw else RAW:
                 queue = f"{base}-confirm" if mode == "consume" else f"{base}-{mode}"
                 load("bench.amqp_load", who, target, {"address": target.address("amqp"), "queue": queue,
                      "messages": args.messages, "size": args.size, "mode": mode}, case, size=args.size)
+            if who == "broker":
+                amqp10_rows(load, who, target, base, args.messages, args.size, "", ("settled", "unsettled", "consume"))
             for mode, case in RAW[:2]:  # the peaks the latency rows take half of, at their body size
                 load("bench.amqp_load", who, target, {"address": target.address("amqp"), "queue": f"{base}-{mode}-lat",
                      "messages": args.messages // 2, "size": args.latency_size, "mode": mode, "delete": True},
                      f"{case} {args.latency_size} B", size=args.latency_size)
-            if args.skip_clients:
+            if who == "broker":
+                amqp10_rows(load, who, target, base, args.messages // 2, args.latency_size, f" {args.latency_size} B",
+                            ("settled", "unsettled"))
+            if args.skip_clients or args.only_raw:
                 continue
             for client, mode, case in CLIENTS:
                 load("bench.client_load", who, target, {"address": target.address("amqp"), "client": client,
                      "queue": f"{base}-{client}", "messages": args.client_messages, "size": args.size,
                      "mode": mode}, case, size=args.size)
 
+        add_ratios(samples, ("", f" {args.latency_size} B"))
+        if args.only_raw:
+            return _result(args, samples, cpu, None, peer_label, [peer_note, AMQP10_NOTE])
         if not args.skip_clients:  # small durable writes: a confirm awaited per message, 10 connections
             for rep, who, target in peers.alternate(targets, args.repeat):
                 load("bench.client_load", who, target, {"address": target.address("amqp"), "client": "pika",
@@ -161,6 +217,11 @@ def run(args) -> peers.SuiteResult:
              f"broker CPU over all runs: ours {cpu['broker']:.1f} s, RabbitMQ (beam.smp) {cpu['peer']:.1f} s"]
     if peer_note:
         notes.append(peer_note)
+    notes.append(AMQP10_NOTE)
+    return _result(args, samples, cpu, peer, peer_label, notes)
+
+
+def _result(args, samples, cpu, peer, peer_label: str, notes: list[str]) -> peers.SuiteResult:
     meta = {"peer": "rabbitmq" if peer else None, "peer_label": peer_label, "messages": args.messages,
             "size": args.size, "repeat": args.repeat, "cpu_seconds": cpu}
     return peers.SuiteResult("amqp", samples.rows(), notes, {"rabbitmq": peer_label} if peer else {}, meta)

@@ -190,6 +190,10 @@ def _bare(data: bytes) -> bytes:
     return data[p:]
 
 
+_SMALL_SIZED = frozenset((0xa0, 0xa1, 0xa3, 0xc0, 0xc1))  # size in one octet after the constructor
+_WIDE_SIZED = frozenset((0xb0, 0xb1, 0xb3, 0xd0, 0xd1))  # size in four
+
+
 def _data_start(data: bytes) -> int:
     """Offset of the message's only data section if it is the last section, else -1."""
     p, end = 0, len(data)
@@ -197,7 +201,17 @@ def _data_start(data: bytes) -> int:
         while p < end:
             if data.startswith(b"\x00\x53\x75", p):
                 return p if data[p + 3:p + 4] in (b"\xa0", b"\xb0") and value_end(data, p) == end else -1
-            p = value_end(data, p)
+            # a section with a small-ulong descriptor and a sized value: skipped from its size
+            # (once per published message); any other shape is measured by value_end
+            c = data[p + 3] if data[p:p + 2] == b"\x00\x53" and p + 4 < end else -1
+            if c in _SMALL_SIZED:
+                p += 5 + data[p + 4]
+            elif c in _WIDE_SIZED and p + 8 <= end:
+                p += 8 + _U32.unpack_from(data, p + 4)[0]
+            else:
+                p = value_end(data, p)
+            if p > end:
+                return -1
     except AMQP10Error:
         pass
     return -1

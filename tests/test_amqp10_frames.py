@@ -3,13 +3,15 @@ whatever the chunking, and any bytes (random, or a valid session mutated) fail o
 FrameError: the door turns that into an ``amqp:decode-error`` close."""
 from __future__ import annotations
 
+import struct
+
 from hypothesis import given, strategies as st
 
-from wire.amqp10 import Symbol, Typed, encode_value
+from wire.amqp10 import Described, Symbol, Typed, encode_value
 from wire.amqp10_frames import (
     HEADER_AMQP, HEADER_SASL, NEED_DATA, SASL_FRAME, Accepted, Attach, Begin, Close, Detach, Disposition, End, Error,
     Flow, Frame, FrameError, FrameReader, Heartbeat, Modified, Open, ProtocolHeader, Rejected, SaslInit, SaslOutcome,
-    Source, Target, Transfer, encode_frame, encode_heartbeat,
+    Source, Target, Transfer, decode_body, decode_transfer, encode_frame, encode_heartbeat, encode_transfer,
 )
 
 uint = st.integers(0, 2**32 - 1)
@@ -157,3 +159,79 @@ def test_typed_values_decode_to_plain_ints():
                                               outgoing_window=3)))
     body = reader.next_event().body
     assert (body.remote_channel, body.next_outgoing_id, body.incoming_window) == (3, 1, 2)
+
+
+def _generic(body: bytes):
+    """decode_body's answer for a frame body: (performative, payload), or the FrameError."""
+    try:
+        return decode_body(0, body)
+    except FrameError as exc:
+        return exc
+
+
+def _fast(body: bytes):
+    return decode_transfer(body, 0, len(body))
+
+
+# a transfer's fields in the forms clients write them, and in forms the fast path leaves to the
+# generic decoder (wide uints, ubyte where a uint goes, 0x56 booleans, a state, extra fields)
+_uint_forms = st.one_of(uint.map(lambda v: Typed(0x70, v)), st.integers(0, 300).map(lambda v: Typed(0x70, v)),
+                        st.none(), st.integers(0, 255), st.integers(0, 255).map(lambda v: Typed(0x50, v)),
+                        uint.map(lambda v: Typed(0x80, v)))
+_bool_forms = st.one_of(st.booleans(), st.none(), st.booleans().map(lambda v: Typed(0x56, v)))
+
+
+@given(handle=_uint_forms, delivery_id=_uint_forms, tag=st.binary(max_size=300) | st.none(), fmt=_uint_forms,
+       settled=_bool_forms, more=_bool_forms, mode=st.sampled_from([None, Typed(0x50, 0), Typed(0x50, 1)]),
+       state=st.sampled_from([None, Accepted()]), tail=_bool_forms, payload=st.binary(max_size=40),
+       extra=st.integers(0, 2), wide=st.booleans())
+def test_transfer_fast_path_equals_the_generic_decode(handle, delivery_id, tag, fmt, settled, more, mode, state,
+                                                       tail, payload, extra, wide):
+    fields = [handle, delivery_id, tag, fmt, settled, more, mode, state and state.described(), tail, tail, tail]
+    fields += [None] * extra
+    body = encode_value(Described(0x14, fields)) + payload
+    if wide:  # the list32 form (0xd0) some clients use whatever the size
+        items = body[6:6 + body[4] - 1]
+        body = body[:3] + b"\xd0" + struct.pack(">II", len(items) + 4, body[5]) + items + body[5 + body[4]:]
+    fast, generic = _fast(body), _generic(body)
+    if fast is not None:
+        assert not isinstance(generic, FrameError) and fast == generic
+    uints = all(v is None or (type(v) is Typed and v.code == 0x70) for v in (handle, delivery_id, fmt))
+    if uints and Typed not in (type(settled), type(more), type(tail)) and state is None and extra == 0 \
+            and (tag is None or len(tag) < 256):
+        assert fast is not None  # the forms clients write are the fast path's
+
+
+@given(st.data())
+def test_a_mutated_transfer_decodes_alike_on_both_paths(data):
+    body = bytearray(encode_frame(0, Transfer(handle=1, delivery_id=Typed(0x70, 9), delivery_tag=b"tag",
+                                              message_format=0, settled=True, more=False), b"payload")[8:])
+    for _ in range(data.draw(st.integers(1, 4))):
+        body[data.draw(st.integers(0, len(body) - 1))] = data.draw(st.integers(0, 255))
+    body = bytes(body)
+    if body[:3] != b"\x00\x53\x14":
+        return
+    fast, generic = _fast(body), _generic(body)
+    if fast is not None:
+        assert not isinstance(generic, FrameError) and fast == generic
+
+
+def test_frame_reader_takes_the_fast_path_for_a_plain_transfer():
+    reader = FrameReader(1 << 20)
+    reader.expect_header = False
+    t = Transfer(handle=3, delivery_id=5, delivery_tag=b"\0\0\0\5", message_format=0, settled=True)
+    frame = encode_frame(2, t, b"message")
+    assert _fast(frame[8:]) is not None
+    reader.receive_data(frame + encode_heartbeat() + frame)
+    events = [reader.next_event() for _ in range(3)]
+    assert [type(e) for e in events] == [Frame, Heartbeat, Frame]
+    for e in (events[0], events[2]):
+        assert (e.channel, e.body, e.payload) == (2, t, b"message")
+
+
+@given(channel=ushort, handle=uint, delivery_id=uint, tag=st.binary(max_size=40), settled=st.booleans(),
+       more=st.booleans(), payload=st.binary(max_size=40))
+def test_encode_transfer_makes_the_generic_encoders_bytes(channel, handle, delivery_id, tag, settled, more, payload):
+    t = Transfer(handle=handle, delivery_id=delivery_id, delivery_tag=tag, message_format=0, settled=settled, more=more)
+    assert encode_transfer(channel, handle, delivery_id, tag, settled, more, payload) \
+        == encode_frame(channel, t, payload)

@@ -395,3 +395,35 @@ def test_any_rstream_message_round_trips(props, app, annotations, header, body):
     assert record.value == body
     if not verbatim(record):  # re-encoded: rstream decodes the same
         assert amqp_decoder(stream_from_record(record)).application_properties == amqp_decoder(data).application_properties
+
+
+def _data_start_by_value_end(data: bytes) -> int:
+    """The data section's offset found by walking every section with value_end (the reference)."""
+    from wire.amqp10 import AMQP10Error, value_end
+    p = 0
+    try:
+        while p < len(data):
+            if data.startswith(b"\x00\x53\x75", p):
+                return p if data[p + 3:p + 4] in (b"\xa0", b"\xb0") and value_end(data, p) == len(data) else -1
+            p = value_end(data, p)
+    except AMQP10Error:
+        pass
+    return -1
+
+
+@given(st.data())
+def test_data_body_skips_sections_as_value_end_measures_them(data):
+    msg = Message(header=data.draw(st.sampled_from([None, [True], [True, Typed(0x50, 4)]])),
+                  message_annotations=data.draw(st.sampled_from([None, {Symbol("x-a"): "v" * 300}])),
+                  properties=data.draw(st.sampled_from([None, ["id", None, "to"]])),
+                  application_properties=data.draw(st.sampled_from([None, {"k": "v"}, {"k": "v" * 400}])),
+                  body_kind="data", body=[data.draw(st.binary(max_size=300))])
+    raw = bytearray(encode_message(msg))
+    for _ in range(data.draw(st.integers(0, 3))):  # and mutated: both must still agree
+        raw[data.draw(st.integers(0, len(raw) - 1))] = data.draw(st.integers(0, 255))
+    if data.draw(st.booleans()):
+        raw = raw[:data.draw(st.integers(0, len(raw)))]
+    raw = bytes(raw)
+    expected = _data_start_by_value_end(raw)
+    got = stream_message.data_body(raw)
+    assert (got[0] if got is not None else -1) == expected

@@ -29,7 +29,7 @@ __all__ = ["HEADER_AMQP", "HEADER_SASL", "HEADER_091", "AMQP_FRAME", "SASL_FRAME
            "Open", "Begin", "Attach", "Flow", "Transfer", "Disposition", "Detach", "End", "Close", "Error",
            "Source", "Target", "Accepted", "Rejected", "Released", "Modified", "Received", "SaslMechanisms",
            "SaslInit", "SaslChallenge", "SaslResponse", "SaslOutcome", "DECODE_ERROR", "FRAME_SIZE_TOO_SMALL",
-           "described", "from_described"]
+           "described", "from_described", "decode_body", "decode_transfer", "encode_transfer"]
 
 HEADER_AMQP = b"AMQP\x00\x01\x00\x00"
 HEADER_SASL = b"AMQP\x03\x01\x00\x00"
@@ -286,8 +286,14 @@ class FrameReader:
             raise FrameError(f"unknown frame type {type_}", "amqp:connection:framing-error")
         if left < size:
             return NEED_DATA
-        data = buf[p + doff * 4:p + size]
         self._pos = p + size
+        start = p + doff * 4
+        if type_ == AMQP_FRAME and start < p + size and buf[start + 2:start + 3] == b"\x14" \
+                and buf[start:start + 2] == b"\x00\x53":
+            fast = decode_transfer(buf, start, p + size)  # the one performative per message: no value tree
+            if fast is not None:
+                return Frame(AMQP_FRAME, channel, fast[0], fast[1])
+        data = buf[start:p + size]
         if not data:
             return Heartbeat(channel)
         return Frame(type_, channel, *decode_body(type_, data))
@@ -312,10 +318,98 @@ def decode_body(type_: int, data: bytes) -> tuple[Any, bytes]:
     return body, data[end:]
 
 
+# --- the transfer fast path -------------------------------------------------------------------
+# A transfer is a described list in a fixed field order. Its fields are read here straight from
+# the frame, for the constructors clients use; any other constructor (a state, a 0x56 boolean, a
+# field past batchable...) returns None and the frame takes the generic path, so both paths give
+# equal results on any bytes (tests/test_amqp10_frames.py checks it on random transfers).
+_UINT_FIELD, _BIN_FIELD, _BOOL_FIELD, _UBYTE_FIELD, _NULL_FIELD = range(5)
+_TRANSFER_KINDS = (_UINT_FIELD, _UINT_FIELD, _BIN_FIELD, _UINT_FIELD, _BOOL_FIELD, _BOOL_FIELD, _UBYTE_FIELD,
+                   _NULL_FIELD, _BOOL_FIELD, _BOOL_FIELD, _BOOL_FIELD)
+_U32_AT = struct.Struct(">I").unpack_from
+
+
+def decode_transfer(buf: bytes, start: int, stop: int) -> tuple[Any, bytes] | None:
+    """(Transfer, payload) of the frame body buf[start:stop] (which starts ``00 53 14``), or None
+    when it uses a constructor this path does not read (the caller then decodes it generically)."""
+    try:
+        return _transfer_fields(buf, start, stop)
+    except (IndexError, struct.error):  # a field runs past the buffer: the generic path says how
+        return None
+
+
+def _transfer_fields(buf: bytes, start: int, stop: int) -> tuple[Any, bytes] | None:
+    code = buf[start + 3] if start + 3 < stop else -1
+    if code == 0xc0 and start + 6 <= stop:
+        p, end, count = start + 6, start + 5 + buf[start + 4], buf[start + 5]
+    elif code == 0xd0 and start + 12 <= stop:
+        p, count = start + 12, _U32_AT(buf, start + 8)[0]
+        end = start + 8 + _U32_AT(buf, start + 4)[0]
+    else:
+        return None
+    if count > 11 or end > stop:
+        return None
+    kinds = _TRANSFER_KINDS
+    values = [None] * 11
+    for i in range(count):
+        if p >= end:
+            return None
+        c = buf[p]
+        if c == 0x40:
+            p += 1
+            continue
+        kind = kinds[i]
+        if kind == _UINT_FIELD:
+            if c == 0x52:
+                values[i], p = buf[p + 1], p + 2
+            elif c == 0x43:
+                values[i], p = 0, p + 1
+            elif c == 0x70:
+                values[i], p = _U32_AT(buf, p + 1)[0], p + 5
+            else:
+                return None
+        elif kind == _BOOL_FIELD:
+            if c != 0x41 and c != 0x42:
+                return None
+            values[i], p = c == 0x41, p + 1
+        elif kind == _BIN_FIELD and c == 0xa0:
+            q = p + 2 + buf[p + 1]
+            values[i], p = bytes(buf[p + 2:q]), q
+        elif kind == _UBYTE_FIELD and c == 0x50:
+            values[i], p = buf[p + 1], p + 2
+        else:
+            return None
+    if p != end:
+        return None
+    t = _new(Transfer)  # (Transfer's slots are plain attributes: stored directly)
+    (t.handle, t.delivery_id, t.delivery_tag, t.message_format, t.settled, t.more, t.rcv_settle_mode, t.state,
+     t.resume, t.aborted, t.batchable) = values
+    return t, bytes(buf[end:stop])
+
+
 def encode_frame(channel: int, body: Any, payload: bytes = b"", type_: int = AMQP_FRAME) -> bytes:
     """One frame: the performative (a composite) and the payload after it."""
     encoded = encode_value(described(body))
     return _HEAD.pack(8 + len(encoded) + len(payload), 2, type_, channel) + encoded + payload
+
+
+def _uint_bytes(v: int) -> bytes:
+    return b"\x43" if v == 0 else (b"\x52" + bytes((v,)) if v < 256 else b"\x70" + v.to_bytes(4, "big"))
+
+
+def encode_transfer(channel: int, handle: int, delivery_id: int, tag: bytes, settled: bool, more: bool,
+                    payload: bytes) -> bytes:
+    """The first transfer frame of a delivery (message-format 0), the bytes :func:`encode_frame`
+    makes of ``Transfer(handle, delivery_id, tag, 0, settled, more)``, without the generic encoder
+    (one per delivered message)."""
+    if len(tag) > 32:
+        return encode_frame(channel, Transfer(handle=handle, delivery_id=delivery_id, delivery_tag=tag,
+                                              message_format=0, settled=settled, more=more), payload)
+    fields = b"".join((_uint_bytes(handle), _uint_bytes(delivery_id), b"\xa0", bytes((len(tag),)), tag,
+                       b"\x43\x41" if settled else b"\x43\x42", b"\x41" if more else b"\x42"))
+    size = 14 + len(fields) + len(payload)  # frame header 8, 00 53 14 c0 size count 6
+    return b"".join((_HEAD.pack(size, 2, AMQP_FRAME, channel), b"\x00\x53\x14\xc0",
+                     bytes((len(fields) + 1, 6)), fields, payload))
 
 
 def encode_heartbeat() -> bytes:

@@ -19,9 +19,9 @@ from routing.errors import AmqpError, ChannelError
 from routing.amqp_properties import with_entry
 from routing.stream_message import X_STREAM_MESSAGE, amqp091_from_amqp10, bare_kept, data_body, stream_from_record
 from wire.amqp10 import AMQP10Error, Described, Message, Symbol, Typed, decode_message, encode_message, value_end
-from wire.amqp10_frames import Attach, Error, Flow, Rejected, Released, Transfer
+from wire.amqp10_frames import Attach, Error, Flow, Rejected, Released, Transfer, encode_transfer
 
-LINK_CREDIT = 256  # granted to a publishing link, topped up when half is used
+LINK_CREDIT = 2000  # granted to a publishing link, topped up when half is used
 UINT = 1 << 32
 _TRANSFER_OVERHEAD = 64  # frame header + a transfer performative, at most (tags are 4 bytes here)
 # a published message's sections before its data body -> (decoded message, 0-9-1 properties, headers)
@@ -278,23 +278,17 @@ class OutgoingLink:
             self.unsettled += 1
         room = session.connection.max_frame_size - _TRANSFER_OVERHEAD
         tag = delivery_id.to_bytes(4, "big")
-        first, n = True, len(data)
-        start = 0
-        while True:
-            chunk = data[start:start + room]
-            start += room
-            more = start < n
-            if first:
-                t = Transfer(handle=self.handle, delivery_id=delivery_id, delivery_tag=tag, message_format=0,
-                             settled=self.no_ack, more=more)
-                first = False
-            else:
-                t = Transfer(handle=self.handle, more=more)
-            session.send(t, chunk)
-            session.next_outgoing_id = (session.next_outgoing_id + 1) % UINT
-            session.remote_incoming_window -= 1
-            if not more:
-                break
+        n = len(data)
+        # the first frame encoded by hand (one per delivered message); a message over one frame
+        # goes on in continuation transfers with only the handle and ``more``
+        session.connection.send(encode_transfer(session.channel, self.handle, delivery_id, tag, self.no_ack,
+                                                n > room, data if n <= room else data[:room]))
+        frames = 1
+        for start in range(room, n, room):
+            session.send(Transfer(handle=self.handle, more=start + room < n), data[start:start + room])
+            frames += 1
+        session.next_outgoing_id = (session.next_outgoing_id + frames) % UINT
+        session.remote_incoming_window -= frames
 
     def cancelled_by_server(self, queue) -> None:
         """The queue was deleted: detach the link, as RabbitMQ 4 does (amqp:resource-deleted)."""

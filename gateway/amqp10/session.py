@@ -38,6 +38,7 @@ from wire.amqp10_frames import (
 INCOMING_WINDOW = 65535
 HANDLE_MAX = 1023
 UINT = 1 << 32
+_ACCEPTED = Accepted()
 
 
 class Session:
@@ -169,19 +170,23 @@ class Session:
         if first is None or last < first or last - first > 1 << 20:
             raise SessionError("amqp:decode-error", f"disposition of deliveries {first}..{last}")
         state = m.state
-        touched = {}
+        if not m.settled and state is None:
+            return  # a state without settling (e.g. received): nothing to do yet
+        touched: dict = {}  # queue -> offsets: one ack (or reject...) per queue for the whole range
+        unsettled = self.unsettled
         for delivery_id in range(first, last + 1):
-            entry = self.unsettled.get(delivery_id)
+            entry = unsettled.pop(delivery_id, None)
             if entry is None:
                 continue
-            if not m.settled and state is None:
-                continue  # a state without settling (e.g. received): nothing to do yet
-            del self.unsettled[delivery_id]
             link, queue, offset = entry
             link.unsettled -= 1
-            touched.setdefault(queue, []).append(offset)
-            settle(queue, [offset], state)
-        for queue in touched:
+            offsets = touched.get(queue)
+            if offsets is None:
+                touched[queue] = [offset]
+            else:
+                offsets.append(offset)
+        for queue, offsets in touched.items():
+            settle(queue, offsets, state)
             if not queue.deleted:
                 queue.dispatch()
         self.router.settle_appends()
@@ -193,18 +198,35 @@ class Session:
         self.connection.service.confirming.add(self.connection)
 
     def send_confirms(self) -> bool:
+        """Settle the publishes that are durable now, in order; consecutive accepted ones share one
+        disposition (first..last), as a multiple basic.ack does."""
         pending = self.pending_confirms
+        run_first = run_last = None  # a run of accepted delivery ids not yet sent
         while pending:
             delivery_id, publish, outcome = pending[0]
             if publish is not None and not publish.durable():
                 break
             pending.popleft()
+            if outcome is None and not (publish is not None and publish.rejected):
+                if run_first is not None and delivery_id == run_last + 1:  # (a wrap to 0 starts a new run)
+                    run_last = delivery_id
+                    continue
+                self._accepted(run_first, run_last)
+                run_first = run_last = delivery_id
+                continue
+            self._accepted(run_first, run_last)
+            run_first = run_last = None
             if outcome is None:
                 outcome = Rejected(error=Error(condition="amqp:precondition-failed",
-                                               description="a queue refused the message")) \
-                    if publish is not None and publish.rejected else Accepted()
+                                               description="a queue refused the message"))
             self.send(Disposition(role=True, first=delivery_id, settled=True, state=outcome))
+        self._accepted(run_first, run_last)
         return not pending
+
+    def _accepted(self, first: int | None, last: int | None) -> None:
+        if first is not None:
+            self.send(Disposition(role=True, first=first, last=None if last == first else last, settled=True,
+                                  state=_ACCEPTED))
 
     # --- deliveries to the client -----------------------------------------------------------
     def dispatch_all(self) -> None:
