@@ -396,7 +396,7 @@ class _Listener(ConsumerRebalanceListener):
 def _group_member(bootstrap, topic, group, log: ConsumerLog, stop: threading.Event):
     try:
         consumer = make_consumer(bootstrap, group_id=group, client_id=log.name, enable_auto_commit=True,
-                                 auto_commit_interval_ms=500, session_timeout_ms=10000,
+                                 auto_commit_interval_ms=500, session_timeout_ms=30000,
                                  heartbeat_interval_ms=1000, max_poll_records=2000)
         consumer.subscribe([topic], listener=_Listener(log))
         try:
