@@ -9,13 +9,11 @@ one stage of its JSON-lines report, with RabbitMQ 4's answers as the expectation
 """
 from __future__ import annotations
 
-import json
-import subprocess
-from collections import defaultdict
 
 import pytest
 
 from compat_tests import tools
+from compat_tests.java_steps import assert_completed, run_steps, stage
 
 from .helpers import unique
 
@@ -28,35 +26,11 @@ def run(broker):
     classpath = tools.maven_classpath("rabbitmq-amqp10-client", [AMQP10_CLIENT])
     argv, main = tools.compile_java("RabbitAmqp10Client.java", classpath, helpers=("JsonLines.java",))
     host, port = broker.address("amqp")
-    try:
-        proc = subprocess.run(argv + [main, host, str(port), unique("java10")], capture_output=True,
-                              timeout=JAVA_TIMEOUT)
-        stdout, stderr, returncode = proc.stdout, proc.stderr, proc.returncode
-    except subprocess.TimeoutExpired as e:  # a stalled run: keep what it printed for the tests to report
-        stdout, stderr, returncode = e.stdout or b"", e.stderr or b"", f"killed after {JAVA_TIMEOUT}s"
-    steps = defaultdict(list)
-    for line in stdout.decode(errors="replace").splitlines():
-        if line.startswith("{"):
-            event = json.loads(line)
-            steps[event["step"]].append(event)
-    return dict(steps=steps, returncode=returncode, stderr=stderr.decode(errors="replace")[-6000:], broker=broker)
-
-
-def stage(run, name):
-    """The one event of a stage; fails with the Java program's errors if it never got there."""
-    events = run["steps"].get(name)
-    if not events:
-        raise AssertionError(f"the Java client reported no {name!r} event (exit {run['returncode']}); "
-                             f"errors: {run['steps'].get('error')}\nstderr:\n{run['stderr']}\n"
-                             f"broker log (end):\n{run['broker'].output()[-4000:]}")
-    [event] = events
-    return event
+    return run_steps(argv + [main, host, str(port), unique("java10")], JAVA_TIMEOUT, broker=broker)
 
 
 def test_program_completed(run):
-    assert run["returncode"] == 0 and run["steps"].get("done") and not run["steps"].get("error"), (
-        f"exit {run['returncode']}; steps reported: {list(run['steps'])}; errors: {run['steps'].get('error')}\n"
-        f"stderr:\n{run['stderr']}")
+    assert_completed(run)
 
 
 def test_connected_to_a_rabbitmq_4(run):

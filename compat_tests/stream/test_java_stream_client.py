@@ -10,13 +10,11 @@ against this broker only: the program is not asked for them there and their test
 """
 from __future__ import annotations
 
-import json
-import subprocess
-from collections import defaultdict
 
 import pytest
 
 from compat_tests import tools
+from compat_tests.java_steps import assert_completed, run_steps, stage
 from compat_tests.stream.conftest import GATEWAY_ONLY
 
 STREAM_CLIENT = "com.rabbitmq:stream-client:1.11.0"
@@ -35,34 +33,11 @@ def run(target):
     argv, main = tools.compile_java("RabbitStreamClient.java", stream_client_classpath(), helpers=("JsonLines.java",))
     stages = [name for name, gateway_only in STAGES.items() if target.name == "gateway" or gateway_only is None]
     host, port = target.stream
-    try:
-        proc = subprocess.run(argv + [main, host, str(port), f"java-{target.name}", *stages],
-                              capture_output=True, timeout=JAVA_TIMEOUT)
-        stdout, stderr, returncode = proc.stdout, proc.stderr, proc.returncode
-    except subprocess.TimeoutExpired as e:  # a stalled run: keep what it printed for the tests to report
-        stdout, stderr, returncode = e.stdout or b"", e.stderr or b"", f"killed after {JAVA_TIMEOUT}s"
-    steps = defaultdict(list)
-    for line in stdout.decode(errors="replace").splitlines():
-        if line.startswith("{"):
-            event = json.loads(line)
-            steps[event["step"]].append(event)
-    return dict(steps=steps, returncode=returncode, stderr=stderr.decode(errors="replace")[-6000:])
-
-
-def stage(run, name):
-    """The one event of a stage; fails with the Java program's errors if it never got there."""
-    events = run["steps"].get(name)
-    if not events:
-        raise AssertionError(f"the Java client reported no {name!r} event (exit {run['returncode']}); "
-                             f"errors: {run['steps'].get('error')}\nstderr:\n{run['stderr']}")
-    [event] = events
-    return event
+    return run_steps(argv + [main, host, str(port), f"java-{target.name}", *stages], JAVA_TIMEOUT)
 
 
 def test_program_completed(run):
-    assert run["returncode"] == 0 and run["steps"].get("done") and not run["steps"].get("error"), (
-        f"exit {run['returncode']}; steps reported: {list(run['steps'])}; errors: {run['steps'].get('error')}\n"
-        f"stderr:\n{run['stderr']}")
+    assert_completed(run)
 
 
 def test_publish_with_confirms_dedup_and_offsets(run):
