@@ -83,7 +83,8 @@ from routing.amqp_properties import (
     _T_d, _T_f, _T_t, _T_x, _U32, _U64, _entries, _skip, _split, encode_table,
 )
 from routing.mapping import amqp_from_record, record_from_amqp, stored_form
-from wire.amqp10 import AMQP10Error, Array, Message, Symbol, Typed, decode_message, encode_message, value_end
+from wire.amqp10 import (AMQP10Error, Array, Message, Symbol, Typed, bare_message, data_section_body,
+                         data_section_header, data_section_start, decode_message, encode_message, value_end)
 from wire.records import Header, Record
 
 __all__ = ["STREAM_ONLY_HEADERS", "X_STREAM_MESSAGE", "amqp091_from_amqp10", "bare_kept", "data_body", "record_from_stream", "stream_from_record"]
@@ -121,12 +122,12 @@ _IN: dict[bytes, tuple[str, str, bytes, bool]] = {}
 def record_from_stream(message: bytes, now_ms: int) -> tuple[bytes | None, bytes | None, tuple[Header, ...], int]:
     """(key, value, headers, timestamp_ms) of the record that stores a stream-published message."""
     data = message if type(message) is bytes else bytes(message)
-    p = _data_start(data)
+    p = data_section_start(data)
     if 0 <= p <= _CACHED_MAX:
         hit = _IN.get(data[:p])
         if hit is not None:
             exchange, routing_key, props, exact = hit
-            body, compact = _data_body(data, p)
+            body, compact = data_section_body(data, p)
             key, value, headers, ts, _ = stored_form(exchange, routing_key, props, body, now_ms)
             if value is body:  # else mapping's Kafka-record form (an empty body can make it): see below
                 if not (exact and compact):
@@ -152,7 +153,7 @@ def record_from_stream(message: bytes, now_ms: int) -> tuple[bytes | None, bytes
         # the cached verdict must not depend on the body: only AMQP-form records, one data section
         if len(_IN) >= _CACHE_MAX:
             _IN.clear()
-        _IN[data[:p]] = (exchange, routing_key, props, rebuilt == data[:p] + _data_header(len(body)) + body)
+        _IN[data[:p]] = (exchange, routing_key, props, rebuilt == data[:p] + data_section_header(len(body)) + body)
     return key, value, headers, ts
 
 
@@ -167,66 +168,17 @@ def amqp091_from_amqp10(data: bytes) -> tuple[Message, str, str, bytes, bytes]:
 def data_body(data: bytes) -> tuple[int, bytes] | None:
     """(where its one data section starts, that section's bytes) of a message whose only body is
     one data section at its end, else None: the sections before it can be cached as a key."""
-    p = _data_start(data)
+    p = data_section_start(data)
     if p < 0:
         return None
-    return p, _data_body(data, p)[0]
+    return p, data_section_body(data, p)[0]
 
 
 def bare_kept(data: bytes, exchange: str, routing_key: str, props: bytes, body: bytes) -> bool:
     """Whether a stream consumer of the record stored from (exchange, routing key, props, body)
     gets ``data``'s bare message (properties to the end) back byte for byte."""
     prefix, amqp_body = _form(exchange, routing_key, props)
-    return _bare(_deliver(prefix, amqp_body, body)) == _bare(data)
-
-
-def _bare(data: bytes) -> bytes:
-    p = 0
-    try:
-        while data[p:p + 2] == b"\x00\x53" and data[p + 2] in (0x70, 0x71, 0x72):
-            p = value_end(data, p)
-    except (AMQP10Error, IndexError):
-        return data
-    return data[p:]
-
-
-_SMALL_SIZED = frozenset((0xa0, 0xa1, 0xa3, 0xc0, 0xc1))  # size in one octet after the constructor
-_WIDE_SIZED = frozenset((0xb0, 0xb1, 0xb3, 0xd0, 0xd1))  # size in four
-
-
-def _data_start(data: bytes) -> int:
-    """Offset of the message's only data section if it is the last section, else -1."""
-    p, end = 0, len(data)
-    try:
-        while p < end:
-            if data.startswith(b"\x00\x53\x75", p):
-                return p if data[p + 3:p + 4] in (b"\xa0", b"\xb0") and value_end(data, p) == end else -1
-            # a section with a small-ulong descriptor and a sized value: skipped from its size
-            # (once per published message); any other shape is measured by value_end
-            c = data[p + 3] if data[p:p + 2] == b"\x00\x53" and p + 4 < end else -1
-            if c in _SMALL_SIZED:
-                p += 5 + data[p + 4]
-            elif c in _WIDE_SIZED and p + 8 <= end:
-                p += 8 + _U32.unpack_from(data, p + 4)[0]
-            else:
-                p = value_end(data, p)
-            if p > end:
-                return -1
-    except AMQP10Error:
-        pass
-    return -1
-
-
-def _data_body(data: bytes, p: int) -> tuple[bytes, bool]:
-    """The data section's bytes, and whether its length was encoded as we encode it."""
-    if data[p + 3] == 0xa0:
-        return data[p + 5:], True
-    body = data[p + 8:]
-    return body, len(body) > 255
-
-
-def _data_header(n: int) -> bytes:
-    return b"\x00\x53\x75\xa0" + bytes((n,)) if n < 256 else b"\x00\x53\x75\xb0" + _U32.pack(n)
+    return bare_message(_deliver(prefix, amqp_body, body)) == bare_message(data)
 
 
 def _field(fields: list | None, i: int):
@@ -428,7 +380,7 @@ def stream_from_record(record: Record) -> bytes:
         return body
     exchange, routing_key, props = amqp_from_record(record)
     if kafka:
-        return _sections(exchange, routing_key, props, True) + _data_header(len(body)) + body
+        return _sections(exchange, routing_key, props, True) + data_section_header(len(body)) + body
     return _deliver(*_form(exchange, routing_key, props), body)
 
 
@@ -452,7 +404,7 @@ def _form(exchange: str, routing_key: str, props: bytes) -> tuple[bytes, bool]:
 def _deliver(prefix: bytes, amqp_body: bool, body: bytes) -> bytes:
     if amqp_body and _body_sections(body):
         return prefix + body
-    return prefix + _data_header(len(body)) + body
+    return prefix + data_section_header(len(body)) + body
 
 
 def _body_sections(body: bytes) -> bool:
