@@ -158,6 +158,15 @@ class Page:
         rows = self.driver.find_elements(By.CSS_SELECTOR, f'[data-testid="{testid}"][data-name="{name}"]')
         return rows[0] if rows else None
 
+    def row_text(self, testid: str, name: str, timeout: float = 10) -> str:
+        """The text of a table row, read again if a live refresh replaced the row meanwhile."""
+        return self.wait(lambda: (r := self.row(testid, name)) and r.text, timeout, f"{testid} {name} listed")
+
+    def click_in_row(self, testid: str, name: str, button: str, timeout: float = 10) -> None:
+        """Click a button of a table row; found again if a live refresh replaced the row first."""
+        self.wait(lambda: (r := self.row(testid, name)) and (self.find(button, r).click() or True), timeout,
+                  f"{button} of {testid} {name} clicked")
+
     def wait(self, predicate, timeout: float = 10, what: str = "the page"):
         return wait_until(lambda: _quiet(predicate), timeout, what, interval=0.1)
 
@@ -351,20 +360,25 @@ def test_overview_shows_totals_and_live_charts(logged_in, dashboard_broker, traf
 def test_topics_and_partitions(logged_in, dashboard_broker):
     page = logged_in
     page.go("topics")
-    row = page.wait(lambda: page.row("topic-row", TOPIC), 10, f"topic {TOPIC} listed")
-    assert page.find("topic-partitions-count", row).text == str(PARTITIONS)
-    assert page.find("topic-messages", row).text == str(RECORDS)
+    counts = page.wait(lambda: (r := page.row("topic-row", TOPIC)) and (
+        page.find("topic-partitions-count", r).text, page.find("topic-messages", r).text), 10, f"topic {TOPIC} read")
+    assert counts == (str(PARTITIONS), str(RECORDS))
     assert page.row("topic-row", QUEUE) is not None  # every queue is a topic too
     assert page.row("topic-row", "__consumer_offsets") is None  # internal ones only on request
     page.find("topics-show-internal").click()
     page.wait(lambda: page.row("topic-row", "__consumer_offsets"), 10, "internal topics shown")
-    page.find("topic-link", page.row("topic-row", TOPIC)).click()
-    page.wait(lambda: len(page.find_all("partition-row")) == PARTITIONS, 10, "the partition table")
-    rows = page.find_all("partition-row")
-    hws = [int(page.find("partition-hw", r).text) for r in rows]
+    page.click_in_row("topic-row", TOPIC, "topic-link")
+
+    def read():  # in one go, again if a live refresh re-rendered the table while it was read
+        rows = page.find_all("partition-row")
+        return len(rows) == PARTITIONS and [
+            (int(page.find("partition-hw", r).text), page.find("partition-lso", r).text,
+             page.find("partition-start", r).text) for r in rows]
+    partitions = page.wait(read, 10, "the partition table")
+    hws = [hw for hw, _, _ in partitions]
     assert sum(hws) == RECORDS and all(hw == RECORDS // PARTITIONS for hw in hws)
-    assert [page.find("partition-lso", r).text for r in rows] == [str(hw) for hw in hws]
-    assert [page.find("partition-start", r).text for r in rows] == ["0"] * PARTITIONS
+    assert [lso for _, lso, _ in partitions] == [str(hw) for hw in hws]
+    assert [start for _, _, start in partitions] == ["0"] * PARTITIONS
     assert page.find("topic-detail-name").text == TOPIC
     page.screenshot("topic-partitions", page.find("partitions-table"))
 
@@ -372,18 +386,23 @@ def test_topics_and_partitions(logged_in, dashboard_broker):
 def test_queues_exchanges_and_bindings(logged_in):
     page = logged_in
     page.go("queues")
-    row = page.wait(lambda: page.row("queue-row", QUEUE), 10, f"queue {QUEUE} listed")
-    assert page.find("queue-ready", row).text == str(QUEUE_MESSAGES)
-    assert page.find("queue-unacked", row).text == "0"
-    assert page.find("queue-consumers", row).text == "0"
-    page.screenshot("queues", page.find("queues-table"), row)
+    counts = page.wait(lambda: (r := page.row("queue-row", QUEUE)) and tuple(
+        page.find(f"queue-{column}", r).text for column in ("ready", "unacked", "consumers")), 10, f"queue {QUEUE} read")
+    assert counts == (str(QUEUE_MESSAGES), "0", "0")
+    page.wait(lambda: page.screenshot("queues", page.find("queues-table"), page.row("queue-row", QUEUE)), 10,
+              "a screenshot of the queues")
     page.go("exchanges")
-    assert {"amq.topic", "amq.direct", "amq.fanout", "amq.headers"} <= {
-        r.get_attribute("data-name") for r in page.find_all("exchange-row")}
-    bindings = [r for r in page.find_all("binding-row")
-                if r.get_attribute("data-source") == "amq.topic" and r.get_attribute("data-destination") == QUEUE]
-    assert len(bindings) == 1 and BINDING_KEY in bindings[0].text
-    page.screenshot("exchanges", page.find("exchanges-table"), page.find("bindings-table"))
+
+    def read():  # in one go, again if a live refresh re-rendered the tables while they were read
+        names = {r.get_attribute("data-name") for r in page.find_all("exchange-row")}
+        bindings = [r.text for r in page.find_all("binding-row")
+                    if r.get_attribute("data-source") == "amq.topic" and r.get_attribute("data-destination") == QUEUE]
+        return names, bindings
+    names, bindings = page.wait(read, 10, "the exchanges and bindings read whole")
+    assert {"amq.topic", "amq.direct", "amq.fanout", "amq.headers"} <= names
+    assert len(bindings) == 1 and BINDING_KEY in bindings[0]
+    page.wait(lambda: page.screenshot("exchanges", page.find("exchanges-table"), page.find("bindings-table")), 10,
+              "a screenshot of the exchanges")
 
 
 def test_groups_with_lag(logged_in):
@@ -440,8 +459,7 @@ def test_create_and_delete_a_topic(logged_in, traffic):
     page.fill("topic-configs", "retention.ms=3600000")
     page.find("topic-create").click()
     assert f'"{name}" created with 4 partitions' in page.visible("notice").text
-    row = page.wait(lambda: page.row("topic-row", name), 10, "the new topic listed")
-    assert "retention.ms=3600000" in row.text
+    assert "retention.ms=3600000" in page.row_text("topic-row", name)
     admin = AdminClient({"bootstrap.servers": traffic["bootstrap"]})
     metadata = admin.list_topics(name, timeout=10).topics[name]
     assert metadata.error is None and sorted(metadata.partitions) == [0, 1, 2, 3]
@@ -449,7 +467,7 @@ def test_create_and_delete_a_topic(logged_in, traffic):
     producer.produce(name, b"into the new topic", partition=3)
     assert producer.flush(10) == 0
 
-    page.find("topic-delete", page.row("topic-row", name)).click()
+    page.click_in_row("topic-row", name, "topic-delete")
     assert name in page.visible("confirm-dialog").text
     page.confirm()
     page.wait(lambda: page.row("topic-row", name) is None, 10, "the topic gone from the list")
@@ -464,8 +482,7 @@ def test_queue_create_publish_purge_delete(logged_in, dashboard_broker):
     page.fill("queue-arguments", "x-max-length=1000")
     page.find("queue-create").click()
     page.visible("notice")
-    row = page.wait(lambda: page.row("queue-row", name), 10, "the new queue listed")
-    assert "x-max-length: 1000" in row.text
+    assert "x-max-length: 1000" in page.row_text("queue-row", name)
     connection = _amqp(dashboard_broker)
     try:
         channel = connection.channel()
@@ -473,7 +490,7 @@ def test_queue_create_publish_purge_delete(logged_in, dashboard_broker):
         assert declared.method.message_count == 0
 
         # publish a test message from the queue's row: the form comes prefilled with its name
-        page.find("queue-publish", row).click()
+        page.click_in_row("queue-row", name, "queue-publish")
         page.wait(lambda: page.find("publish-routing-key").get_attribute("value") == name, 10, "the publish form")
         page.fill("publish-payload", "hello from the dashboard")
         page.fill("publish-message-id", "dash-msg-1")
@@ -496,12 +513,12 @@ def test_queue_create_publish_purge_delete(logged_in, dashboard_broker):
             channel.basic_publish("", name, f"to purge {i}".encode())
         page.go("queues")
         page.wait(lambda: page.find("queue-ready", page.row("queue-row", name)).text == "5", 15, "5 ready messages")
-        page.find("queue-purge", page.row("queue-row", name)).click()
+        page.click_in_row("queue-row", name, "queue-purge")
         page.confirm()
         page.wait(lambda: page.find("queue-ready", page.row("queue-row", name)).text == "0", 10, "the queue purged")
         assert channel.queue_declare(name, passive=True).method.message_count == 0
 
-        page.find("queue-delete", page.row("queue-row", name)).click()
+        page.click_in_row("queue-row", name, "queue-delete")
         page.confirm()
         page.wait(lambda: page.row("queue-row", name) is None, 10, "the queue gone from the list")
         with pytest.raises(pika.exceptions.ChannelClosedByBroker) as closed:
