@@ -56,14 +56,14 @@ from gateway.cluster.node import ClusterNode
 from gateway.cluster.peers import PeerClients
 from gateway.cluster.share_state import RemoteShareState
 from gateway.config import HostPort, Settings
-from gateway.fsync_thread import FsyncThread
+from gateway.group_commit import GroupCommit
 from gateway.kafka.apis import share_groups
 from gateway.kafka import txn_steps
 from gateway.kafka.connection import KafkaFactory
 from gateway.kafka.context import KafkaContext, group_config
 from gateway.kafka.waiters import Waiters
 from gateway.logs import fields
-from gateway.management import definitions, history, metrics
+from gateway.management import definitions, history
 from gateway.management.views import node_name
 from gateway.security.acl import ACLS_FILE, Authorizer
 from gateway.security.oauth import OAuthValidator
@@ -126,11 +126,7 @@ class Broker:
         self._lock_fd: int | None = None
         self._kept_ports: dict[str, object] = {}
         self._loops: list[task.LoopingCall] = []
-        self._flushing: defer.Deferred | None = None
-        self._flush_again = False
-        self._flush_kick = None  # the pending start of a group commit (request_flush)
-        self._quiet_ticks = 0  # group-commit timer ticks since the last pass it asked for
-        self._fsync_thread: FsyncThread | None = None  # started with the logs
+        self.group_commit = GroupCommit(self)  # its fsync thread starts with the logs
         self.kafka: KafkaContext | None = None
         self.amqp: AmqpService | None = None
         self.streams: StreamService | None = None
@@ -423,7 +419,7 @@ class Broker:
             recovered_segments=info.recovered_segments, truncated_bytes=info.truncated_bytes,
             seconds=round(info.seconds, 3)))
         self._logs_open = True
-        self._fsync_thread = FsyncThread(self.reactor)
+        self.group_commit.open(self.reactor)
         if self.settings.definitions is not None:
             self._load_definitions(self.settings.definitions)
         addresses = self.addresses()
@@ -480,58 +476,11 @@ class Broker:
 
     # --- background duties ----------------------------------------------------------
     def request_flush(self) -> None:
-        """Group commit: one worker-thread pass fsyncs everything appended since the last one.
-
-        Called after every append and on a timer. While a pass runs, requests only mark that
-        another pass is due, so all appends that arrived meanwhile share the next fsync.
-        """
-        if not self._logs_open:
-            return
-        if self._flushing is not None:
-            self._flush_again = True
-            return
-        if self._flush_kick is None:  # at the end of this reactor pass: its deliveries go out first
-            self._flush_kick = self.reactor.callLater(0, self._start_flush)
+        """Group commit: one fsync pass for everything appended since the last (gateway.group_commit)."""
+        self.group_commit.request()
 
     def _flush_tick(self) -> None:
-        """The group commit's timer: a pass when logs were written since the last one (an append
-        that did not ask, a flush.ms policy falling due), and once a second anyway (the HW
-        checkpoint of replicated logs, whose HWs move without a write here). A pass of an idle
-        broker costs a thread hop 200 times a second for nothing."""
-        self._quiet_ticks += 1
-        if self.logs.has_dirty or self._quiet_ticks * self.settings.flush_interval_ms >= 1000:
-            self._quiet_ticks = 0
-            self.request_flush()
-
-    def _start_flush(self) -> None:
-        self._flush_kick = None
-        if not self._logs_open:
-            return
-        if self._flushing is not None:
-            self._flush_again = True
-            return
-        written: list = []  # the logs the pass looked at, filled on the fsync thread
-        self._flushing = self._fsync_thread.run(lambda: self.logs.flush_dirty(written))
-        self._flushing.addErrback(lambda f: log.error("flush failed: %s", f.getErrorMessage()))
-        self._flushing.addBoth(self._flush_done, time.monotonic(), written)
-
-    def _flush_done(self, flushed, started: float, written: list):
-        self._flushing = None
-        moved = bool(flushed)
-        if flushed:
-            metrics.timed(metrics.FSYNC, "group_commit", started)
-        if self.cluster is not None:
-            # Leaders' own log ends moved (fsync'd, or merely written for a topic without sync flush,
-            # such as a transient queue's, which no fsync reports): so may their high watermarks.
-            # Only the logs written since the last pass: the 5 ms timer's passes over an idle
-            # broker leading hundreds of queues otherwise cost a third of a core per broker.
-            moved = self.cluster.flushed(written) or moved
-        if moved:
-            self.kafka.waiters.notify()  # high watermarks moved: parked produces and fetches may go
-            self.amqp.log_moved()  # queues deliver, publisher confirms go out
-        if self._flush_again and self.ready:
-            self._flush_again = False
-            self.request_flush()
+        self.group_commit.tick(self.settings.flush_interval_ms)
 
     def _close_idle_kafka(self) -> None:
         now, limit = time.monotonic(), self.settings.kafka_idle_ms / 1000
@@ -574,12 +523,10 @@ class Broker:
                 loop.stop()
         if self._starting is not None and not self._starting.called:
             yield _settled(self._starting)
-        if self._flush_kick is not None and self._flush_kick.active():
-            self._flush_kick.cancel()  # logs.shutdown() below flushes everything
-        if self._flushing is not None:
-            yield _settled(self._flushing)
-        if self._fsync_thread is not None:
-            self._fsync_thread.stop()
+        running = self.group_commit.close()  # logs.shutdown() below flushes everything
+        if running is not None:
+            yield _settled(running)
+        self.group_commit.stop_thread()
         if self.cluster is not None:
             yield threads.deferToThread(self.cluster.stop)  # leaves ZooKeeper: the partitions led here move
         if self._logs_open:  # never mark a log clean whose recovery did not finish

@@ -1,0 +1,95 @@
+"""Group commit: appends share fsyncs, made on one worker thread, and what moves when they land.
+
+Every append asks for a pass (``request``) and a timer asks too (``tick``). One pass at a time
+runs on the fsync thread; requests that arrive meanwhile only mark another pass due, so all
+appends made during a pass share the next fsync. When a pass ends, high watermarks may have
+moved: parked Kafka produces and fetches are woken, AMQP queues deliver and confirm.
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+from twisted.internet import defer
+
+from gateway.fsync_thread import FsyncThread
+from gateway.management import metrics
+
+log = logging.getLogger("gateway")
+
+
+class GroupCommit:
+    def __init__(self, broker):
+        self._broker = broker  # its logs, cluster node, Kafka waiters and AMQP service, set up later
+        self._thread: FsyncThread | None = None  # started with the logs (``open``)
+        self.running: defer.Deferred | None = None  # the pass on the fsync thread, if any
+        self._again = False
+        self._kick = None  # the pending start of a pass
+        self._quiet_ticks = 0  # timer ticks since the last pass the timer asked for
+
+    def open(self, reactor) -> None:
+        self._reactor = reactor
+        self._thread = FsyncThread(reactor)
+
+    def request(self) -> None:
+        """Ask for a pass; it starts at the end of this reactor turn, whose deliveries go out first."""
+        if self._thread is None:
+            return
+        if self.running is not None:
+            self._again = True
+            return
+        if self._kick is None:
+            self._kick = self._reactor.callLater(0, self._start)
+
+    def tick(self, interval_ms: int) -> None:
+        """The timer: a pass when logs were written since the last one (an append that did not
+        ask, a flush.ms policy falling due), and once a second anyway (the HW checkpoint of
+        replicated logs, whose HWs move without a write here). A pass of an idle broker costs a
+        thread hop 200 times a second for nothing."""
+        self._quiet_ticks += 1
+        if self._broker.logs.has_dirty or self._quiet_ticks * interval_ms >= 1000:
+            self._quiet_ticks = 0
+            self.request()
+
+    def _start(self) -> None:
+        self._kick = None
+        if self._thread is None:
+            return
+        if self.running is not None:
+            self._again = True
+            return
+        logs = self._broker.logs
+        written: list = []  # the logs the pass looked at, filled on the fsync thread
+        self.running = self._thread.run(lambda: logs.flush_dirty(written))
+        self.running.addErrback(lambda f: log.error("flush failed: %s", f.getErrorMessage()))
+        self.running.addBoth(self._done, time.monotonic(), written)
+
+    def _done(self, flushed, started: float, written: list):
+        self.running = None
+        broker = self._broker
+        moved = bool(flushed)
+        if flushed:
+            metrics.timed(metrics.FSYNC, "group_commit", started)
+        if broker.cluster is not None:
+            # Leaders' own log ends moved (fsync'd, or merely written for a topic without sync flush,
+            # such as a transient queue's, which no fsync reports): so may their high watermarks.
+            # Only the logs written since the last pass: the 5 ms timer's passes over an idle
+            # broker leading hundreds of queues otherwise cost a third of a core per broker.
+            moved = broker.cluster.flushed(written) or moved
+        if moved:
+            broker.kafka.waiters.notify()  # high watermarks moved: parked produces and fetches may go
+            broker.amqp.log_moved()  # queues deliver, publisher confirms go out
+        if self._again and broker.ready:
+            self._again = False
+            self.request()
+
+    def close(self) -> defer.Deferred | None:
+        """Stop asking; a Deferred for the pass still running, if any (logs.shutdown flushes the rest)."""
+        if self._kick is not None and self._kick.active():
+            self._kick.cancel()
+        self._kick = None
+        return self.running
+
+    def stop_thread(self) -> None:
+        if self._thread is not None:
+            self._thread.stop()
