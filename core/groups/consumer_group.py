@@ -43,13 +43,14 @@ from typing import Callable, Mapping
 from kio.schema.errors import ErrorCode
 
 from core.groups.assignors import ASSIGNORS, DEFAULT_ASSIGNOR
+from core.groups.epochs import LEAVE_EPOCH, STATIC_LEAVE_EPOCH, EpochGroups, check_epoch, forget, leaving
+from core.groups.epochs import Fail as _Fail, copy_sets as _copy, flat as _flat, nest as _nest
 from core.groups.group import GroupState
 from core.groups.results import GroupDescription, MemberDescription
 
 log = logging.getLogger(__name__)
 
 TopicPartitions = dict[str, set[int]]
-LEAVE_EPOCH, STATIC_LEAVE_EPOCH = -1, -2
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 
@@ -155,12 +156,6 @@ class HeartbeatResult:
     assignment: TopicPartitions | None = None  # None: unchanged, not sent
 
 
-class _Fail(Exception):
-    def __init__(self, error: ErrorCode, message: str):
-        super().__init__(message)
-        self.error, self.message = error, message
-
-
 _PATTERNS: dict[str, re.Pattern] = {}
 
 
@@ -171,34 +166,7 @@ def _compile(regex: str) -> re.Pattern:
     return pattern
 
 
-def _copy(parts: Mapping[str, set[int]]) -> TopicPartitions:
-    return {t: set(ps) for t, ps in parts.items() if ps}
-
-
-def _flat(parts: Mapping[str, set[int]] | None) -> set[tuple[str, int]]:
-    return {(t, p) for t, ps in (parts or {}).items() for p in ps}
-
-
-def _nest(flat: set[tuple[str, int]]) -> TopicPartitions:
-    out: TopicPartitions = {}
-    for t, p in flat:
-        out.setdefault(t, set()).add(p)
-    return out
-
-
-def delete_empty(table: dict, group_id: str) -> ErrorCode | None:
-    """DeleteGroups in a table of KIP-848 or share groups: NON_EMPTY_GROUP while the group has
-    members, NONE once removed; None when the table has no such group."""
-    group = table.get(group_id)
-    if group is None:
-        return None
-    if group.members:
-        return ErrorCode.non_empty_group
-    del table[group_id]
-    return ErrorCode.none
-
-
-class ConsumerGroups:
+class ConsumerGroups(EpochGroups):
     """Every KIP-848 group of one coordinator. ``classic`` is the classic coordinator's group
     table: a group id is one or the other, and an empty classic group is taken over on join."""
 
@@ -354,42 +322,19 @@ class ConsumerGroups:
 
     @staticmethod
     def _check_epoch(member: ConsumerMember, hb: HeartbeatRequest) -> None:
-        if hb.member_epoch > member.member_epoch:
-            raise _Fail(ErrorCode.fenced_member_epoch, f"The consumer group member has a greater member epoch "
-                                                       f"({hb.member_epoch}) than the one known by the group "
-                                                       f"coordinator ({member.member_epoch}).")
-        if hb.member_epoch < member.member_epoch:
-            # The answer that bumped the epoch may have been lost: the previous epoch is accepted
-            # when what the member owns is part of what it was given.
-            if (hb.member_epoch != member.previous_member_epoch or hb.owned is None
-                    or not _flat(hb.owned) <= _flat(member.assigned)):
-                raise _Fail(ErrorCode.fenced_member_epoch, f"The consumer group member has a smaller member epoch "
-                                                           f"({hb.member_epoch}) than the one known by the group "
-                                                           f"coordinator ({member.member_epoch}).")
+        check_epoch("consumer", member, hb.member_epoch, hb.owned, member.assigned)
 
     def _leave(self, group: ConsumerGroup, hb: HeartbeatRequest) -> HeartbeatResult:
-        member = group.members.get(hb.member_id)
-        if member is None:
-            raise _Fail(ErrorCode.unknown_member_id, f"Member {hb.member_id} is not a member of group "
-                                                     f"{group.group_id}.")
-        if hb.member_epoch == STATIC_LEAVE_EPOCH:
-            if member.instance_id != hb.instance_id:
-                raise _Fail(ErrorCode.fenced_instance_id, f"Member {hb.member_id} is not instance {hb.instance_id}.")
+        member, gone = leaving(group, hb.member_id, hb.member_epoch, hb.instance_id, self.clock())
+        if not gone:
             log.info("group %s: static member %s (%s) leaves for now", group.group_id, hb.member_id, hb.instance_id)
-            if member.member_epoch != STATIC_LEAVE_EPOCH:
-                member.previous_member_epoch = member.member_epoch
-            member.member_epoch = STATIC_LEAVE_EPOCH
-            member.last_heartbeat = self.clock()
             return HeartbeatResult(ErrorCode.none, None, hb.member_id, STATIC_LEAVE_EPOCH, 0)
         log.info("group %s: member %s leaves", group.group_id, hb.member_id)
         self.remove_member(group, member)
         return HeartbeatResult(ErrorCode.none, None, hb.member_id, LEAVE_EPOCH, 0)
 
     def remove_member(self, group: ConsumerGroup, member: ConsumerMember) -> None:
-        group.members.pop(member.member_id, None)
-        group.target.pop(member.member_id, None)
-        if member.instance_id and group.static_members.get(member.instance_id) == member.member_id:
-            del group.static_members[member.instance_id]
+        forget(group, member)
         self.refresh(group, True)
         if self.migration is not None:
             self.migration.maybe_downgrade(group)  # only classic members left: a classic group again
@@ -474,37 +419,7 @@ class ConsumerGroups:
             if removed:
                 self.on_changed(group.group_id)
 
-    # --- offsets ------------------------------------------------------------------------------
-    def commit_error(self, group_id: str, member_id: str, member_epoch: int) -> ErrorCode | None:
-        """Kafka's ConsumerGroup.validateOffsetCommit; None: the commit may go ahead."""
-        group = self.groups[group_id]
-        if member_epoch < 0 and not group.members:
-            return None  # admin or a consumer outside group management, while nobody is in the group
-        member = group.members.get(member_id)
-        if member is None:
-            return ErrorCode.unknown_member_id
-        if member_epoch != member.member_epoch:
-            return ErrorCode.stale_member_epoch
-        return None
-
-    def fetch_error(self, group_id: str, member_id: str | None, member_epoch: int) -> ErrorCode | None:
-        """Kafka's ConsumerGroup.validateOffsetFetch; epoch -1 is the admin client."""
-        group = self.groups.get(group_id)
-        if group is None or member_epoch == -1:
-            return None
-        member = group.members.get(member_id or "")
-        if member is None:
-            return ErrorCode.unknown_member_id
-        if member_epoch != member.member_epoch:
-            return ErrorCode.stale_member_epoch
-        return None
-
     # --- admin --------------------------------------------------------------------------------
-    def delete(self, group_id: str) -> ErrorCode | None:
-        error = delete_empty(self.groups, group_id)
-        self.on_changed(group_id)
-        return error
-
     def describe_classic(self, group_id: str) -> GroupDescription:
         """DescribeGroups of a consumer group: its state, type ``consumer``, assignor, members
         (without classic metadata or assignment bytes; ConsumerGroupDescribe has those)."""

@@ -27,7 +27,7 @@ from typing import Callable, Mapping
 
 from kio.schema.errors import ErrorCode
 
-from core.groups.consumer_group import delete_empty
+from core.groups.epochs import delete_empty
 from core.groups.results import GroupDescription, MemberDescription
 
 log = logging.getLogger(__name__)

@@ -36,7 +36,8 @@ from typing import Callable, Mapping
 from kio.schema.errors import ErrorCode
 
 from core.groups.streams_assignor import assign as assign_tasks
-from core.groups.consumer_group import LEAVE_EPOCH, STATIC_LEAVE_EPOCH, delete_empty
+from core.groups.epochs import LEAVE_EPOCH, STATIC_LEAVE_EPOCH, EpochGroups, check_epoch, forget, leaving
+from core.groups.epochs import Fail as _Fail, copy_sets as _copy, flat as _flat, nest as _nest
 from core.groups.group import GroupState
 from core.groups.streams_topology import SHUTDOWN_APPLICATION, STALE_TOPOLOGY, Configured, Topology, configure
 
@@ -141,28 +142,7 @@ class StreamsResult:
     endpoints: list[tuple[tuple[str, int], Tasks, Tasks]] | None = None  # (endpoint, active, standby)
 
 
-class _Fail(Exception):
-    def __init__(self, error: ErrorCode, message: str):
-        super().__init__(message)
-        self.error, self.message = error, message
-
-
-def _flat(tasks: Mapping[str, set[int]] | None) -> set[tuple[str, int]]:
-    return {(s, p) for s, ps in (tasks or {}).items() for p in ps}
-
-
-def _nest(flat: set[tuple[str, int]]) -> Tasks:
-    out: Tasks = {}
-    for s, p in flat:
-        out.setdefault(s, set()).add(p)
-    return out
-
-
-def _copy(tasks: Mapping[str, set[int]]) -> Tasks:
-    return {s: set(ps) for s, ps in tasks.items() if ps}
-
-
-class StreamsGroups:
+class StreamsGroups(EpochGroups):
     """Every streams group of one coordinator. ``classic`` is the classic coordinator's group
     table; ``taken(group_id)`` says whether a consumer or share group has the id."""
 
@@ -324,41 +304,18 @@ class StreamsGroups:
 
     @staticmethod
     def _check_epoch(member: StreamsMember, hb: StreamsHeartbeat) -> None:
-        if hb.member_epoch > member.member_epoch:
-            raise _Fail(ErrorCode.fenced_member_epoch, f"The streams group member has a greater member epoch "
-                                                       f"({hb.member_epoch}) than the one known by the group "
-                                                       f"coordinator ({member.member_epoch}).")
-        if hb.member_epoch < member.member_epoch:
-            # the answer that moved the epoch may have been lost: the previous epoch is accepted
-            # while what the member runs is part of what it was given
-            if (hb.member_epoch != member.previous_member_epoch or hb.active is None
-                    or not _flat(hb.active) <= _flat(member.active)):
-                raise _Fail(ErrorCode.fenced_member_epoch, f"The streams group member has a smaller member epoch "
-                                                           f"({hb.member_epoch}) than the one known by the group "
-                                                           f"coordinator ({member.member_epoch}).")
+        check_epoch("streams", member, hb.member_epoch, hb.active, member.active)
 
     def _leave(self, group: StreamsGroup, hb: StreamsHeartbeat) -> StreamsResult:
-        member = group.members.get(hb.member_id)
-        if member is None:
-            raise _Fail(ErrorCode.unknown_member_id, f"Member {hb.member_id} is not a member of group "
-                                                     f"{group.group_id}.")
-        if hb.member_epoch == STATIC_LEAVE_EPOCH:
-            if member.instance_id != hb.instance_id:
-                raise _Fail(ErrorCode.fenced_instance_id, f"Member {hb.member_id} is not instance {hb.instance_id}.")
-            if member.member_epoch != STATIC_LEAVE_EPOCH:
-                member.previous_member_epoch = member.member_epoch
-            member.member_epoch = STATIC_LEAVE_EPOCH
-            member.last_heartbeat = self.clock()
+        member, gone = leaving(group, hb.member_id, hb.member_epoch, hb.instance_id, self.clock())
+        if not gone:
             return StreamsResult(ErrorCode.none, None, hb.member_id, STATIC_LEAVE_EPOCH, 0)
         log.info("streams group %s: member %s leaves", group.group_id, hb.member_id)
         self.remove_member(group, member)
         return StreamsResult(ErrorCode.none, None, hb.member_id, LEAVE_EPOCH, 0)
 
     def remove_member(self, group: StreamsGroup, member: StreamsMember) -> None:
-        group.members.pop(member.member_id, None)
-        group.target.pop(member.member_id, None)
-        if member.instance_id and group.static_members.get(member.instance_id) == member.member_id:
-            del group.static_members[member.instance_id]
+        forget(group, member)
         if not group.members:
             group.shutdown = False
         self.refresh(group, True)
@@ -441,33 +398,3 @@ class StreamsGroups:
                     removed = True
             if removed:
                 self.on_changed(group.group_id)
-
-    # --- offsets ------------------------------------------------------------------------------
-    def commit_error(self, group_id: str, member_id: str, member_epoch: int) -> ErrorCode | None:
-        """As a consumer group's: a member at its member epoch, or anyone while the group is empty."""
-        group = self.groups[group_id]
-        if member_epoch < 0 and not group.members:
-            return None
-        member = group.members.get(member_id)
-        if member is None:
-            return ErrorCode.unknown_member_id
-        if member_epoch != member.member_epoch:
-            return ErrorCode.stale_member_epoch
-        return None
-
-    def fetch_error(self, group_id: str, member_id: str | None, member_epoch: int) -> ErrorCode | None:
-        group = self.groups.get(group_id)
-        if group is None or member_epoch == -1:
-            return None
-        member = group.members.get(member_id or "")
-        if member is None:
-            return ErrorCode.unknown_member_id
-        if member_epoch != member.member_epoch:
-            return ErrorCode.stale_member_epoch
-        return None
-
-    # --- admin --------------------------------------------------------------------------------
-    def delete(self, group_id: str) -> ErrorCode | None:
-        error = delete_empty(self.groups, group_id)
-        self.on_changed(group_id)
-        return error
