@@ -1,4 +1,4 @@
-// The JSON-lines report shared by the RabbitMQ client programs (RabbitAmqpClient, RabbitStreamClient):
+// The JSON-lines report shared by the Java client programs (Kafka4Clients, RabbitAmqpClient, RabbitStreamClient):
 // one object per line on stdout, each with a "step" field, for the Python tests to check. Compiled
 // with them (compat_tests.tools.compile_java's ``helpers``).
 
@@ -18,6 +18,8 @@ public abstract class JsonLines {
     static void json(StringBuilder b, Object v) {
         if (v == null) {
             b.append("null");
+        } else if (v instanceof Optional) {
+            json(b, ((Optional<?>) v).orElse(null));
         } else if (v instanceof Map) {
             b.append('{');
             boolean first = true;

@@ -45,79 +45,12 @@ import org.apache.kafka.common.config.ConfigResource;
 import org.apache.kafka.common.serialization.StringDeserializer;
 import org.apache.kafka.common.serialization.StringSerializer;
 
-public class Kafka4Clients {
+public class Kafka4Clients extends JsonLines {
     static final String[] CODECS = {"none", "gzip", "snappy", "lz4", "zstd"};
-    static boolean failed = false;
-
-    // ------------------------------------------------------------------ JSON output
-
-    static Map<String, Object> obj(Object... kv) {
-        Map<String, Object> m = new LinkedHashMap<>();
-        for (int i = 0; i < kv.length; i += 2) m.put((String) kv[i], kv[i + 1]);
-        return m;
-    }
-
-    static void json(StringBuilder b, Object v) {
-        if (v == null) {
-            b.append("null");
-        } else if (v instanceof Optional) {
-            json(b, ((Optional<?>) v).orElse(null));
-        } else if (v instanceof Map) {
-            b.append('{');
-            boolean first = true;
-            for (Map.Entry<?, ?> e : ((Map<?, ?>) v).entrySet()) {
-                if (!first) b.append(',');
-                first = false;
-                json(b, String.valueOf(e.getKey()));
-                b.append(':');
-                json(b, e.getValue());
-            }
-            b.append('}');
-        } else if (v instanceof Collection) {
-            b.append('[');
-            boolean first = true;
-            for (Object o : (Collection<?>) v) {
-                if (!first) b.append(',');
-                first = false;
-                json(b, o);
-            }
-            b.append(']');
-        } else if (v instanceof Number || v instanceof Boolean) {
-            b.append(v);
-        } else {
-            b.append('"');
-            for (char c : v.toString().toCharArray()) {
-                if (c == '"' || c == '\\') b.append('\\').append(c);
-                else if (c < 0x20) b.append(String.format("\\u%04x", (int) c));
-                else b.append(c);
-            }
-            b.append('"');
-        }
-    }
-
-    static synchronized void emit(String step, Object... kv) {
-        Map<String, Object> m = obj("step", step);
-        m.putAll(obj(kv));
-        StringBuilder b = new StringBuilder();
-        json(b, m);
-        System.out.println(b);
-        System.out.flush();
-    }
 
     static String describe(Throwable e) {
         if (e instanceof ExecutionException && e.getCause() != null) e = e.getCause();
         return e.getClass().getName() + ": " + e.getMessage();
-    }
-
-    interface Stage { void run() throws Exception; }
-
-    static void stage(String name, Stage s) {
-        try {
-            s.run();
-        } catch (Throwable e) {
-            failed = true;
-            emit("error", "stage", name, "error", describe(e));
-        }
     }
 
     // ------------------------------------------------------------------ clients
@@ -466,8 +399,6 @@ public class Kafka4Clients {
             stage("share_offsets", () -> shareOffsets(admin, sgx));
             stage("groups", () -> listGroups(admin, prefix));
         }
-        emit("done");
-        System.out.flush();
-        System.exit(failed ? 1 : 0);
+        finish();
     }
 }

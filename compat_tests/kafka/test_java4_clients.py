@@ -30,7 +30,7 @@ GATEWAY_ARGS = ("--group-consumer-heartbeat-interval-ms", "1000", "--group-share
 @pytest.fixture(scope="module")
 def run(kafka_broker):
     broker = kafka_broker
-    argv, main = tools.compile_java("Kafka4Clients.java", tools.kafka_clients4_classpath())
+    argv, main = tools.compile_java("Kafka4Clients.java", tools.kafka_clients4_classpath(), helpers=("JsonLines.java",))
     prefix = unique_name("java4")
     try:
         proc = subprocess.run(argv + [main, broker.bootstrap, prefix], capture_output=True,
