@@ -1,6 +1,7 @@
 """Helpers every compatibility suite uses."""
 from __future__ import annotations
 
+import os
 import time
 
 
@@ -73,3 +74,16 @@ def summarize_deselected(terminalreporter, found: list[tuple[str, str]], what: s
         terminalreporter.write_sep("-", f"{len(found)} {what} deselected: gateway only")
         for nodeid, reason in found:
             terminalreporter.write_line(f"  {nodeid}: {reason}")
+
+
+def selected_targets(targets: tuple[str, ...], env: str, external_env: str) -> list[str]:
+    """The targets a differential suite runs against: ``external`` when ``external_env`` names a
+    broker, else those listed in ``env`` (comma-separated), else all of ``targets``."""
+    import pytest
+    if os.environ.get(external_env, "").strip():
+        return ["external"]
+    names = [t.strip() for t in os.environ.get(env, "").split(",") if t.strip()]
+    unknown = sorted(set(names) - set(targets))
+    if unknown:
+        raise pytest.UsageError(f"{env}: unknown target(s) {unknown}; choose from {list(targets)}")
+    return names or list(targets)

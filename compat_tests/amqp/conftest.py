@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pytest
 
+from compat_tests import support
 from compat_tests.amqp.cluster_target import ClusterTarget, start_cluster
 from compat_tests.rabbitmq import INSTALL_HINT, RabbitMQNode, RabbitMQUnavailable, installed_version
 from tests.brokerproc import BrokerProcess, start_broker
@@ -40,13 +41,7 @@ URL_ENV = "AMQP_COMPAT_URL"
 
 
 def selected_targets() -> list[str]:
-    if os.environ.get(URL_ENV, "").strip():
-        return ["external"]
-    names = [t.strip() for t in os.environ.get(TARGETS_ENV, "").split(",") if t.strip()]
-    unknown = sorted(set(names) - set(TARGETS))
-    if unknown:
-        raise pytest.UsageError(f"{TARGETS_ENV}: unknown target(s) {unknown}; choose from {list(TARGETS)}")
-    return names or list(TARGETS)
+    return support.selected_targets(TARGETS, TARGETS_ENV, URL_ENV)
 
 
 MIN_VERSION_MARK = "rabbitmq_min_version"

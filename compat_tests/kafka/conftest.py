@@ -23,6 +23,7 @@ import os
 
 import pytest
 
+from compat_tests import support
 from compat_tests.conftest import EXTERNAL_ENV, KafkaBroker
 from compat_tests.kafka_node import JAVA_HINT, KafkaNode, KafkaUnavailable
 from compat_tests.support import deselect_marked, summarize_deselected
@@ -33,13 +34,7 @@ GATEWAY_ONLY = "gateway_only"
 
 
 def selected_targets() -> list[str]:
-    if os.environ.get(EXTERNAL_ENV, "").strip():
-        return ["external"]
-    names = [t.strip() for t in os.environ.get(TARGETS_ENV, "").split(",") if t.strip()]
-    unknown = sorted(set(names) - set(TARGETS))
-    if unknown:
-        raise pytest.UsageError(f"{TARGETS_ENV}: unknown target(s) {unknown}; choose from {list(TARGETS)}")
-    return names or list(TARGETS)
+    return support.selected_targets(TARGETS, TARGETS_ENV, EXTERNAL_ENV)
 
 
 _gateway_only: list[tuple[str, str]] = []
