@@ -7,8 +7,9 @@ target) has no filter expressions, and rabbitmq-amqp-python-client refuses any b
 """
 from __future__ import annotations
 
+import pika
 import pytest
-from proton import Described, symbol
+from proton import Described, symbol, ulong
 from proton.reactor import Filter
 from proton.utils import LinkDetached
 from rabbitmq_amqp_python_client import (
@@ -17,7 +18,7 @@ from rabbitmq_amqp_python_client import (
 )
 from rabbitmq_amqp_python_client.qpid.proton import Message
 
-from .helpers import proton, unique
+from .helpers import pika_channel, proton, unique
 
 # (subject, colour, weight, filter value) of the messages the stream holds, in order
 MESSAGES = [("apple", "red", 1, "fruit"), ("banana", "yellow", 5, "fruit"), ("carrot", "orange", 3, "veg"),
@@ -173,6 +174,36 @@ def test_bad_sql_is_refused(env, stream):
             connection.close()
         finally:
             environment.close()
+
+
+def test_a_rare_match_behind_many_others(env):
+    """3,000 messages that fail the filter (published over AMQP 0-9-1 with pika) before one that
+    passes: the broker reads past them in bounded steps (it pauses its filtering every 1,000 and
+    goes on the next turn) and delivers the one; an application property filter reads 0-9-1
+    headers."""
+    broker, _ = env
+    name = unique("rare")
+    pconn, channel = pika_channel(broker.address("amqp"))
+    try:
+        channel.queue_declare(name, durable=True, arguments={"x-queue-type": "stream"})
+        channel.confirm_delivery()
+        for i in range(3000):
+            channel.basic_publish("", name, b"other %d" % i, pika.BasicProperties(headers={"kind": "other"}))
+        channel.basic_publish("", name, b"wanted", pika.BasicProperties(headers={"kind": "wanted"}))
+        conn = proton(broker.address("amqp"))
+        try:
+            receiver = conn.create_receiver(f"/queues/{name}", credit=0, options=Filter(
+                {symbol("offset"): _described("rabbitmq:stream-offset-spec", "first"),
+                 symbol("props"): Described(ulong(0x174), {"kind": "wanted"})}))
+            receiver.flow(5)
+            got = receiver.receive(timeout=20)
+            receiver.accept()
+            assert bytes(got.body) == b"wanted" and got.annotations["x-stream-offset"] == 3000
+        finally:
+            conn.close()
+        channel.queue_delete(name)
+    finally:
+        pconn.close()
 
 
 def _described(descriptor: str, value) -> Described:

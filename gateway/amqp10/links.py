@@ -15,6 +15,7 @@ import datetime
 from gateway.amqp import permissions
 from gateway.amqp10 import addresses
 from gateway.amqp10.errors import LinkError, condition_of
+from gateway.amqp10.filtering import FilterGate
 from routing.amqp10_filters import CAPABILITIES, FilterError, parse_filter_set
 from routing.errors import AmqpError, ChannelError
 from routing.amqp_properties import with_entry
@@ -199,7 +200,8 @@ class OutgoingLink:
 
     exclusive = False
     priority = 0
-    accepts = None  # a stream receiver's filters (routing.amqp10_filters), when it has some
+    accepts = None  # a stream receiver's filters (gateway.amqp10.filtering), when it has some
+    filter_paused = False  # its filters read many non-matching records: resumed next reactor turn
 
     def __init__(self, session, m: Attach, node):
         self.session = session
@@ -232,7 +234,7 @@ class OutgoingLink:
             if m.source is not None and m.source.filter:  # echo "the filter actually in place"
                 m.source.filter = filters.in_place or None
             if filters.filtering:
-                self.accepts = filters.accepts
+                self.accepts = FilterGate(self, filters).accepts
         self.queue.add_consumer(self)
 
     def attached(self) -> None:
@@ -253,6 +255,7 @@ class OutgoingLink:
             count = m.delivery_count if m.delivery_count is not None else self.delivery_count
             self.credit = max(0, (count + m.link_credit - self.delivery_count) % UINT)
         self.drain = bool(m.drain)
+        self.filter_paused = False
         self.dispatch()
         if self.drain and self.credit:  # nothing more to send now: use the credit up, and say so
             self.delivery_count = (self.delivery_count + self.credit) % UINT
@@ -268,7 +271,7 @@ class OutgoingLink:
     def has_credit(self) -> bool:
         session = self.session
         return (self.credit > 0 and session.remote_incoming_window > 0 and not session.closing
-                and not session.connection.write_blocked)
+                and not session.connection.write_blocked and not self.filter_paused)
 
     # --- delivering ----------------------------------------------------------------------------
     def deliver(self, queue, offset: int, record, redelivered: bool) -> None:
