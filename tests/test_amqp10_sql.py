@@ -109,3 +109,21 @@ def test_like_adversarial_is_linear(pattern):
         counts.append(like.steps)
     assert counts[2] <= 2 * counts[1] + 300 and counts[1] <= 2 * counts[0] + 300
     assert counts[2] <= 3 * 4000 + len(pattern) * 2
+
+
+_PIECES = ["k", "s", "missing", "p.subject", "h.priority", "[odd key]", "1", "2.5", "1.5E3", "0x0A", "'a%_'",
+           "\"x\"", "TRUE", "FALSE", "NULL", "AND", "OR", "NOT", "IN", "LIKE", "ESCAPE", "IS", "UTC", "(", ")",
+           ",", "=", "<>", "!=", "<", ">", "<=", ">=", "+", "-", "*", "/", "%", "'!'", "@", "and"]
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from(_PIECES), max_size=25))
+def test_any_token_soup_is_refused_or_evaluates_to_a_boolean(pieces):
+    """Whatever the text, compiling either refuses it with SqlError or gives a predicate that
+    answers True or False (never another exception) on a message."""
+    try:
+        predicate = compile_sql(" ".join(pieces))
+    except SqlError:
+        return
+    assert predicate(MSG) in (True, False)
+    assert predicate(Fields()) in (True, False)
