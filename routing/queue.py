@@ -325,12 +325,13 @@ class Queue:
                 delivered += pull(self)
                 continue
             position = consumer.stream_position
+            accepts = getattr(consumer, "accepts", None)  # an AMQP 1.0 receiver's filters
             while position < end and consumer.has_credit():
                 if position < self.plog.log_start_offset:
                     position = self.plog.log_start_offset
                     continue
                 record = self.reader.get(position)
-                if record is not None:
+                if record is not None and (accepts is None or accepts(record)):
                     consumer.deliver(self, position, record, False)
                     delivered += 1
                 position += 1

@@ -49,8 +49,8 @@ CLOSE_GRACE_S = 3.0
 HANDSHAKE_TIMEOUT_S = 10.0
 OUT_BATCH_BYTES = 256 << 10
 # The version the rabbitmq-amqp clients check before they use a feature (4.0: the address
-# scheme and the management node); 4.1's filter expressions are not served, so not claimed.
-RABBITMQ_VERSION = "4.0.0"
+# scheme and the management node; 4.1: property filter expressions; 4.2: SQL filter expressions).
+RABBITMQ_VERSION = "4.2.0"
 
 
 def hand_over(old, head: bytes) -> "Amqp10Connection":

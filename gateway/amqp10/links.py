@@ -15,6 +15,8 @@ import datetime
 from gateway.amqp import permissions
 from gateway.amqp10 import addresses
 from gateway.amqp10.errors import LinkError, condition_of
+from gateway.amqp10.filtering import FilterGate
+from routing.amqp10_filters import CAPABILITIES, FilterError, parse_filter_set
 from routing.errors import AmqpError, ChannelError
 from routing.amqp_properties import with_entry
 from routing.stream_message import X_STREAM_MESSAGE, amqp091_from_amqp10, bare_kept, data_body, stream_from_record
@@ -28,6 +30,7 @@ _TRANSFER_OVERHEAD = 64  # frame header + a transfer performative, at most (tags
 _CONVERTED: dict[bytes, tuple] = {}
 _CACHED_MAX = 4096  # bytes of sections worth keeping as a key
 _CACHE_ENTRIES = 1024
+FILTER_CAPABILITIES = [Symbol(c) for c in CAPABILITIES]  # a stream receiver's attach offers them
 
 
 def plain(v):
@@ -197,6 +200,8 @@ class OutgoingLink:
 
     exclusive = False
     priority = 0
+    accepts = None  # a stream receiver's filters (gateway.amqp10.filtering), when it has some
+    filter_paused = False  # its filters read many non-matching records: resumed next reactor turn
 
     def __init__(self, session, m: Attach, node):
         self.session = session
@@ -221,15 +226,23 @@ class OutgoingLink:
         if self.queue.is_stream:
             try:
                 self.stream_position = self.queue.stream_start(_offset_spec(m.source))
+                filters = parse_filter_set(getattr(m.source, "filter", None))
             except ChannelError as exc:
                 raise LinkError(m.handle, "amqp:invalid-field", exc.reply_text) from None
+            except FilterError as exc:
+                raise LinkError(m.handle, "amqp:invalid-field", str(exc)) from None
+            if m.source is not None and m.source.filter:  # echo "the filter actually in place"
+                m.source.filter = filters.in_place or None
+            if filters.filtering:
+                self.accepts = FilterGate(self, filters).accepts
         self.queue.add_consumer(self)
 
     def attached(self) -> None:
         m = self.attach
         self.session.send(Attach(name=m.name, handle=m.handle, role=False,
                                  snd_settle_mode=1 if self.no_ack else 0, rcv_settle_mode=0, source=m.source,
-                                 target=m.target, initial_delivery_count=0))
+                                 target=m.target, initial_delivery_count=0,
+                                 offered_capabilities=FILTER_CAPABILITIES if self.queue.is_stream else None))
 
     # --- credit ----------------------------------------------------------------------------
     def flow_fields(self, f: Flow) -> None:
@@ -242,6 +255,7 @@ class OutgoingLink:
             count = m.delivery_count if m.delivery_count is not None else self.delivery_count
             self.credit = max(0, (count + m.link_credit - self.delivery_count) % UINT)
         self.drain = bool(m.drain)
+        self.filter_paused = False
         self.dispatch()
         if self.drain and self.credit:  # nothing more to send now: use the credit up, and say so
             self.delivery_count = (self.delivery_count + self.credit) % UINT
@@ -257,7 +271,7 @@ class OutgoingLink:
     def has_credit(self) -> bool:
         session = self.session
         return (self.credit > 0 and session.remote_incoming_window > 0 and not session.closing
-                and not session.connection.write_blocked)
+                and not session.connection.write_blocked and not self.filter_paused)
 
     # --- delivering ----------------------------------------------------------------------------
     def deliver(self, queue, offset: int, record, redelivered: bool) -> None:
