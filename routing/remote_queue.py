@@ -106,6 +106,11 @@ class RemoteQueue(Queue):
     def reject(self, offsets, requeue: bool) -> None:
         self._settle(offsets, RELEASE if requeue else REJECT)
 
+    def requeue_uncounted(self, offsets) -> None:
+        # AMQP 1.0 ``released``: a share group's release is the only way back, and the leader
+        # counts it as a delivery (Kafka's acknowledgement types have no uncounted release)
+        self._settle(offsets, RELEASE)
+
     def _settle(self, offsets, kind: int) -> None:
         by_link: dict = {}
         for offset in offsets:

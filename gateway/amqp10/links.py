@@ -221,7 +221,7 @@ class OutgoingLink:
         if self.queue.is_stream:
             try:
                 self.stream_position = self.queue.stream_start(_offset_spec(m.source))
-            except ChannelError as exc:
+            except AmqpError as exc:  # (a stream led elsewhere with no replica here: ConnectionError)
                 raise LinkError(m.handle, "amqp:invalid-field", exc.reply_text) from None
         self.queue.add_consumer(self)
 
@@ -253,6 +253,10 @@ class OutgoingLink:
     def dispatch(self) -> None:
         if not self.queue.deleted:
             self.queue.dispatch()
+
+    def fetch_budget(self) -> int:
+        """How many messages a queue led by another broker may send now (gateway.cluster.amqp_consume)."""
+        return self.credit
 
     def has_credit(self) -> bool:
         session = self.session

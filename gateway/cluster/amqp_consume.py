@@ -7,8 +7,9 @@ queue led by broker B is, at B, a member of the share group named like the queue
 over the brokers' Kafka connection:
 
 * the fetch's record budget is the consumer's credit (its prefetch less what it holds unacked;
-  a bounded batch for consumers without a prefetch or with no-ack), so the leader never hands
-  out more than the client may take, as a RabbitMQ channel's credit to a queue process;
+  a bounded batch for consumers without a prefetch or with no-ack; an AMQP 1.0 link's own link
+  credit, its ``fetch_budget``), so the leader never hands out more than the client may take, as
+  a RabbitMQ channel's credit to a queue process;
 * acks, nacks and rejects become acknowledgements (accept; release for a requeue; reject
   otherwise, which dead-letters at the leader as the queue's arguments say), sent with the
   next request of the session;
@@ -108,6 +109,9 @@ class ShareLink:
         consumer = self.consumer
         if not consumer.has_credit():
             return 0
+        exact = getattr(consumer, "fetch_budget", None)
+        if exact is not None:  # an AMQP 1.0 link: never more than its link credit
+            return max(exact(), 0)
         if getattr(consumer, "getter", False):
             return 1
         if consumer.no_ack:
@@ -179,12 +183,15 @@ class ShareLink:
             for record in decode_batch(buf, pos).records:
                 if record.offset in counts:
                     records[record.offset] = record
+        exact = getattr(self.consumer, "fetch_budget", None)
         for offset in list(counts):
             record = records.get(offset)
             if record is None:
                 continue
             count = counts.pop(offset)
-            if self.closed:
+            # an AMQP 1.0 link may have lost its credit while the fetch waited (a drain): a
+            # transfer without credit breaks the protocol, so the message goes back instead
+            if self.closed or (exact is not None and exact() <= 0):
                 self.acks[offset] = RELEASE
                 continue
             if self.consumer.no_ack:  # settled as it goes out
