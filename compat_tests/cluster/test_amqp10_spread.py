@@ -92,12 +92,16 @@ class Settling(AMQPMessagingHandler):
         super().__init__()
         self.count, self.plan = count, plan
         self.got: list[str] = []
+        self.offsets: list[int] = []  # a stream's x-stream-offset annotations
 
     def on_amqp_message(self, event) -> None:
         if len(self.got) >= self.count:
             return  # (the client's own credit top-up brought more: left unsettled, as it is closing)
         body = Converter.bytes_to_string(event.message.body)
         self.got.append(body)
+        annotations = event.message.annotations or {}
+        if "x-stream-offset" in annotations:
+            self.offsets.append(annotations["x-stream-offset"])
         action = self.plan(body, self.got.count(body))
         if action in ("discard_with_annotations", "requeue_with_annotations"):
             getattr(self.delivery_context, action)(event, {"x-opt-why": "test"})
@@ -205,18 +209,26 @@ def test_unsettled_messages_go_back_at_the_leader_on_detach_and_on_connection_cl
 
 def test_a_stream_led_by_another_broker_is_read_from_a_replica_here(spread10, clients):
     stream = f"st-{uuid.uuid4().hex[:6]}"
-    clients(2).management.declare_queue(StreamSpecification(name=stream))
+    # x-stream-initial-offset: the leader's log starts at 500, and its replicas start there too
+    declaration = {"durable": True, "arguments": {"x-queue-type": "stream", "x-stream-initial-offset": 500}}
+
+    def declare(node_id: int) -> None:
+        clients(node_id).management.request(declaration, AddressHelper.queue_address(stream), "PUT", [200])
+    declare(2)
     wait_until(lambda: leader(spread10, stream) == 2, timeout=30, what=f"broker 2 leading {stream}")
-    clients(3).management.declare_queue(StreamSpecification(name=stream))  # waits for broker 3's replica
+    wait_until(lambda: knows(clients(3), stream), timeout=30, what=f"broker 3 knowing {stream}")
+    declare(3)  # the answer waits for broker 3's replica
     publish(clients(3), stream, [f"s{i}" for i in range(10)])
     first = Settling(10)
     consume(clients(3), AddressHelper.queue_address(stream), first,
             consumer_options=StreamConsumerOptions(offset_specification=OffsetSpecification.first))
     assert first.got == [f"s{i}" for i in range(10)]
-    clients(1).management.declare_queue(StreamSpecification(name=stream))
+    assert first.offsets == list(range(500, 510))
+    wait_until(lambda: knows(clients(1), stream), timeout=30, what=f"broker 1 knowing {stream}")
+    declare(1)
     later = Settling(3)
     consume(clients(1), AddressHelper.queue_address(stream), later,
-            consumer_options=StreamConsumerOptions(offset_specification=7))
+            consumer_options=StreamConsumerOptions(offset_specification=507))
     assert later.got == ["s7", "s8", "s9"]
 
 
