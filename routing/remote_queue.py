@@ -121,6 +121,15 @@ class RemoteQueue(Queue):
         for link, settled in by_link.items():
             link.acknowledge(settled, kind)
 
+    def drain(self, consumer, done) -> bool:
+        """An AMQP 1.0 receiver's drain: True if ``done()`` will be called once the leader has
+        answered a fetch for it (its link asks without waiting); False if no link serves it."""
+        link = self.links.get(consumer)
+        if link is None:
+            return False
+        link.drain(done)
+        return True
+
     def get_remote(self, owner, no_ack: bool, answer) -> None:
         """basic.get: ``answer`` gets (offset, redelivered, record) or None, once the leader said."""
         link = self.getters.get(owner)

@@ -20,6 +20,8 @@ from rabbitmq_amqp_python_client import (
     AddressHelper, AMQPMessagingHandler, ClassicQueueSpecification, Converter, Environment, OffsetSpecification,
     OutcomeState, QuorumQueueSpecification, StreamConsumerOptions, StreamSpecification, ValidationCodeException,
 )
+from proton import Timeout
+from proton.utils import BlockingConnection
 from rabbitmq_amqp_python_client.qpid.proton import Message
 
 from compat_tests.cluster.cluster import make_cluster, metadata, partition_view
@@ -205,6 +207,54 @@ def test_unsettled_messages_go_back_at_the_leader_on_detach_and_on_connection_cl
     wait_until(lambda: clients(2).management.queue_info(held).message_count == 0, timeout=10,
                what=f"{held} empty at its leader")
     assert clients(2).management.queue_info(held).consumer_count == 0
+
+
+def test_link_credit_bounds_what_the_leader_hands_out_and_a_drain_gets_what_it_has(spread10, clients):
+    """python-qpid-proton with no prefetch window, so credit is granted only when the test says
+    (rabbitmq-amqp-python-client, and proton's own default, top it up on each delivery)."""
+    queue = f"credit-{uuid.uuid4().hex[:6]}"
+    clients(2).management.declare_queue(ClassicQueueSpecification(name=queue))  # led by broker 2
+    wait_until(lambda: leader(spread10, queue) == 2, timeout=30, what=f"broker 2 leading {queue}")
+    wait_until(lambda: knows(clients(1), queue), timeout=30, what=f"broker 1 knowing {queue}")
+    publish(clients(2), queue, [f"c{i}" for i in range(6)])
+    b1 = spread10.by_id(1)
+    conn = BlockingConnection(f"amqp://{b1.ip}:{b1.ports['amqp']}", user="guest", password="guest", timeout=10,
+                              allowed_mechs="PLAIN")
+    try:
+        receiver = conn.create_receiver(f"/queues/{queue}", credit=0)
+        receiver.link.flow(2)
+        arrived = receiver.fetcher.incoming
+        conn.wait(lambda: len(arrived) >= 2, timeout=10, msg="the first two deliveries")
+        with pytest.raises(Timeout):  # the leader hands over no more than the credit
+            conn.wait(lambda: len(arrived) > 2, timeout=1.5)
+        assert receiver.link.credit == 0
+
+        def take(n: int) -> list[str]:
+            out = []
+            for _ in range(n):
+                message = receiver.fetcher.pop()  # (its body is a view that dies with it)
+                out.append(bytes(message.body).decode())
+                receiver.accept()
+            return out
+        assert take(2) == ["c0", "c1"]
+        started = time.monotonic()
+        receiver.link.drain(3)  # three of the four the leader holds come, then the drain ends
+        conn.wait(lambda: receiver.link.credit == 0 and not receiver.link.draining(), timeout=10,
+                  msg="the drain to end")
+        assert take(len(arrived)) == ["c2", "c3", "c4"]
+        receiver.link.drain(5)  # one left: it comes, and the rest of the credit is used up
+        conn.wait(lambda: receiver.link.credit == 0 and not receiver.link.draining(), timeout=10,
+                  msg="the second drain to end")
+        assert take(len(arrived)) == ["c5"]
+        receiver.link.drain(2)  # nothing left: the leader says so at once, not after its fetch wait
+        conn.wait(lambda: receiver.link.credit == 0 and not receiver.link.draining(), timeout=10,
+                  msg="the empty drain to end")
+        print(f"[amqp10-spread] three drains across brokers in {time.monotonic() - started:.2f} s", flush=True)
+        assert time.monotonic() - started < 4  # (a fetch parked at the leader waits 5 s)
+        assert len(arrived) == 0
+    finally:
+        conn.close()
+    assert clients(2).management.queue_info(queue).message_count == 0
 
 
 def test_a_stream_led_by_another_broker_is_read_from_a_replica_here(spread10, clients):

@@ -242,12 +242,20 @@ class OutgoingLink:
             count = m.delivery_count if m.delivery_count is not None else self.delivery_count
             self.credit = max(0, (count + m.link_credit - self.delivery_count) % UINT)
         self.drain = bool(m.drain)
+        # a queue led by another broker: the drain ends once the leader has answered a fetch
+        # (what it hands over arrives after this call returns)
+        later = self.drain and self.credit and self.queue.remote and self.queue.drain(self, self._drained)
         self.dispatch()
-        if self.drain and self.credit:  # nothing more to send now: use the credit up, and say so
+        if self.drain and self.credit and not later:
+            self._drained()
+        elif m.echo:
+            self.session.send_flow(self)
+
+    def _drained(self) -> None:
+        """A drain with nothing more to send now: use the credit up, and say so."""
+        if self.drain and self.credit and self.session.links.get(self.handle) is self:
             self.delivery_count = (self.delivery_count + self.credit) % UINT
             self.credit = 0
-            self.session.send_flow(self)
-        elif m.echo:
             self.session.send_flow(self)
 
     def dispatch(self) -> None:

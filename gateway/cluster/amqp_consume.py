@@ -58,6 +58,7 @@ class ShareLink:
         self.held: set[int] = set()  # offsets delivered to the consumer and not settled yet
         self._retry = None
         self._soon = None  # a poke at the end of this loop turn
+        self.draining = None  # an AMQP 1.0 drain: called once the leader answered a fetch
 
     def _new_member(self) -> str:
         return f"amqp-{self.node_id}-{uuid.uuid4().hex[:12]}"
@@ -74,6 +75,11 @@ class ShareLink:
     def _poke_soon(self) -> None:
         self._soon = None
         self.poke()
+
+    def drain(self, done) -> None:
+        """An AMQP 1.0 drain: ``done()`` once the leader has answered the fetch out now, else the
+        next one, which waits for nothing (its records reach the consumer first)."""
+        self.draining = done
 
     def close(self) -> None:
         """The consumer is gone: settle what was decided, end the session; the rest goes back."""
@@ -143,7 +149,7 @@ class ShareLink:
             self.acks = {}
         partition = {"partition_index": self.queue.partition, "acknowledgement_batches": _batches(acks)}
         request = {"group_id": self.queue.name, "member_id": self.member, "share_session_epoch": self._next_epoch(),
-                   "max_wait": self.wait_ms, "min_bytes": 1, "max_bytes": 8 << 20,
+                   "max_wait": 0 if self.draining is not None else self.wait_ms, "min_bytes": 1, "max_bytes": 8 << 20,
                    "max_records": budget, "batch_size": budget,
                    "topics": [{"topic_id": topic_id, "partitions": [partition]}], "forgotten_topics_data": []}
         self.fetching, self.opening = True, opening
@@ -170,6 +176,9 @@ class ShareLink:
                     self._deliver(p)
         if not got and hasattr(self.consumer, "found_nothing"):
             self.consumer.found_nothing()
+        done, self.draining = self.draining, None
+        if done is not None:
+            done()
         self.poke()
 
     def _deliver(self, p) -> None:
