@@ -4,10 +4,11 @@ One 3-broker ``--amqp-cluster-mode spread`` cluster for the module (its tests sh
 one kills a broker). Clients are RabbitMQ 4's own rabbitmq-amqp-python-client, each connected to
 a chosen broker. What holds: the ``/management`` node of a broker that does not lead a queue
 declares it, counts it and purges it at its leader; a publisher's ``accepted`` comes once the
-leader has stored the message; a receiver's link credit bounds what the leader hands out, and
-every outcome (accepted, released, rejected, modified) is carried out at the leader, rejected
+leader has stored the message; a receiver's link credit bounds what the leader hands out (a
+drain gets what the leader has, then ends), and every outcome (accepted, released, rejected, modified) is carried out at the leader, rejected
 ones dead-lettered there; a receiver's detach or connection close gives its unsettled messages
-back at the leader; a stream led elsewhere is read from this broker's replica; messages accepted
+back at the leader; a stream led elsewhere (created with ``x-stream-initial-offset``, so its
+replicas start where its leader does) is read from this broker's replica; messages accepted
 into a quorum queue survive kill -9 of its leader and are read through a surviving broker.
 """
 from __future__ import annotations
@@ -16,12 +17,12 @@ import time
 import uuid
 
 import pytest
-from rabbitmq_amqp_python_client import (
-    AddressHelper, AMQPMessagingHandler, ClassicQueueSpecification, Converter, Environment, OffsetSpecification,
-    OutcomeState, QuorumQueueSpecification, StreamConsumerOptions, StreamSpecification, ValidationCodeException,
-)
 from proton import Timeout
 from proton.utils import BlockingConnection
+from rabbitmq_amqp_python_client import (
+    AddressHelper, AMQPMessagingHandler, ClassicQueueSpecification, Converter, Environment, OffsetSpecification,
+    OutcomeState, QuorumQueueSpecification, StreamConsumerOptions, ValidationCodeException,
+)
 from rabbitmq_amqp_python_client.qpid.proton import Message
 
 from compat_tests.cluster.cluster import make_cluster, metadata, partition_view

@@ -174,8 +174,9 @@ def test_stream_protocol_create_takes_stream_initial_offset(broker):
         async with Producer(**client_args(broker.address("stream"))) as producer:
             await producer.create_stream(stream, arguments={"stream-initial-offset": 77})
             await producer.send_batch(stream, [b"s0", b"s1"])
-            with pytest.raises(PreconditionFailed) as refused:  # a bad value: Create's precondition-failed
-                await producer.create_stream(_name("bad"), arguments={"stream-initial-offset": -1})
+            for bad in (-1, "first", 1 << 62):  # Create answers precondition-failed
+                with pytest.raises(PreconditionFailed):
+                    await producer.create_stream(_name("bad"), arguments={"stream-initial-offset": bad})
         got = await read(broker.address("stream"), stream, ConsumerOffsetSpecification(OffsetType.FIRST), 2)
         return [(offset, bytes(m)) for offset, m in got]
 
