@@ -221,7 +221,7 @@ class OutgoingLink:
         if self.queue.is_stream:
             try:
                 self.stream_position = self.queue.stream_start(_offset_spec(m.source))
-            except AmqpError as exc:  # (a stream led elsewhere with no replica here: ConnectionError)
+            except ChannelError as exc:
                 raise LinkError(m.handle, "amqp:invalid-field", exc.reply_text) from None
         self.queue.add_consumer(self)
 
@@ -242,11 +242,8 @@ class OutgoingLink:
             count = m.delivery_count if m.delivery_count is not None else self.delivery_count
             self.credit = max(0, (count + m.link_credit - self.delivery_count) % UINT)
         self.drain = bool(m.drain)
-        # a queue led by another broker: the drain ends once the leader has answered a fetch
-        # (what it hands over arrives after this call returns)
-        later = self.drain and self.credit and self.queue.remote and self.queue.drain(self, self._drained)
         self.dispatch()
-        if self.drain and self.credit and not later:
+        if self.drain and self.credit and not self._drains_at_leader():
             self._drained()
         elif m.echo:
             self.session.send_flow(self)
@@ -258,13 +255,18 @@ class OutgoingLink:
             self.credit = 0
             self.session.send_flow(self)
 
+    def _drains_at_leader(self) -> bool:
+        """A queue led by another broker: the drain ends once the leader has answered a fetch
+        (gateway.cluster.amqp_consume), whose records arrive after this flow was handled."""
+        return self.queue.remote and self.queue.drain(self, self._drained)
+
+    def fetch_budget(self) -> int:
+        """How many messages a queue led by another broker may hand this link now: its credit."""
+        return self.credit
+
     def dispatch(self) -> None:
         if not self.queue.deleted:
             self.queue.dispatch()
-
-    def fetch_budget(self) -> int:
-        """How many messages a queue led by another broker may send now (gateway.cluster.amqp_consume)."""
-        return self.credit
 
     def has_credit(self) -> bool:
         session = self.session

@@ -78,7 +78,7 @@ class ShareLink:
 
     def drain(self, done) -> None:
         """An AMQP 1.0 drain: ``done()`` once the leader has answered the fetch out now, else the
-        next one, which waits for nothing (its records reach the consumer first)."""
+        next one (a draining link's fetches wait for nothing; their records reach it first)."""
         self.draining = done
 
     def close(self) -> None:
@@ -148,8 +148,9 @@ class ShareLink:
         if not opening:
             self.acks = {}
         partition = {"partition_index": self.queue.partition, "acknowledgement_batches": _batches(acks)}
+        wait = 0 if getattr(self.consumer, "drain", False) else self.wait_ms  # an AMQP 1.0 drain waits for nothing
         request = {"group_id": self.queue.name, "member_id": self.member, "share_session_epoch": self._next_epoch(),
-                   "max_wait": 0 if self.draining is not None else self.wait_ms, "min_bytes": 1, "max_bytes": 8 << 20,
+                   "max_wait": wait, "min_bytes": 1, "max_bytes": 8 << 20,
                    "max_records": budget, "batch_size": budget,
                    "topics": [{"topic_id": topic_id, "partitions": [partition]}], "forgotten_topics_data": []}
         self.fetching, self.opening = True, opening
@@ -198,8 +199,8 @@ class ShareLink:
             if record is None:
                 continue
             count = counts.pop(offset)
-            # an AMQP 1.0 link may have lost its credit while the fetch waited (a drain): a
-            # transfer without credit breaks the protocol, so the message goes back instead
+            # an AMQP 1.0 link's credit may have been lowered while the fetch waited (a flow with
+            # less): a transfer without credit breaks the protocol, so the message goes back
             if self.closed or (exact is not None and exact() <= 0):
                 self.acks[offset] = RELEASE
                 continue
