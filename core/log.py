@@ -531,6 +531,17 @@ class PartitionLog:
         self.epochs.truncate_from_end(end)
         return end
 
+    def restart_at(self, offset: int) -> None:
+        """Empty the log and start it again at ``offset``: a follower whose log ends below the
+        leader's log start (Kafka's truncate-fully-and-start-at), or a new stream told where its
+        first message goes (``x-stream-initial-offset``). The HW and flushed offset go with it."""
+        if offset < 0:
+            raise ValueError(f"cannot start a log at negative offset {offset}")
+        self._truncate_fully(offset)
+        with self._flush_lock:
+            self.flushed_offset = offset
+        self._hw = offset
+
     def _truncate_fully(self, offset: int) -> None:
         """Drop every segment and start again, empty, at ``offset``."""
         for segment in reversed(self.segments):

@@ -118,6 +118,9 @@ class Queue:
             self.attach(plog)
 
     def attach(self, plog: PartitionLog) -> None:
+        start = self.args.stream_initial_offset
+        if start and self.is_stream and plog.next_offset == 0 and plog.size_bytes == 0:
+            plog.restart_at(start)  # a new stream: its first message gets this offset (RabbitMQ 4.4)
         self.plog = plog
         # A floor above the log end means the log lost an unsynced tail in a crash after the floor
         # was saved: the lost offsets will be reused, so the floor must come back down to the end.

@@ -20,6 +20,9 @@ def parse_interval(text: str) -> int | None:
 
 
 OVERFLOW = ("drop-head", "reject-publish", "reject-publish-dlx")
+# x-stream-initial-offset: the offset of a stream's first message, 0 .. 2^62 - 1 (RabbitMQ 4.4's
+# bound; its stream clients refuse anything above it too)
+STREAM_INITIAL_OFFSET_MAX = (1 << 62) - 1
 
 
 def _int_arg(args: dict, name: str, queue: str, vhost: str, minimum: int = 0) -> int | None:
@@ -82,3 +85,9 @@ class QueueArguments:
         # quorum queues: returns of a message before it is dead-lettered ("delivery_limit"); < 0: no limit
         self.delivery_limit = _int_arg(args, "x-delivery-limit", queue, vhost, minimum=-1)
         self.consumer_timeout = _int_arg(args, "x-consumer-timeout", queue, vhost, minimum=1)  # ms, RabbitMQ 3.12+
+        initial = _int_arg(args, "x-stream-initial-offset", queue, vhost)
+        if initial is not None and initial > STREAM_INITIAL_OFFSET_MAX:
+            raise ChannelError(PRECONDITION_FAILED, f"invalid arg 'x-stream-initial-offset' for queue '{queue}' in "
+                                                    f"vhost '{vhost}': {{value_too_large,{initial},"
+                                                    f"{STREAM_INITIAL_OFFSET_MAX}}}")
+        self.stream_initial_offset = initial

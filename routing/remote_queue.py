@@ -106,6 +106,11 @@ class RemoteQueue(Queue):
     def reject(self, offsets, requeue: bool) -> None:
         self._settle(offsets, RELEASE if requeue else REJECT)
 
+    def requeue_uncounted(self, offsets) -> None:
+        # AMQP 1.0 ``released``: a share group's release is the only way back, and the leader
+        # counts it as a delivery (Kafka's acknowledgement types have no uncounted release)
+        self._settle(offsets, RELEASE)
+
     def _settle(self, offsets, kind: int) -> None:
         by_link: dict = {}
         for offset in offsets:
@@ -115,6 +120,15 @@ class RemoteQueue(Queue):
                 by_link.setdefault(link, []).append(offset)
         for link, settled in by_link.items():
             link.acknowledge(settled, kind)
+
+    def drain(self, consumer, done) -> bool:
+        """An AMQP 1.0 receiver's drain: True if ``done()`` will be called once the leader has
+        answered a fetch for it (its link asks without waiting); False if no link serves it."""
+        link = self.links.get(consumer)
+        if link is None:
+            return False
+        link.drain(done)
+        return True
 
     def get_remote(self, owner, no_ack: bool, answer) -> None:
         """basic.get: ``answer`` gets (offset, redelivered, record) or None, once the leader said."""

@@ -33,7 +33,7 @@ from wire.records import Header
 WRITER_HEADER = "x-stream-writer"
 FILTER_HEADER = "x-stream-filter-value"  # also RabbitMQ's header for AMQP publishers' filter values
 _INT_ARGUMENTS = ("x-max-length-bytes", "x-stream-max-segment-size-bytes", "x-initial-cluster-size",
-                  "x-stream-filter-size-bytes")
+                  "x-stream-filter-size-bytes", "x-stream-initial-offset")
 _TEXT_ARGUMENTS = ("x-max-age", "x-queue-leader-locator")
 REBUILD_BYTES = 256 << 20  # publisher names are re-learnt from this much of a stream's tail after a start
 STREAM_OWNER = object()  # the owner passed for queue operations: stream queues are never exclusive
@@ -44,7 +44,7 @@ def stream_arguments(given: dict[str, str]) -> dict[str, Any]:
 
     Stream clients (rstream, RabbitMQ's Java and .NET clients) send RabbitMQ's names without the
     ``x-`` prefix (``max-length-bytes``, ``max-age``, ``stream-max-segment-size-bytes``,
-    ``initial-cluster-size``, ``queue-leader-locator``); RabbitMQ maps them to the queue arguments
+    ``initial-cluster-size``, ``queue-leader-locator``, ``stream-initial-offset``); RabbitMQ maps them to the queue arguments
     and leaves out names it does not know, and so does this."""
     arguments: dict[str, Any] = {"x-queue-type": "stream"}
     for key, value in given.items():

@@ -457,6 +457,26 @@ def test_truncate_below_the_log_start_empties_the_log_there(tmp_path):
     assert (reopened.log_start_offset, reopened.next_offset) == (45, 47)
 
 
+def test_restart_at_starts_a_log_again_empty_there_and_a_follower_catches_up_from_it(tmp_path):
+    """A follower behind the leader's log start, or a stream created with x-stream-initial-offset."""
+    leader = small(tmp_path / "leader-0")
+    leader.restart_at(1000)
+    assert (leader.log_start_offset, leader.next_offset, leader.high_watermark, leader.flushed_offset) == \
+        (1000, 1000, 1000, 1000)
+    fill_leader(leader, 10)
+    follower = small(tmp_path / "follower-0")
+    fill_leader(follower, 2)  # a stale tail, all of it below the leader's start
+    follower.restart_at(leader.log_start_offset)
+    assert follower.epochs.entries == [] and follower.size_bytes == 0
+    replicate(leader, follower, 300)
+    assert stored_files(follower) == stored_files(leader)
+    follower.close()
+    reopened = small(tmp_path / "follower-0")
+    assert (reopened.log_start_offset, reopened.next_offset) == (1000, leader.next_offset)
+    with pytest.raises(ValueError):
+        reopened.restart_at(-1)
+
+
 def test_truncate_to_the_log_start_inside_a_batch(tmp_path):
     log = open_log(tmp_path / "t-0", flush_messages=100)
     log.append(batch(5))

@@ -257,12 +257,26 @@ class OutgoingLink:
         self.drain = bool(m.drain)
         self.filter_paused = False
         self.dispatch()
-        if self.drain and self.credit:  # nothing more to send now: use the credit up, and say so
+        if self.drain and self.credit and not self._drains_at_leader():
+            self._drained()
+        elif m.echo:
+            self.session.send_flow(self)
+
+    def _drained(self) -> None:
+        """A drain with nothing more to send now: use the credit up, and say so."""
+        if self.drain and self.credit and self.session.links.get(self.handle) is self:
             self.delivery_count = (self.delivery_count + self.credit) % UINT
             self.credit = 0
             self.session.send_flow(self)
-        elif m.echo:
-            self.session.send_flow(self)
+
+    def _drains_at_leader(self) -> bool:
+        """A queue led by another broker: the drain ends once the leader has answered a fetch
+        (gateway.cluster.amqp_consume), whose records arrive after this flow was handled."""
+        return self.queue.remote and self.queue.drain(self, self._drained)
+
+    def fetch_budget(self) -> int:
+        """How many messages a queue led by another broker may hand this link now: its credit."""
+        return self.credit
 
     def dispatch(self) -> None:
         if not self.queue.deleted:

@@ -30,8 +30,11 @@ from __future__ import annotations
 from collections import deque
 from urllib.parse import unquote
 
+from twisted.internet import defer
+
 from gateway.amqp import permissions
 from gateway.amqp10.links import IncomingLink, plain
+from gateway.management.views import node_name
 from routing.errors import AmqpError
 from wire.amqp10 import AMQP10Error, Array, Message, decode_message, encode_message
 from wire.amqp10_frames import Attach, Transfer
@@ -57,17 +60,22 @@ class ManagementRequests(IncomingLink):
         try:
             if msg is None or not isinstance(path, str) or not isinstance(method, str):
                 raise _Fail(400, "a request needs to (a path), subject (a method) and an amqp-value body")
-            status, answer = self._request(method, path, plain(body))
-        except _Fail as fail:
-            status, answer = fail.status, fail.text
-        except AmqpError as exc:
-            status, answer = _STATUS.get(exc.reply_code, 400), exc.reply_text
+            answer = self._request(method, path, plain(body))
+        except (_Fail, AmqpError) as exc:
+            answer = _failure(exc)
+        if isinstance(answer, defer.Deferred):  # a queue led by another broker: once its leader said
+            answer.addErrback(lambda failure: _failure(failure.value)).addCallback(
+                lambda result: self._reply(message_id, *result))
+        else:
+            self._reply(message_id, *answer)
+        self._outcome(delivery_id, settled, None, None)
+
+    def _reply(self, message_id, status: int, answer) -> None:
         reply = Message(properties=[None, None, None, str(status), None, message_id],
                         body_kind="value", body=[answer])
         replies = next((link for link in self.session.links.values() if isinstance(link, ManagementReplies)), None)
         if replies is not None:
             replies.push(encode_message(reply))
-        self._outcome(delivery_id, settled, None, None)
 
     def _request(self, method: str, path: str, body):
         session = self.session
@@ -80,26 +88,35 @@ class ManagementRequests(IncomingLink):
             name = names[0]
             if method == "GET":
                 session.router.settle_appends()
-                return 200, _queue_info(vhost.queue(name, owner))
+                return self._info(vhost.queue(name, owner), wait=False)
             if method == "PUT":
                 body = body if isinstance(body, dict) else {}
                 arguments = body.get("arguments") or {}
                 permissions.check(session, "queue", name or permissions.SERVER_NAMED, "configure")
-                existed = name in vhost.queues
                 queue = vhost.declare_queue(name, owner=owner, durable=bool(body.get("durable", True)),
                                             exclusive=bool(body.get("exclusive", False)),
                                             auto_delete=bool(body.get("auto_delete", False)), arguments=arguments)
-                return (200 if existed else 200), _queue_info(queue)
+                # led elsewhere: answered once its leader serves it, as 0-9-1's declare-ok, so
+                # that a publish right after the answer is taken
+                return self._info(queue, wait=True)
             if method == "DELETE":
                 permissions.check(session, "queue", name, "configure")
                 session.router.settle_appends()
                 if name not in vhost.queues:
                     return 200, {"message_count": 0}
+                queue = vhost.queue(name, owner)
+                if _remote(queue):  # the count is the leader's; the deletion is made here as any
+                    def delete(figures):
+                        vhost.delete_queue(name, owner=owner)
+                        return 200, {"message_count": figures.ready}
+                    return queue.ops.figures(queue, wait=False).addCallback(delete)
                 return 200, {"message_count": vhost.delete_queue(name, owner=owner)}
         if head == "queues" and len(names) == 2 and names[1] == "messages" and method == "DELETE":
             permissions.check(session, "queue", names[0], "read")
             session.router.settle_appends()
-            vhost.queue(names[0], owner)
+            queue = vhost.queue(names[0], owner)
+            if _remote(queue):  # purged by its leader
+                return queue.ops.purge(queue).addCallback(lambda count: (200, {"message_count": count}))
             return 200, {"message_count": vhost.purge_queue(names[0], owner)}
         if head == "exchanges" and len(names) == 1:
             name = names[0]
@@ -135,6 +152,14 @@ class ManagementRequests(IncomingLink):
                 self._bind(source, kind, destination, key, {}, False)
             return 204, None
         raise _Fail(400, f"{method} {path} is not a management request this broker knows")
+
+    def _info(self, queue, wait: bool):
+        node = self.session.connection.service.node_name
+        if _remote(queue):
+            return queue.ops.figures(queue, wait=wait).addCallback(
+                lambda f: (200, _queue_info(queue, node_name(f.leader if f.led else queue.leader), f.ready,
+                                             f.consumers)))
+        return 200, _queue_info(queue, node, queue.message_count(), queue.consumer_count())
 
     def _bind(self, source: str, kind: str, destination: str, key: str, arguments: dict, bind: bool) -> None:
         session = self.session
@@ -209,10 +234,24 @@ class _Fail(Exception):
         self.text = text
 
 
-def _queue_info(queue) -> dict:
+def _remote(queue) -> bool:
+    return queue.remote and queue.ops is not None
+
+
+def _failure(exc) -> tuple[int, str]:
+    """A request's error as (status, text): RabbitMQ's codes, or 404 when a queue's leader did
+    not answer (0-9-1 hears 404 NOT_FOUND then too)."""
+    if isinstance(exc, _Fail):
+        return exc.status, exc.text
+    if isinstance(exc, AmqpError):
+        return _STATUS.get(exc.reply_code, 400), exc.reply_text
+    return 404, str(exc)
+
+
+def _queue_info(queue, leader: str, messages: int, consumers: int) -> dict:
     return {"name": queue.name, "vhost": queue.vhost, "durable": queue.durable, "auto_delete": queue.auto_delete,
             "exclusive": queue.exclusive_owner is not None, "type": queue.args.queue_type,
             "arguments": {k: v for k, v in (queue.arguments or {}).items() if isinstance(v, (str, int, float, bool))},
             # replicas is an AMQP array of strings, as RabbitMQ 4's (the Java client casts it to String[])
-            "leader": "gateway", "replicas": Array(0xa1, ["gateway"]),
-            "message_count": queue.message_count(), "consumer_count": queue.consumer_count()}
+            "leader": leader, "replicas": Array(0xa1, [leader]),
+            "message_count": messages, "consumer_count": consumers}

@@ -27,10 +27,11 @@ from __future__ import annotations
 
 from collections import deque
 
-from gateway.amqp10.errors import LinkError, SessionError
+from gateway.amqp10.errors import LinkError, SessionError, condition_of
 from gateway.amqp10 import addresses
 from gateway.amqp10.links import IncomingLink, OutgoingLink
 from gateway.amqp10.management import ManagementReplies, ManagementRequests
+from routing.errors import ConnectionError
 from wire.amqp10_frames import (
     Accepted, Attach, Begin, Detach, Disposition, Error, Flow, Modified, Rejected, Released, Transfer,
 )
@@ -273,5 +274,8 @@ def attach_link(session, m: Attach):
     if node is not None and node.kind == "management":
         return ManagementReplies(session, m) if m.role else ManagementRequests(session, m)
     if m.role:
-        return OutgoingLink(session, m, node)
+        try:
+            return OutgoingLink(session, m, node)
+        except ConnectionError as exc:  # a stream led by another broker, with no replica here
+            raise LinkError(m.handle, condition_of(exc), exc.reply_text) from None
     return IncomingLink(session, m, node)

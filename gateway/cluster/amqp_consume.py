@@ -7,8 +7,9 @@ queue led by broker B is, at B, a member of the share group named like the queue
 over the brokers' Kafka connection:
 
 * the fetch's record budget is the consumer's credit (its prefetch less what it holds unacked;
-  a bounded batch for consumers without a prefetch or with no-ack), so the leader never hands
-  out more than the client may take, as a RabbitMQ channel's credit to a queue process;
+  a bounded batch for consumers without a prefetch or with no-ack; an AMQP 1.0 link's own link
+  credit, its ``fetch_budget``), so the leader never hands out more than the client may take, as
+  a RabbitMQ channel's credit to a queue process;
 * acks, nacks and rejects become acknowledgements (accept; release for a requeue; reject
   otherwise, which dead-letters at the leader as the queue's arguments say), sent with the
   next request of the session;
@@ -57,6 +58,7 @@ class ShareLink:
         self.held: set[int] = set()  # offsets delivered to the consumer and not settled yet
         self._retry = None
         self._soon = None  # a poke at the end of this loop turn
+        self.draining = None  # an AMQP 1.0 drain: called once the leader answered a fetch
 
     def _new_member(self) -> str:
         return f"amqp-{self.node_id}-{uuid.uuid4().hex[:12]}"
@@ -73,6 +75,11 @@ class ShareLink:
     def _poke_soon(self) -> None:
         self._soon = None
         self.poke()
+
+    def drain(self, done) -> None:
+        """An AMQP 1.0 drain: ``done()`` once the leader has answered the fetch out now, else the
+        next one (a draining link's fetches wait for nothing; their records reach it first)."""
+        self.draining = done
 
     def close(self) -> None:
         """The consumer is gone: settle what was decided, end the session; the rest goes back."""
@@ -108,6 +115,9 @@ class ShareLink:
         consumer = self.consumer
         if not consumer.has_credit():
             return 0
+        exact = getattr(consumer, "fetch_budget", None)
+        if exact is not None:  # an AMQP 1.0 link: never more than its link credit
+            return max(exact(), 0)
         if getattr(consumer, "getter", False):
             return 1
         if consumer.no_ack:
@@ -138,8 +148,9 @@ class ShareLink:
         if not opening:
             self.acks = {}
         partition = {"partition_index": self.queue.partition, "acknowledgement_batches": _batches(acks)}
+        wait = 0 if getattr(self.consumer, "drain", False) else self.wait_ms  # an AMQP 1.0 drain waits for nothing
         request = {"group_id": self.queue.name, "member_id": self.member, "share_session_epoch": self._next_epoch(),
-                   "max_wait": self.wait_ms, "min_bytes": 1, "max_bytes": 8 << 20,
+                   "max_wait": wait, "min_bytes": 1, "max_bytes": 8 << 20,
                    "max_records": budget, "batch_size": budget,
                    "topics": [{"topic_id": topic_id, "partitions": [partition]}], "forgotten_topics_data": []}
         self.fetching, self.opening = True, opening
@@ -166,6 +177,9 @@ class ShareLink:
                     self._deliver(p)
         if not got and hasattr(self.consumer, "found_nothing"):
             self.consumer.found_nothing()
+        done, self.draining = self.draining, None
+        if done is not None:
+            done()
         self.poke()
 
     def _deliver(self, p) -> None:
@@ -179,12 +193,15 @@ class ShareLink:
             for record in decode_batch(buf, pos).records:
                 if record.offset in counts:
                     records[record.offset] = record
+        exact = getattr(self.consumer, "fetch_budget", None)
         for offset in list(counts):
             record = records.get(offset)
             if record is None:
                 continue
             count = counts.pop(offset)
-            if self.closed:
+            # an AMQP 1.0 link's credit may have been lowered while the fetch waited (a flow with
+            # less): a transfer without credit breaks the protocol, so the message goes back
+            if self.closed or (exact is not None and exact() <= 0):
                 self.acks[offset] = RELEASE
                 continue
             if self.consumer.no_ack:  # settled as it goes out

@@ -33,6 +33,7 @@ class Figures:
     unacked: int
     consumers: int
     led: bool  # its leader answered (it serves the queue)
+    leader: int = -1  # the broker that answered as its leader
 
 
 class QueueUnavailable(RuntimeError):
@@ -71,15 +72,15 @@ class QueueOps:
 
         def add_up(answers) -> Figures:
             ready = unacked = 0
-            led = False
+            led, leader = False, -1
             consumers = queue.consumer_count()
-            for answer in answers:
+            for node, answer in zip(others, answers):
                 if answer is None or answer.error_code:
                     continue
                 consumers += answer.consumer_count
                 if answer.leads:
-                    ready, unacked, led = answer.message_count, answer.unacked_count, True
-            return Figures(ready, unacked, consumers, led)
+                    ready, unacked, led, leader = answer.message_count, answer.unacked_count, True, node
+            return Figures(ready, unacked, consumers, led, leader)
         return defer.gatherResults(asked).addCallback(add_up)
 
     def purge(self, queue) -> defer.Deferred:

@@ -227,7 +227,13 @@ class ClusterNode:
             if rep is None or rep.role != FOLLOWER or rep.state.leader != leader:
                 continue
             if f.error == ErrorCode.offset_out_of_range:
-                again.append((f.topic, f.partition))
+                if f.log_start_offset > rep.plog.next_offset:
+                    # the leader's log starts past this replica's end (retention, DeleteRecords, a
+                    # stream created with x-stream-initial-offset): start again, empty, there
+                    rep.plog.restart_at(f.log_start_offset)
+                    self.broker.kafka.producers.reset(f.topic, f.partition)
+                else:
+                    again.append((f.topic, f.partition))
                 continue
             if f.error:
                 continue
