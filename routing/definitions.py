@@ -21,7 +21,7 @@ import decimal
 import json
 from typing import Any, Iterable
 
-from routing.vhost import binding_definition
+from routing.vhost_definitions import binding_definition
 
 JOURNAL = "definitions"
 SETTINGS = "settings"

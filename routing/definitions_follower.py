@@ -24,7 +24,9 @@ from routing.remote_queue import RemoteQueue
 from routing.state import decode_state_records
 from routing.delayed import RemoteDelayLog
 from core.names import queue_topic
-from routing.vhost import DELAY_LOG_PREFIX, DELAYED_TYPE, VirtualHost, _exchange_class
+from routing.delayed import DELAYED_TYPE
+from routing.vhost import VirtualHost
+from routing.vhost_definitions import DELAY_LOG_PREFIX, exchange_class
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +126,7 @@ def _exchange(vhost: VirtualHost, name: str, e: dict | None) -> None:
         return
     if existing is not None and existing.type_name == e["type"] and existing.arguments == e["arguments"]:
         return
-    exchange = _exchange_class(e["type"], e["arguments"])(name, durable=e.get("durable", True),
+    exchange = exchange_class(e["type"], e["arguments"])(name, durable=e.get("durable", True),
                                                           auto_delete=e["auto_delete"], internal=e["internal"],
                                                           arguments=e["arguments"])
     exchange.home_node = e.get("node")

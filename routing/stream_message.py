@@ -80,7 +80,7 @@ import uuid
 
 from routing.amqp_properties import (
     _DOUBLE, _FLOAT, _HEADERS_INDEX, _I64, _INTS, _OCTET, _PROPERTIES, _STR, _TS, _T_A, _T_D, _T_F, _T_S, _T_T, _T_V,
-    _T_d, _T_f, _T_t, _T_x, _U32, _U64, _entries, _skip, _split, encode_table,
+    _T_d, _T_f, _T_t, _T_x, _U64, _entries, _skip, _split, encode_table,
 )
 from routing.mapping import amqp_from_record, record_from_amqp, stored_form
 from wire.amqp10 import (AMQP10Error, Array, Message, Symbol, Typed, bare_message, data_section_body,

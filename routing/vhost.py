@@ -16,10 +16,7 @@ from typing import Any, Callable, Hashable, Iterable
 from core.errors import InvalidPartitionsError, InvalidTopicError, TopicExistsError, UnknownTopicError
 from core.log_manager import LogManager
 from core.names import queue_topic
-from routing.errors import (
-    ACCESS_REFUSED, COMMAND_INVALID, PRECONDITION_FAILED, RESOURCE_LOCKED, ChannelError,
-    ConnectionError, inequivalent, not_found,
-)
+from routing.errors import ACCESS_REFUSED, PRECONDITION_FAILED, RESOURCE_LOCKED, ChannelError, inequivalent, not_found
 from routing.dead_letter import strategy_argument
 from routing.dedup import Deduplicator
 from routing.delayed import DELAYED_TYPE, DelayLog, RemoteDelayLog
@@ -27,13 +24,12 @@ from routing.exchange_log import ExchangeLog
 from routing.exchanges import EXCHANGE_TYPES, Exchange, route_through
 from routing.policies import PoliciesMixin
 from routing.priorities import check_max_priority
-from routing.queue import Queue, position_key
+from routing.queue import Queue
 from routing.remote_queue import remote_stub
+from routing.vhost_definitions import DEFAULT_EXCHANGES, DELAY_LOG_PREFIX, DefinitionsMixin, exchange_class
 
 log = logging.getLogger(__name__)
 
-DEFAULT_EXCHANGES = (("amq.direct", "direct"), ("amq.fanout", "fanout"), ("amq.topic", "topic"),
-                     ("amq.headers", "headers"), ("amq.match", "headers"))
 _SYSTEM_EXCHANGES = frozenset(name for name, _ in DEFAULT_EXCHANGES)
 # Queue topics take any message an AMQP client may send (the codec stops bodies at 512 MiB).
 QUEUE_TOPIC_CONFIGS = {"max.message.bytes": str(1 << 30)}
@@ -46,50 +42,15 @@ _LOCKED = ("cannot obtain exclusive access to locked queue '{name}' in vhost '{v
            "declaration.")
 
 
-DELAY_LOG_PREFIX = "amq.delayed."  # + exchange name: the queue-topic name of a delay log (reserved prefix)
-
-
-def _exchange_class(type_name: str, arguments: dict):
-    """The routing class of a declared type; x-delayed-message routes as its x-delayed-type."""
-    if type_name == DELAYED_TYPE:
-        inner = arguments.get("x-delayed-type")
-        if isinstance(inner, bytes):
-            inner = inner.decode("utf-8", "replace")
-        if inner not in EXCHANGE_TYPES:
-            raise ChannelError(PRECONDITION_FAILED, "Invalid argument, 'x-delayed-type' must be an existing "
-                                                    "exchange type")
-        return EXCHANGE_TYPES[inner]
-    cls = EXCHANGE_TYPES.get(type_name)
-    if cls is None:
-        raise ConnectionError(COMMAND_INVALID, f"unknown exchange type '{type_name}'")
-    return cls
-
-
 def _bool_text(value: bool) -> str:
     return "true" if value else "false"
-
-
-def exchange_definition(exchange: Exchange) -> dict:
-    """A durable exchange as the stored definitions hold it (routing.definitions keeps these)."""
-    return {"name": exchange.name, "type": exchange.type_name, "auto_delete": exchange.auto_delete,
-            "internal": exchange.internal, "arguments": exchange.arguments}
-
-
-def queue_definition(queue: Queue) -> dict:
-    return {"name": queue.name, "arguments": queue.arguments, "auto_delete": queue.auto_delete}
-
-
-def binding_definition(source: str, destination: tuple[str, str], routing_key: str, arguments) -> dict:
-    kind, name = destination
-    return {"source": source, "destination_type": kind, "destination": name, "routing_key": routing_key,
-            "arguments": dict(arguments or {})}
 
 
 def _queue_key(name: str) -> tuple[str, str]:
     return ("queue", name)
 
 
-class VirtualHost(PoliciesMixin):
+class VirtualHost(PoliciesMixin, DefinitionsMixin):
     def __init__(self, name: str, logs: LogManager, *, on_change: Callable[..., None] = lambda *touched: None,
                  on_queue: Callable[[Queue, bool], None] = lambda queue, created: None):
         self.name = name
@@ -134,7 +95,7 @@ class VirtualHost(PoliciesMixin):
             raise ChannelError(ACCESS_REFUSED, "operation not permitted on the default exchange")
         if passive:
             return self.exchange(name)
-        cls = _exchange_class(type_name, arguments or {})
+        cls = exchange_class(type_name, arguments or {})
         existing = self.exchanges.get(name)
         if existing is None and name.startswith("amq."):
             raise ChannelError(ACCESS_REFUSED, f"exchange name '{name}' contains reserved prefix 'amq.*'")
@@ -484,85 +445,6 @@ class VirtualHost(PoliciesMixin):
         found = route_through(self.exchanges, exchange_name, routing_key, headers)
         queues = self.queues
         return [queues[name] for _, name in found if name in queues]
-
-    # --- definitions -------------------------------------------------------------------
-    def stores(self, thing) -> bool:
-        """Whether an exchange or queue is among the stored definitions."""
-        return thing.durable or self.share_transient
-
-    def stored_definition(self, thing) -> dict:
-        """An exchange's or queue's stored definition; a non-durable one (cluster mode 'spread')
-        says so, whether it is exclusive, and which broker it belongs to."""
-        is_queue = isinstance(thing, Queue)
-        found = queue_definition(thing) if is_queue else exchange_definition(thing)
-        if thing.durable:
-            return found
-        extra = {"durable": False, "node": getattr(thing, "home_node", None) or self.node_id}
-        if is_queue and thing.exclusive_owner is not None:
-            extra["exclusive"] = True
-        return {**found, **extra}
-
-    def durable_definitions(self, stored: bool = False) -> dict:
-        """The durable definitions (RabbitMQ's export); ``stored``: what the definitions journal
-        keeps, which in cluster mode 'spread' has the non-durable ones too (stored_definition)."""
-        default = {name for name, _ in DEFAULT_EXCHANGES}
-        kept = self.stores if stored else (lambda thing: thing.durable)
-        exchanges = [self.stored_definition(e) for e in self.exchanges.values() if kept(e) and e.name not in default]
-        queues = [self.stored_definition(q) for q in self.queues.values() if kept(q)]
-        durable_exchanges = {e.name for e in self.exchanges.values() if kept(e)}
-        durable_queues = {q.name for q in self.queues.values() if kept(q)}
-        bindings = []
-        for exchange in self.exchanges.values():
-            if exchange.name not in durable_exchanges:
-                continue
-            for binding in exchange.bindings():
-                kind, name = binding.destination
-                if (kind == "queue" and name in durable_queues) or (kind == "exchange" and name in durable_exchanges):
-                    bindings.append(binding_definition(exchange.name, binding.destination, binding.routing_key,
-                                                       binding.arguments))
-        return {"exchanges": exchanges, "queues": queues, "bindings": bindings, **self._policy_definitions(),
-                "metadata": dict(self.metadata), "super_streams": {k: list(v) for k, v in self.super_streams.items()}}
-
-    def restore(self, definitions: dict, positions: dict[str, dict]) -> None:
-        """Recreate durable exchanges, queues and bindings after a restart."""
-        self._restore_policies(definitions)
-        self.metadata.update(definitions.get("metadata", {}))
-        for e in definitions.get("exchanges", ()):
-            if e["name"] not in self.exchanges:
-                exchange = self.exchanges[e["name"]] = _exchange_class(e["type"], e["arguments"])(
-                    e["name"], durable=True, auto_delete=e["auto_delete"], internal=e["internal"],
-                    arguments=e["arguments"])
-                exchange.dedup = Deduplicator.from_arguments(e["arguments"], f"exchange '{e['name']}'")
-                if e["arguments"].get("x-log") is True:
-                    self._open_exchange_log(e["name"])
-                if e["type"] == DELAYED_TYPE:
-                    exchange.type_name = DELAYED_TYPE
-                    topic = queue_topic(self.name, DELAY_LOG_PREFIX + e["name"])
-                    self._open_delay_log(e["name"], positions.get(topic, {}).get("delayed"))
-        self.super_streams.update(definitions.get("super_streams", {}))
-        for q in definitions.get("queues", ()):
-            topic, partition = self.backing(q["name"])
-            position = positions.get(position_key(topic, partition), {})
-            queue = Queue(self.name, q["name"], topic, None, durable=True, exclusive_owner=None,
-                          auto_delete=q["auto_delete"], arguments=q["arguments"],
-                          ack_floor=position.get("floor", 0), delivered_bound=position.get("delivered"),
-                          delivery_counts={int(o): n for o, n in position.get("deliveries", {}).items()},
-                          dead_lettering={int(o): r for o, r in position.get("dead-lettering", {}).items()},
-                          prioritised=position.get("prioritised", False))
-            queue.partition = partition
-            try:
-                queue.attach(self._queue_log(topic, True, None, q["arguments"], q["name"], partition))
-            except UnknownTopicError:  # cluster mode: led by another broker (or its only replica is down)
-                if not self.remote_stubs:
-                    log.warning("queue %s in vhost %s is unavailable: none of its replicas is on this broker",
-                                q["name"], self.name)
-                    continue
-                queue = remote_stub(queue)
-            self._install(queue)
-        for b in definitions.get("bindings", ()):
-            source = self.exchanges.get(b["source"])
-            if source is not None:
-                source.bind((b["destination_type"], b["destination"]), b["routing_key"], b["arguments"])
 
     def all_queues(self) -> Iterable[Queue]:
         return list(self.queues.values())
