@@ -16,37 +16,19 @@ from __future__ import annotations
 import base64
 import time
 
+import pika
 import pytest
-from proton import Data, Delivery, Link, Message, Terminus, Timeout
-from proton.reactor import ReceiverOption
+from proton import Delivery, Message, Timeout
 from proton.utils import LinkDetached, SendException
 from rabbitmq_amqp_python_client import (
     AddressHelper, AMQPMessagingHandler, ConsumerOptions, ConsumerSettleStrategy, Environment, OutcomeState,
 )
 from rabbitmq_amqp_python_client.qpid.proton import Message as ClientMessage
 
-from .helpers import pika_channel, proton, unique
+from .helpers import VolatileSource, pika_channel, proton, unique
 
 TIMEOUT = 10
 PREFIX = "/queues/amq.rabbitmq.reply-to."
-
-
-class VolatileSource(ReceiverOption):
-    """The requester's receiver as RabbitMQ 4.2 asks for it (settled, link-detach, the capability)."""
-
-    def __init__(self, capability: bool = True, settled: bool = True):
-        self.capability, self.settled = capability, settled
-
-    def apply(self, link) -> None:
-        if self.settled:
-            link.snd_settle_mode = Link.SND_SETTLED
-        link.source.expiry_policy = Terminus.EXPIRE_WITH_LINK
-        if self.capability:
-            caps = link.source.capabilities
-            caps.put_array(False, Data.SYMBOL)
-            caps.enter()
-            caps.put_symbol("rabbitmq:volatile-queue")
-            caps.exit()
 
 
 class _Replies(AMQPMessagingHandler):
@@ -266,7 +248,6 @@ def test_client_requester_pika_responder(broker, client):
             method, props, body = channel.basic_get(queue, auto_ack=True)
         assert body == b"2+2"
         assert props.reply_to == consumer.address[len("/queues/"):]
-        import pika
         channel.basic_publish("", props.reply_to, b"4", pika.BasicProperties(correlation_id=props.message_id))
         replies = _run(consumer, handler)
         assert [(m.correlation_id, bytes(m.body)) for m in replies] == [("calc-1", b"4")]
@@ -280,7 +261,6 @@ def test_pika_requester_proton_responder(broker):
     """pika's ``amq.rabbitmq.reply-to`` requester: the AMQP 1.0 responder reads reply-to as
     ``/queues/amq.rabbitmq.reply-to.<suffix>`` and its reply through the anonymous terminus
     reaches pika's reply consumer."""
-    import pika
     address = broker.address("amqp")
     queue = _request_queue(address)
     connection, channel = pika_channel(address)
