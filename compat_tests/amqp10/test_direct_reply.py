@@ -22,6 +22,7 @@ from proton import Delivery, Message, Timeout
 from proton.utils import LinkDetached, SendException
 from rabbitmq_amqp_python_client import (
     AddressHelper, AMQPMessagingHandler, ConsumerOptions, ConsumerSettleStrategy, Environment, OutcomeState,
+    ValidationCodeException,
 )
 from rabbitmq_amqp_python_client.qpid.proton import Message as ClientMessage
 
@@ -285,3 +286,23 @@ def test_pika_requester_proton_responder(broker):
     finally:
         responder.close()
         connection.close()
+
+
+def test_responder_asks_whether_the_requester_is_there(broker, client):
+    """The management node's GET /queues/<reply name> (the "is the requester alive?" check of
+    RabbitMQ's Java responder): found while the requester's link is attached, 404 after."""
+    handler = _Replies(1)
+    consumer = _reply_consumer(client, handler)
+    name = consumer.address[len("/queues/"):]
+    management = client.management()
+    try:
+        info = management.queue_info(name)
+        assert (info.name, info.is_durable, info.is_auto_delete, info.message_count, info.consumer_count) \
+            == (name, False, True, 0, 1)
+        consumer.close()
+        with pytest.raises(ValidationCodeException):
+            management.queue_info(name)
+        with pytest.raises(ValidationCodeException):  # a name of no requester at all
+            management.queue_info("amq.rabbitmq.reply-to.garbage")
+    finally:
+        management.close()

@@ -23,6 +23,7 @@ from gateway.amqp10.errors import LinkError, condition_of
 from routing.direct_reply import node_of, route_reply
 from routing.errors import AmqpError
 from routing.stream_message import amqp10_from_amqp091
+from wire.amqp10 import Array
 from wire.amqp10_frames import Attach, Released, Source, Transfer, encode_transfer
 
 VOLATILE_QUEUE = "rabbitmq:volatile-queue"
@@ -134,6 +135,30 @@ def check_target(link, name: str) -> None:
     if node is None or (node == replies.node_id and not replies.alive(name)) \
             or (node != replies.node_id and session.router.reply_elsewhere is None):
         raise LinkError(link.handle, "amqp:not-found", f"no queue '{name}' in vhost '{session.vhost.name}'")
+
+
+def requester_status(session, name: str):
+    """The management node's ``GET /queues/<reply name>``, a responder's "is the requester still
+    there?": (200, what RabbitMQ 4.2 says of its volatile queue) while it is, (404, why) once it
+    has gone; the Deferred of that when the requester is on another broker."""
+    router = session.router
+    replies = router.direct_replies
+    vhost = session.vhost.name
+
+    def answer(alive: bool):
+        if not alive:
+            return 404, f"no queue '{name}' in vhost '{vhost}'"
+        return 200, {"name": name, "vhost": vhost, "durable": False, "auto_delete": True, "exclusive": False,
+                     "type": "rabbit_volatile_queue", "arguments": {}, "leader": "gateway",
+                     "replicas": Array(0xa1, ["gateway"]), "message_count": 0, "consumer_count": 1}
+
+    node = node_of(name)
+    if node == replies.node_id:
+        return answer(replies.alive(name))
+    if node is None or router.reply_elsewhere is None:
+        return answer(False)
+    d = router.reply_elsewhere(node, vhost, name, None, b"")
+    return d.addCallbacks(answer, lambda _failure: answer(False))
 
 
 def send_reply(link, delivery_id: int, settled: bool, name: str, props: bytes, body: bytes) -> None:

@@ -30,9 +30,13 @@ from __future__ import annotations
 from collections import deque
 from urllib.parse import unquote
 
+from twisted.internet.defer import Deferred
+
 from gateway.amqp import permissions
+from gateway.amqp10 import direct_reply
 from gateway.amqp10.links import IncomingLink, plain
 from routing.errors import AmqpError
+from routing.direct_reply import is_reply_name
 from wire.amqp10 import AMQP10Error, Array, Message, decode_message, encode_message
 from wire.amqp10_frames import Attach, Transfer
 
@@ -57,11 +61,20 @@ class ManagementRequests(IncomingLink):
         try:
             if msg is None or not isinstance(path, str) or not isinstance(method, str):
                 raise _Fail(400, "a request needs to (a path), subject (a method) and an amqp-value body")
-            status, answer = self._request(method, path, plain(body))
+            result = self._request(method, path, plain(body))
+            if isinstance(result, Deferred):  # asked of another broker (a Direct Reply-To requester's)
+                result.addCallback(lambda r: self._answer(delivery_id, settled, message_id, *r))
+                return
+            status, answer = result
         except _Fail as fail:
             status, answer = fail.status, fail.text
         except AmqpError as exc:
             status, answer = _STATUS.get(exc.reply_code, 400), exc.reply_text
+        self._answer(delivery_id, settled, message_id, status, answer)
+
+    def _answer(self, delivery_id: int, settled: bool, message_id, status: int, answer) -> None:
+        if self.session.closing:
+            return
         reply = Message(properties=[None, None, None, str(status), None, message_id],
                         body_kind="value", body=[answer])
         replies = next((link for link in self.session.links.values() if isinstance(link, ManagementReplies)), None)
@@ -78,6 +91,8 @@ class ManagementRequests(IncomingLink):
         head = parts[0] if parts else ""
         if head == "queues" and len(names) == 1:
             name = names[0]
+            if method == "GET" and is_reply_name(name):  # is the requester there? (RabbitMQ 4.2)
+                return direct_reply.requester_status(session, name)
             if method == "GET":
                 session.router.settle_appends()
                 return 200, _queue_info(vhost.queue(name, owner))
