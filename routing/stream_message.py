@@ -92,7 +92,8 @@ from wire.amqp10 import (AMQP10Error, Array, Message, Symbol, Typed, bare_messag
                          data_section_header, data_section_start, decode_message, encode_message, value_end)
 from wire.records import Header, Record
 
-__all__ = ["STREAM_ONLY_HEADERS", "X_STREAM_MESSAGE", "amqp091_from_amqp10", "amqp10_from_amqp091", "bare_kept", "data_body", "record_from_stream", "stream_from_record"]
+__all__ = ["STREAM_ONLY_HEADERS", "X_STREAM_MESSAGE", "amqp091_from_amqp10", "amqp10_from_amqp091", "bare_kept",
+           "data_body", "record_from_stream", "stream_from_record"]
 
 X_STREAM_MESSAGE = "x-stream-message"
 X_STREAM_RAW = "x-stream-raw"
