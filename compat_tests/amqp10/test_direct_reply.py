@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import base64
 import time
+from urllib.parse import quote
 
 import pika
 import pytest
+import requests
 from proton import Delivery, Message, Timeout
 from proton.utils import LinkDetached, SendException
 from rabbitmq_amqp_python_client import (
@@ -140,6 +142,7 @@ def test_proton_requester_sender_attached_to_reply_address(broker):
         reply_to = replies.link.remote_source.address
         assert reply_to.startswith(PREFIX)
         assert replies.link.remote_source.dynamic
+        _http_api_lists_the_reply_link(broker)
         requester.create_sender(f"/queues/{queue}").send(Message(id="r1", reply_to=reply_to, body=b"ping"),
                                                          timeout=TIMEOUT)
         requests = responder.create_receiver(f"/queues/{queue}", credit=1)
@@ -161,6 +164,22 @@ def test_proton_requester_sender_attached_to_reply_address(broker):
     finally:
         requester.close()
         responder.close()
+
+
+def _http_api_lists_the_reply_link(broker) -> None:
+    """The HTTP API's views of AMQP 1.0 links take a reply link in (settled, of no queue)."""
+    def get(path: str):
+        response = requests.get(f"{broker.http_url}/api/{path}", auth=("guest", "guest"), timeout=10)
+        assert response.status_code == 200, (path, response.status_code, response.text)
+        return response.json()
+    links = []
+    for c in get("connections"):
+        if c["protocol"] == "AMQP 1-0":
+            for session in get(f"connections/{quote(c['name'], safe='')}/sessions"):
+                links += session["outgoing_links"]
+    assert any(link["snd_settle_mode"] == "settled" and link["queue_name"] is None for link in links), links
+    get("consumers")
+    assert requests.get(f"{broker.http_url}/metrics", timeout=10).status_code == 200
 
 
 def test_requester_connection_closed_then_replies_dropped(broker):

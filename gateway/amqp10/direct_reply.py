@@ -40,6 +40,9 @@ def is_reply_source(m: Attach) -> bool:
 class ReplyLink:
     """The requester's receiver: a Direct Reply-To consumer for as long as the link is attached."""
 
+    unsettled = 0  # (its deliveries are settled: for the HTTP API's link views)
+    queue = None  # a consumer of no queue (the HTTP API lists queue consumers)
+
     def __init__(self, session, m: Attach):
         source = m.source
         if not (VOLATILE_QUEUE in (source.capabilities or ()) and source.durable in (None, 0)
