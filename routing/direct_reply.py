@@ -10,8 +10,11 @@ The suffix is the base64url form of the requester's broker (a signed 32-bit node
 single broker) and 16 random bytes. The random part makes a name unguessable, as RabbitMQ's
 secure key does; the node id lets any broker of a cluster send a reply to the one holding the
 requester (gateway.cluster, the AmqpReply inter-broker call). This module is the registry of one
-broker's reply consumers and the name's codec; the channels (gateway.amqp.direct_reply) and the
-inter-broker call use it.
+broker's reply consumers, the name's codec and :func:`route_reply`, the one way a reply leaves a
+publisher; the 0-9-1 channels (gateway.amqp.direct_reply), the AMQP 1.0 sessions
+(gateway.amqp10.direct_reply: a receiver link with a dynamic ``rabbitmq:volatile-queue`` source
+is a reply consumer, its address ``/queues/<name>``) and the inter-broker call use it. A consumer
+is a :data:`Sink`: the reply reaches it in its 0-9-1 form whichever door published it.
 """
 from __future__ import annotations
 
@@ -49,6 +52,26 @@ def _decode(name: str) -> bytes | None:
     except (binascii.Error, ValueError):
         return None
     return raw if len(raw) == _SUFFIX_BYTES else None
+
+
+def route_reply(router, vhost_name: str, name: str, properties_raw: bytes, body: bytes):
+    """Send a reply published to ``name`` (the default exchange, or an AMQP 1.0 ``/queues/<name>``).
+
+    None: unroutable (``name`` does not decode, or names another broker and this one cannot reach
+    others). True: handed to its consumer here, or dropped because the requester has gone (routed
+    either way, as RabbitMQ's volatile queue). Otherwise the Deferred of the call to the broker
+    holding the requester (``router.reply_elsewhere``): fires with whether it was delivered, or
+    fails if that broker cannot be reached."""
+    replies = router.direct_replies
+    node = node_of(name)
+    if node is None:
+        return None
+    if node == replies.node_id:
+        replies.deliver("", name, properties_raw, body)
+        return True
+    if router.reply_elsewhere is None:
+        return None
+    return router.reply_elsewhere(node, vhost_name, name, properties_raw, body)
 
 
 class DirectReplies:

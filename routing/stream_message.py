@@ -23,7 +23,10 @@ properties message-id, correlation-id   message-id, correlation-id: a string up 
                                         longer string (``S``) or binary (``x``) as header
                                         ``x-message-id`` / ``x-correlation-id``
 properties user-id                      user-id (if UTF-8, up to 255 bytes)
-properties reply-to, group-id           reply-to, app-id (up to 255 bytes)
+properties reply-to, group-id           reply-to, app-id (up to 255 bytes); a reply-to
+                                        ``/queues/amq.rabbitmq.reply-to.<suffix>`` (Direct Reply-To)
+                                        as ``amq.rabbitmq.reply-to.<suffix>``, the name a 0-9-1
+                                        responder publishes to
 properties content-type, -encoding      content-type, content-encoding
 properties creation-time                timestamp (seconds); if not a whole second (or negative),
                                         also header ``x-amqp-creation-time`` (``l``, milliseconds)
@@ -46,7 +49,8 @@ short ``s``, ushort ``u``, int ``I``, uint ``i``, long and ulong ``l`` (a ulong 
 left out); float ``f``, double ``d``; timestamp ``T`` (seconds; a negative one is left out); null
 ``V``; list and array ``A``; map ``F``. char, uuid, decimal and described values are left out.
 
-The way back (:func:`stream_from_record`) inverts that table - delivery-mode 2 -> durable (other
+The way back (:func:`stream_from_record`, :func:`amqp10_from_amqp091`) inverts that table - a
+0-9-1 reply-to that is a Direct Reply-To name becomes ``/queues/<name>``, delivery-mode 2 -> durable (other
 values not durable), type -> ``x-basic-type``, ``x-`` headers -> message annotations (symbol
 keys), other headers -> application properties (``A`` and ``F`` left out), ``S`` -> string if
 UTF-8 else binary, ``T`` -> timestamp, ``D`` and cluster-id left out, a canonical ``urn:uuid:``
@@ -82,12 +86,14 @@ from routing.amqp_properties import (
     _DOUBLE, _FLOAT, _HEADERS_INDEX, _I64, _INTS, _OCTET, _PROPERTIES, _STR, _TS, _T_A, _T_D, _T_F, _T_S, _T_T, _T_V,
     _T_d, _T_f, _T_t, _T_x, _U64, _entries, _skip, _split, encode_table,
 )
+from routing.direct_reply import PREFIX as REPLY_PREFIX
 from routing.mapping import amqp_from_record, record_from_amqp, stored_form
 from wire.amqp10 import (AMQP10Error, Array, Message, Symbol, Typed, bare_message, data_section_body,
                          data_section_header, data_section_start, decode_message, encode_message, value_end)
 from wire.records import Header, Record
 
-__all__ = ["STREAM_ONLY_HEADERS", "X_STREAM_MESSAGE", "amqp091_from_amqp10", "bare_kept", "data_body", "record_from_stream", "stream_from_record"]
+__all__ = ["STREAM_ONLY_HEADERS", "X_STREAM_MESSAGE", "amqp091_from_amqp10", "amqp10_from_amqp091", "bare_kept",
+           "data_body", "record_from_stream", "stream_from_record"]
 
 X_STREAM_MESSAGE = "x-stream-message"
 X_STREAM_RAW = "x-stream-raw"
@@ -108,6 +114,9 @@ _NOT_ANNOTATIONS = frozenset(("x-exchange", "x-routing-key"))  # come from the r
 _INT_091 = {0x51: "b", 0x50: "B", 0x61: "s", 0x60: "u", 0x71: "I", 0x70: "i", 0x81: "l"}
 _INT_10 = {ord(t): code for code, t in _INT_091.items()} | {ord("L"): 0x81}
 _NO = object()  # "no AMQP 1.0 equivalent"
+# Direct Reply-To's names (routing.direct_reply.PREFIX) as AMQP 1.0 addresses: base64url, no escaping
+_REPLY_ADDRESS = "/queues/" + REPLY_PREFIX
+_QUEUES_PREFIX = len("/queues/")
 _CACHE_MAX = 1024  # entries per cache
 _CACHED_MAX = 4096  # bytes of non-body sections (or property section) worth caching: keeps caches small
 
@@ -238,6 +247,8 @@ def _to_091(msg: Message, data: bytes) -> tuple[str, str, bytes, bytes]:
     for index, slot in ((4, 6), (6, 0), (7, 1), (10, 12)):  # reply-to, content-type, -encoding, group-id
         value = _field(props, index)
         if isinstance(value, str):
+            if index == 4 and value.startswith(_REPLY_ADDRESS):  # as RabbitMQ 4.2: the name a 0-9-1 responder uses
+                value = value[_QUEUES_PREFIX:]
             slots[slot] = _short(value)
     created = _typed(_field(props, 9), 0x83)
     if created is not None:
@@ -384,6 +395,12 @@ def stream_from_record(record: Record) -> bytes:
     return _deliver(*_form(exchange, routing_key, props), body)
 
 
+def amqp10_from_amqp091(exchange: str, routing_key: str, props: bytes, body: bytes) -> bytes:
+    """The AMQP 1.0 message an AMQP 1.0 consumer receives for a 0-9-1 message (a Direct Reply-To
+    reply, which reaches its requester without a record); never raises."""
+    return _deliver(*_form(exchange, routing_key, props), body)
+
+
 def _form(exchange: str, routing_key: str, props: bytes) -> tuple[bytes, bool]:
     """(the encoded sections before the body, whether the body is AMQP 1.0 encoded sections) of
     an AMQP-form delivery. Cached."""
@@ -449,6 +466,8 @@ def _sections(exchange: str, routing_key: str, raw: bytes, kafka: bool) -> bytes
             if prop[slot] is not None:
                 text = _text(prop[slot])
                 props[index] = kind(text) if isinstance(text, str) else text
+        if isinstance(props[4], str) and props[4].startswith(REPLY_PREFIX):
+            props[4] = "/queues/" + props[4]
         if prop[9] is not None and prop[9] * 1000 < (1 << 63):
             props[9] = Typed(0x83, prop[9] * 1000)
     span = spans[_HEADERS_INDEX]

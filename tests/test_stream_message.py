@@ -427,3 +427,29 @@ def test_data_body_skips_sections_as_value_end_measures_them(data):
     expected = _data_start_by_value_end(raw)
     got = stream_message.data_body(raw)
     assert (got[0] if got is not None else -1) == expected
+
+
+# --- Direct Reply-To addresses ------------------------------------------------------------------
+
+REPLY_NAME = "amq.rabbitmq.reply-to.__________AAAAAAAAAAAAAAAAAAAAAA"
+
+
+def pika_properties(raw: bytes) -> pika.spec.BasicProperties:
+    props = pika.spec.BasicProperties()
+    props.decode(raw)
+    return props
+
+
+def test_direct_reply_to_address_converts_between_the_protocols():
+    """As RabbitMQ 4.2: an AMQP 1.0 reply-to ``/queues/amq.rabbitmq.reply-to.<suffix>`` is the
+    0-9-1 ``reply_to`` a responder publishes to, and back; other reply-tos pass as they are."""
+    for reply_to, expected in (("/queues/" + REPLY_NAME, REPLY_NAME), ("/queues/q", "/queues/q"), ("rq", "rq")):
+        sent = encode_message(Message(properties=[None, None, None, None, reply_to], body_kind="data", body=[b"x"]))
+        _, _, _, props, body = stream_message.amqp091_from_amqp10(sent)
+        assert pika_properties(props).reply_to == expected
+        back = decode_message(stream_message.amqp10_from_amqp091("", "rk", props, body))
+        assert back.properties[4] == reply_to and back.body == [b"x"]
+    raw = pika_section(reply_to=REPLY_NAME, correlation_id="c-1")
+    delivered = decode_message(stream_message.amqp10_from_amqp091("", "rk", raw, b"body"))
+    assert delivered.properties[4] == "/queues/" + REPLY_NAME and delivered.properties[5] == "c-1"
+    assert delivered.body == [b"body"]

@@ -3,7 +3,9 @@
 The requester consumes the pseudo-queue (no-ack), publishes a request whose ``reply_to`` is the
 pseudo-queue and gets a reply published to the name the broker put there instead. On the
 [cluster] target the RPC server connects to another broker than the requester (broker 2; the
-requester is on broker 1), so every reply crosses brokers.
+requester is on broker 1), so every reply crosses brokers. One case mixes in AMQP 1.0 (RabbitMQ
+4.2's Direct Reply-To; its [rabbitmq] case is deselected, as the installed RabbitMQ predates it):
+its single-broker cases are in compat_tests/amqp10/test_direct_reply.py.
 """
 from __future__ import annotations
 
@@ -13,6 +15,11 @@ import time
 import aio_pika
 import pika
 import pytest
+
+from proton import Delivery, Message
+from proton.utils import BlockingConnection
+
+from compat_tests.amqp10.helpers import VolatileSource
 
 from .helpers import TIMEOUT, connect, wait_until
 
@@ -264,3 +271,58 @@ def test_a_reply_name_cannot_be_bound(connection):
         ch.queue_bind(REPLY_TO + ".AAAAAAAAAAAAAAAAAAAAAAAAAAA", "amq.direct", "k")
     assert info.value.reply_code == 403
     assert "cannot bind or unbind to a volatile (direct reply-to) queue" in info.value.reply_text
+
+
+def _proton(host: str, port: int) -> BlockingConnection:
+    return BlockingConnection(f"amqp://{host}:{port}", user="guest", password="guest", timeout=TIMEOUT,
+                              allowed_mechs="PLAIN")
+
+
+@pytest.mark.rabbitmq_min_version(4, 2)
+def test_amqp10_direct_reply_across_protocols(amqp_broker, name):
+    """An AMQP 1.0 requester (a dynamic rabbitmq:volatile-queue source) gets replies from pika
+    (the default exchange, the address's queue name as routing key) and from AMQP 1.0 senders
+    (anonymous terminus, a sender attached to the address); a pika requester gets a reply from
+    an AMQP 1.0 responder. On [cluster] every responder is on broker 2, the requesters on 1."""
+    over = _server_broker(amqp_broker)
+    server_host, server_port = over.get("host", amqp_broker.host), over.get("port", amqp_broker.port)
+    requester = _proton(amqp_broker.host, amqp_broker.port)
+    responder = _proton(server_host, server_port)
+    client_conn = connect(amqp_broker)
+    server_conn = connect(amqp_broker, **over)
+    try:
+        replies = requester.create_receiver(None, dynamic=True, credit=10, options=VolatileSource())
+        address = replies.link.remote_source.address
+        assert address.startswith("/queues/" + REPLY_TO + "."), address
+        server = server_conn.channel()
+        server.basic_publish("", address[len("/queues/"):], b"from pika", pika.BasicProperties(correlation_id="a"))
+        anonymous = responder.create_sender(None)
+        sent = anonymous.send(Message(address=address, correlation_id="b", body=b"from 1.0", inferred=True),
+                              timeout=TIMEOUT)
+        assert sent.remote_state == Delivery.ACCEPTED
+        attached = responder.create_sender(address, name="to-the-address")
+        attached.send(Message(correlation_id="c", body=b"attached", inferred=True), timeout=TIMEOUT)
+        got = {}
+        for _ in range(3):
+            reply = replies.receive(timeout=TIMEOUT)
+            got[reply.correlation_id] = bytes(reply.body)
+        assert got == {"a": b"from pika", "b": b"from 1.0", "c": b"attached"}
+
+        client = client_conn.channel()
+        pika_replies = []
+        client.basic_consume(REPLY_TO, lambda ch, m, p, b: pika_replies.append((p, b)), auto_ack=True)
+        request_channel = _request_queue(client, server_conn, name)
+        client.basic_publish("", name, b"question", pika.BasicProperties(reply_to=REPLY_TO, correlation_id="d"))
+        requests = []
+        wait_until(lambda: requests.extend(_gets(request_channel, name)) or requests, what="the request")
+        _, props, _ = requests[0]
+        anonymous.send(Message(address="/queues/" + props.reply_to, correlation_id="d", body=b"answer",
+                               inferred=True), timeout=TIMEOUT)
+        props, body = _next_delivery(client_conn, client, pika_replies)
+        assert (props.correlation_id, body) == ("d", b"answer")
+        request_channel.queue_delete(name)
+    finally:
+        requester.close()
+        responder.close()
+        client_conn.close()
+        server_conn.close()

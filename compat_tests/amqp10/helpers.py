@@ -5,7 +5,8 @@ import socket
 import uuid
 
 import pika
-from proton import Message
+from proton import Data, Link, Message, Terminus
+from proton.reactor import ReceiverOption
 from proton.utils import BlockingConnection
 
 
@@ -55,3 +56,21 @@ def read_until_closed(sock: socket.socket, limit: int = 1 << 20) -> bytes:
     except (socket.timeout, ConnectionResetError):
         pass
     return data
+
+
+class VolatileSource(ReceiverOption):
+    """The requester's receiver as RabbitMQ 4.2 asks for it (settled, link-detach, the capability)."""
+
+    def __init__(self, capability: bool = True, settled: bool = True):
+        self.capability, self.settled = capability, settled
+
+    def apply(self, link) -> None:
+        if self.settled:
+            link.snd_settle_mode = Link.SND_SETTLED
+        link.source.expiry_policy = Terminus.EXPIRE_WITH_LINK
+        if self.capability:
+            caps = link.source.capabilities
+            caps.put_array(False, Data.SYMBOL)
+            caps.enter()
+            caps.put_symbol("rabbitmq:volatile-queue")
+            caps.exit()

@@ -1,7 +1,8 @@
 """RabbitMQ's Java AMQP 1.0 client (``com.rabbitmq.client:amqp-client`` 1.x from Maven Central, the
 client of RabbitMQ 4; not ``com.rabbitmq:amqp-client``, which speaks 0-9-1), driven by
 compat_tests/java/RabbitAmqp10Client.java: queue, exchange and binding through its Management API,
-publishing with outcomes, a consumer with credit settling each way, a stream read from an offset.
+publishing with outcomes, a consumer with credit settling each way, a stream read from an offset,
+and its Requester and Responder (Direct Reply-To over AMQP 1.0, the Requester's default with 4.2).
 
 Gateway only: the client needs RabbitMQ 4 (its v2 addresses and the /management node), which
 Debian's RabbitMQ 3.10 does not have. One run of the Java program (a few seconds); each test checks
@@ -64,3 +65,14 @@ def test_stream_read_from_an_offset(run):
     stream = stage(run, "stream")
     assert stream["from_offset_2"] == ["entry-2@2", "entry-3@3", "entry-4@4"]
     assert stream["from_first"] == [f"entry-{i}@{i}" for i in range(5)]
+
+
+def test_requester_and_responder(run):
+    """The Java client's RPC: its Requester attaches a dynamic rabbitmq:volatile-queue receiver
+    (Direct Reply-To), its Responder replies to the request's reply-to and asks the management
+    node whether the requester is still there (GET /queues/<reply name>)."""
+    rpc = stage(run, "rpc")
+    assert rpc["replies"] == ["re:q0", "re:q1", "re:q2"]
+    assert rpc["requester_alive"] == [True, True, True]
+    [reply_to] = rpc["reply_to"]  # one address for the requester's requests, made by the broker
+    assert reply_to.startswith("/queues/amq.rabbitmq.reply-to.")

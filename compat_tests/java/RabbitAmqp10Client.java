@@ -13,6 +13,8 @@
 //           has no dead-letter exchange: dropped), requeue (delivered again, then accepted)
 //                                                                             -> {"step":"consume"}
 // stream    a stream queue with 5 messages read from offset 2, then from FIRST -> {"step":"stream"}
+// rpc       a Requester (Direct Reply-To: the client's default with RabbitMQ 4.2) and a Responder
+//           on a request queue, 3 requests; the responder asks isRequesterAlive   -> {"step":"rpc"}
 // cleanup   queues and exchange deleted through the Management API            -> {"step":"cleanup"}
 // Ends with {"step":"done"}.
 
@@ -142,6 +144,29 @@ public class RabbitAmqp10Client extends JsonLines {
         return out;
     }
 
+    static void rpc(Connection conn) throws Exception {
+        String queue = n("requests");
+        conn.management().queue(queue).declare();
+        List<Boolean> alive = Collections.synchronizedList(new ArrayList<>());
+        Set<String> replyTo = Collections.synchronizedSet(new TreeSet<>());
+        Responder responder = conn.responderBuilder().requestQueue(queue).handler((ctx, request) -> {
+            replyTo.add(String.valueOf(request.replyTo()));
+            alive.add(ctx.isRequesterAlive(request));
+            return ctx.message(bytes("re:" + text(request.body())));
+        }).build();
+        Requester requester = conn.requesterBuilder().requestAddress().queue(queue).requester()
+            .requestTimeout(Duration.ofSeconds(20)).build();
+        List<String> replies = new ArrayList<>();
+        for (int i = 0; i < 3; i++) {
+            Message reply = requester.publish(requester.message(bytes("q" + i))).get(20, TimeUnit.SECONDS);
+            replies.add(text(reply.body()));
+        }
+        requester.close();
+        responder.close();
+        conn.management().queueDelete(queue);
+        emit("rpc", "replies", replies, "requester_alive", new ArrayList<>(alive), "reply_to", new ArrayList<>(replyTo));
+    }
+
     public static void main(String[] args) throws Exception {
         String host = args[0];
         int port = Integer.parseInt(args[1]);
@@ -157,6 +182,7 @@ public class RabbitAmqp10Client extends JsonLines {
             stage("publish", () -> publish(conn));
             stage("consume", () -> consume(conn));
             stage("stream", () -> stream(conn));
+            stage("rpc", () -> rpc(conn));
             stage("cleanup", () -> {
                 Management m = conn.management();
                 m.exchangeDelete(n("events"));

@@ -13,7 +13,7 @@ from pamqp import commands as spec
 from gateway.amqp.counters import AMQP as COUNTS
 from routing import amqp_properties
 from routing.broker import Publish
-from routing.direct_reply import PREFIX, PSEUDO_QUEUE, node_of
+from routing.direct_reply import PREFIX, PSEUDO_QUEUE, node_of, route_reply
 from routing.errors import NOT_FOUND, PRECONDITION_FAILED, ChannelError
 from wire.amqp import encode_delivery, unchecked
 
@@ -71,22 +71,18 @@ class DirectReplyTo:
         is never returned; a name that does not decode, or names a broker that cannot be reached,
         is unroutable (returned if mandatory). Its confirm (the Publish returned) waits only for
         another broker's answer."""
-        router = self.router
-        replies = router.direct_replies
         COUNTS.received += 1
-        node = node_of(p.routing_key)
-        if node is None or (node != replies.node_id and router.reply_elsewhere is None):
+        d = route_reply(self.router, self.vhost.name, p.routing_key, properties_raw, body)
+        if d is None:
             self._unroutable(p, properties_raw, body)
             return None
         COUNTS.routed += 1
-        if node == replies.node_id:
-            replies.deliver("", p.routing_key, properties_raw, body)
+        if d is True:
             return None
         publish = None
         if self.confirm:
             publish = Publish()
             publish.forwarded = 1
-        d = router.reply_elsewhere(node, self.vhost.name, p.routing_key, properties_raw, body)
 
         def unreachable(_failure) -> None:
             if not self.closing:

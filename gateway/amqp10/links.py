@@ -13,12 +13,13 @@ from __future__ import annotations
 import datetime
 
 from gateway.amqp import permissions
-from gateway.amqp10 import addresses
+from gateway.amqp10 import addresses, direct_reply
 from gateway.amqp10.errors import LinkError, condition_of
 from gateway.amqp10.filtering import FilterGate
 from routing.amqp10_filters import CAPABILITIES, FilterError, parse_filter_set
 from routing.errors import AmqpError, ChannelError
 from routing.amqp_properties import with_entry
+from routing.direct_reply import is_reply_name
 from routing.stream_message import X_STREAM_MESSAGE, amqp091_from_amqp10, bare_kept, data_body, stream_from_record
 from wire.amqp10 import AMQP10Error, Described, Message, Symbol, Typed, decode_message, encode_message, value_end
 from wire.amqp10_frames import Attach, Error, Flow, Rejected, Released, Transfer, encode_transfer
@@ -68,6 +69,8 @@ class IncomingLink:
 
     def _check_node(self, node) -> None:
         vhost = self.session.vhost
+        if node.kind == "queue" and is_reply_name(node.name):  # a Direct Reply-To requester, not a queue
+            return direct_reply.check_target(self, node.name)
         try:
             if node.kind == "queue":  # published through the default exchange: write on it, as 0-9-1
                 vhost.queue(node.name, self.session.connection)
@@ -178,6 +181,8 @@ class IncomingLink:
         try:
             if self.node is None:
                 permissions.check(session, "exchange", exchange, "write")
+            if not exchange and is_reply_name(routing_key):  # Direct Reply-To: to the requester, no queue
+                return direct_reply.send_reply(self, delivery_id, settled, routing_key, props, body)
             publish, routed = session.router.publish(session.vhost, exchange, routing_key, props, body, headers,
                                                      not settled)
         except ChannelError as exc:

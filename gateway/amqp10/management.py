@@ -33,9 +33,11 @@ from urllib.parse import unquote
 from twisted.internet import defer
 
 from gateway.amqp import permissions
+from gateway.amqp10 import direct_reply
 from gateway.amqp10.links import IncomingLink, plain
 from gateway.management.views import node_name
 from routing.errors import AmqpError
+from routing.direct_reply import is_reply_name
 from wire.amqp10 import AMQP10Error, Array, Message, decode_message, encode_message
 from wire.amqp10_frames import Attach, Transfer
 
@@ -71,6 +73,8 @@ class ManagementRequests(IncomingLink):
         self._outcome(delivery_id, settled, None, None)
 
     def _reply(self, message_id, status: int, answer) -> None:
+        if self.session.closing:  # an answer from another broker came after the session ended
+            return
         reply = Message(properties=[None, None, None, str(status), None, message_id],
                         body_kind="value", body=[answer])
         replies = next((link for link in self.session.links.values() if isinstance(link, ManagementReplies)), None)
@@ -86,6 +90,8 @@ class ManagementRequests(IncomingLink):
         head = parts[0] if parts else ""
         if head == "queues" and len(names) == 1:
             name = names[0]
+            if method == "GET" and is_reply_name(name):  # is the requester there? (RabbitMQ 4.2)
+                return direct_reply.requester_status(session, name)
             if method == "GET":
                 session.router.settle_appends()
                 return self._info(vhost.queue(name, owner), wait=False)

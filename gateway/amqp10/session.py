@@ -29,6 +29,7 @@ from collections import deque
 
 from gateway.amqp10.errors import LinkError, SessionError, condition_of
 from gateway.amqp10 import addresses
+from gateway.amqp10.direct_reply import ReplyLink, is_reply_source
 from gateway.amqp10.links import IncomingLink, OutgoingLink
 from gateway.amqp10.management import ManagementReplies, ManagementRequests
 from routing.errors import ConnectionError
@@ -265,6 +266,8 @@ def settle(queue, offsets: list[int], state) -> None:
 
 def attach_link(session, m: Attach):
     """The link a client's attach asks for; LinkError if it cannot be had."""
+    if is_reply_source(m):  # Direct Reply-To's requester (gateway.amqp10.direct_reply)
+        return ReplyLink(session, m)
     terminus = m.source if m.role else m.target
     address = getattr(terminus, "address", None)
     try:
