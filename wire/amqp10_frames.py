@@ -288,9 +288,11 @@ class FrameReader:
             return NEED_DATA
         self._pos = p + size
         start = p + doff * 4
-        if type_ == AMQP_FRAME and start < p + size and buf[start + 2:start + 3] == b"\x14" \
-                and buf[start:start + 2] == b"\x00\x53":
-            fast = decode_transfer(buf, start, p + size)  # the one performative per message: no value tree
+        if type_ == AMQP_FRAME and buf.startswith(b"\x00\x53\x14", start, p + size):
+            try:  # the one performative per message: no value tree (as decode_transfer)
+                fast = _transfer_fields(buf, start, p + size)
+            except (IndexError, struct.error):
+                fast = None
             if fast is not None:
                 return Frame(AMQP_FRAME, channel, fast[0], fast[1])
         data = buf[start:p + size]
@@ -349,41 +351,92 @@ def _transfer_fields(buf: bytes, start: int, stop: int) -> tuple[Any, bytes] | N
         return None
     if count > 11 or end > stop:
         return None
-    kinds = _TRANSFER_KINDS
-    values = [None] * 11
-    for i in range(count):
-        if p >= end:
-            return None
+    # The six fields clients write (handle, delivery-id, delivery-tag, message-format, settled,
+    # more) are read in line, once per message; fields past them by the loop over their kinds.
+    # Each field takes at least one byte, so a field read past ``end`` leaves p > end and the
+    # check at the bottom refuses the frame (reads past the buffer raise IndexError).
+    handle = delivery_id = tag = fmt = settled = more = None
+    if count:
         c = buf[p]
-        if c == 0x40:
+        if c == 0x52:
+            handle, p = buf[p + 1], p + 2
+        elif c == 0x43:
+            handle, p = 0, p + 1
+        elif c == 0x70:
+            handle, p = _U32_AT(buf, p + 1)[0], p + 5
+        elif c == 0x40:
             p += 1
-            continue
-        kind = kinds[i]
-        if kind == _UINT_FIELD:
-            if c == 0x52:
-                values[i], p = buf[p + 1], p + 2
-            elif c == 0x43:
-                values[i], p = 0, p + 1
-            elif c == 0x70:
-                values[i], p = _U32_AT(buf, p + 1)[0], p + 5
-            else:
-                return None
-        elif kind == _BOOL_FIELD:
-            if c != 0x41 and c != 0x42:
-                return None
-            values[i], p = c == 0x41, p + 1
-        elif kind == _BIN_FIELD and c == 0xa0:
-            q = p + 2 + buf[p + 1]
-            values[i], p = bytes(buf[p + 2:q]), q
-        elif kind == _UBYTE_FIELD and c == 0x50:
-            values[i], p = buf[p + 1], p + 2
         else:
             return None
+    if count > 1:
+        c = buf[p]
+        if c == 0x70:
+            delivery_id, p = _U32_AT(buf, p + 1)[0], p + 5
+        elif c == 0x52:
+            delivery_id, p = buf[p + 1], p + 2
+        elif c == 0x43:
+            delivery_id, p = 0, p + 1
+        elif c == 0x40:
+            p += 1
+        else:
+            return None
+    if count > 2:
+        c = buf[p]
+        if c == 0xa0:
+            q = p + 2 + buf[p + 1]
+            tag, p = bytes(buf[p + 2:q]), q
+        elif c == 0x40:
+            p += 1
+        else:
+            return None
+    if count > 3:
+        c = buf[p]
+        if c == 0x43:
+            fmt, p = 0, p + 1
+        elif c == 0x52:
+            fmt, p = buf[p + 1], p + 2
+        elif c == 0x70:
+            fmt, p = _U32_AT(buf, p + 1)[0], p + 5
+        elif c == 0x40:
+            p += 1
+        else:
+            return None
+    if count > 4:
+        c = buf[p]
+        if c == 0x42 or c == 0x41:
+            settled = c == 0x41
+        elif c != 0x40:
+            return None
+        p += 1
+    if count > 5:
+        c = buf[p]
+        if c == 0x42 or c == 0x41:
+            more = c == 0x41
+        elif c != 0x40:
+            return None
+        p += 1
+    t = _new(Transfer)  # (Transfer's slots are plain attributes: stored directly)
+    t.handle, t.delivery_id, t.delivery_tag, t.message_format, t.settled, t.more = \
+        handle, delivery_id, tag, fmt, settled, more
+    t.rcv_settle_mode = t.state = t.resume = t.aborted = t.batchable = None
+    if count > 6:
+        values = [None] * 5
+        kinds = _TRANSFER_KINDS
+        for i in range(6, count):
+            c = buf[p]
+            if c == 0x40:
+                p += 1
+                continue
+            kind = kinds[i]
+            if kind == _BOOL_FIELD and (c == 0x41 or c == 0x42):
+                values[i - 6], p = c == 0x41, p + 1
+            elif kind == _UBYTE_FIELD and c == 0x50:
+                values[i - 6], p = buf[p + 1], p + 2
+            else:
+                return None
+        t.rcv_settle_mode, t.state, t.resume, t.aborted, t.batchable = values
     if p != end:
         return None
-    t = _new(Transfer)  # (Transfer's slots are plain attributes: stored directly)
-    (t.handle, t.delivery_id, t.delivery_tag, t.message_format, t.settled, t.more, t.rcv_settle_mode, t.state,
-     t.resume, t.aborted, t.batchable) = values
     return t, bytes(buf[end:stop])
 
 

@@ -37,7 +37,7 @@ from routing.errors import AmqpError
 from wire.amqp10 import Symbol
 from wire.amqp10_frames import (
     HEADER_AMQP, HEADER_SASL, NEED_DATA, SASL_FRAME, Begin, Close, End, Error, Frame, FrameError, FrameReader,
-    Heartbeat, Open, ProtocolHeader, SaslInit, SaslMechanisms, SaslOutcome, encode_frame, encode_heartbeat,
+    Heartbeat, Open, ProtocolHeader, SaslInit, SaslMechanisms, SaslOutcome, Transfer, encode_frame, encode_heartbeat,
 )
 
 log = logging.getLogger(__name__)
@@ -188,12 +188,19 @@ class Amqp10Connection:
             return
         self._last_recv = time.monotonic()
         self.reader.receive_data(data)
+        reader, sessions = self.reader, self.sessions
         try:
             with self.router.definitions_batch():
                 while self.state not in ("closed", "closing"):
-                    event = self.reader.next_event()
+                    event = reader.next_event()
                     if event is NEED_DATA:
                         break
+                    # a transfer on an open session (one per message) goes straight to it
+                    if type(event) is Frame and type(event.body) is Transfer and self.state == "opened":
+                        session = sessions.get(event.channel)
+                        if session is not None:
+                            self._session_frame(session, session.transfer, event.body, event.payload)
+                            continue
                     self._event(event)
         except FrameError as exc:
             self.close(exc.condition, str(exc))
@@ -317,8 +324,13 @@ class Amqp10Connection:
             session.release()
             self.send_frame(frame.channel, End())
             return
+        self._session_frame(session, session.handle, body, frame.payload)
+
+    def _session_frame(self, session: Session, handler, body, payload: bytes) -> None:
+        """``handler`` (the session's handle, or its transfer for a transfer) takes the frame; a
+        link's or the session's error ends only that link or session."""
         try:
-            session.handle(body, frame.payload)
+            handler(body, payload)
         except LinkError as exc:
             session.detach(exc.handle, exc.condition, exc.description)
         except SessionError as exc:

@@ -58,6 +58,8 @@ class IncomingLink:
         self._parts: list[bytes] = []
         self._size = 0
         self._delivery: tuple[int, bool] | None = None  # (delivery id, settled) of a delivery in frames
+        self._prefix = b""  # the sections before the data body of the last message converted...
+        self._converted: tuple = ()  # ...and their conversion (message, 0-9-1 properties, headers)
         self.unsettled = 0
         self.blocked = False  # no credit granted while a resource alarm is on
         if node is not None:
@@ -105,6 +107,18 @@ class IncomingLink:
         self._parts = []
 
     def transfer(self, m: Transfer, payload: bytes) -> None:
+        if self._delivery is None and not m.more and not m.aborted and m.delivery_id is not None:
+            # a delivery in one frame (the usual case): no joining of parts
+            limit = self.session.connection.service.max_message_bytes
+            if len(payload) > limit:
+                raise LinkError(self.handle, "amqp:link:message-size-exceeded",
+                                f"message size {len(payload)} is larger than the max message size {limit}")
+            self.delivery_count = (self.delivery_count + 1) % UINT
+            self.credit -= 1
+            if self.credit < LINK_CREDIT // 2 and not self.blocked:
+                self.grant()
+            self.message(m.delivery_id, bool(m.settled) or self.settled_mode == 1, payload)
+            return
         if self._delivery is None:
             if m.delivery_id is None:
                 raise LinkError(self.handle, "amqp:decode-error", "the first transfer of a delivery has no delivery-id")
@@ -134,21 +148,16 @@ class IncomingLink:
 
     def message(self, delivery_id: int, settled: bool, data: bytes) -> None:
         session = self.session
-        split = data_body(data)
-        hit = _CONVERTED.get(data[:split[0]]) if split is not None and split[0] <= _CACHED_MAX else None
-        if hit is not None:  # a publisher repeats its properties: converted once
-            msg, props, headers = hit
-            body = split[1]
+        prefix = self._prefix
+        k, n = len(prefix), len(data)
+        # the link's last converted sections again, then one short data section to the end: the
+        # conversion is reused without a lookup (what data_body and _CONVERTED would find)
+        if self._converted and n > k + 4 and data[k + 4] == n - k - 5 and data.startswith(prefix) \
+                and data.startswith(b"\x00\x53\x75\xa0", k):
+            msg, props, headers = self._converted
+            body = data[k + 5:]
         else:
-            try:
-                msg, _, _, props, body = amqp091_from_amqp10(data)
-            except AMQP10Error as exc:
-                raise LinkError(self.handle, "amqp:decode-error", f"the message is malformed: {exc}") from None
-            headers = plain(msg.application_properties) if msg.application_properties else None
-            if split is not None and split[0] <= _CACHED_MAX and body == split[1]:
-                if len(_CONVERTED) >= _CACHE_ENTRIES:
-                    _CONVERTED.clear()
-                _CONVERTED[data[:split[0]]] = (msg, props, headers)
+            msg, props, headers, body = self._convert(data)
         node = self.node
         if node is None:  # the anonymous terminus: the message's "to" says where it goes
             to = msg.properties[2] if msg.properties and len(msg.properties) > 2 else None
@@ -185,6 +194,29 @@ class IncomingLink:
             return
         session.connection.has_published = True
         self._outcome(delivery_id, settled, publish, None if routed else Released())
+
+    def _convert(self, data: bytes) -> tuple:
+        """(message, 0-9-1 properties, headers, body) of a published message; a publisher repeats
+        its properties, so the sections before a data body are converted once (and remembered
+        as this link's last prefix)."""
+        split = data_body(data)
+        hit = _CONVERTED.get(data[:split[0]]) if split is not None and split[0] <= _CACHED_MAX else None
+        if hit is not None:
+            msg, props, headers = hit
+            body = split[1]
+        else:
+            try:
+                msg, _, _, props, body = amqp091_from_amqp10(data)
+            except AMQP10Error as exc:
+                raise LinkError(self.handle, "amqp:decode-error", f"the message is malformed: {exc}") from None
+            headers = plain(msg.application_properties) if msg.application_properties else None
+            if split is None or split[0] > _CACHED_MAX or body != split[1]:
+                return msg, props, headers, body
+            if len(_CONVERTED) >= _CACHE_ENTRIES:
+                _CONVERTED.clear()
+            hit = _CONVERTED[data[:split[0]]] = (msg, props, headers)
+        self._prefix, self._converted = data[:split[0]], hit
+        return msg, props, headers, body
 
     def _outcome(self, delivery_id: int, settled: bool, publish, outcome) -> None:
         if not settled:
