@@ -520,5 +520,8 @@ def data_section_body(data: bytes, p: int) -> tuple[bytes, bool]:
     return body, len(body) > 255
 
 
+_SHORT_DATA_HEADERS = tuple(b"\x00\x53\x75\xa0" + bytes((n,)) for n in range(256))  # (one per delivery)
+
+
 def data_section_header(n: int) -> bytes:
-    return b"\x00\x53\x75\xa0" + bytes((n,)) if n < 256 else b"\x00\x53\x75\xb0" + _U32.pack(n)
+    return _SHORT_DATA_HEADERS[n] if n < 256 else b"\x00\x53\x75\xb0" + _U32.pack(n)

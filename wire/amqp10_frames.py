@@ -29,7 +29,7 @@ __all__ = ["HEADER_AMQP", "HEADER_SASL", "HEADER_091", "AMQP_FRAME", "SASL_FRAME
            "Open", "Begin", "Attach", "Flow", "Transfer", "Disposition", "Detach", "End", "Close", "Error",
            "Source", "Target", "Accepted", "Rejected", "Released", "Modified", "Received", "SaslMechanisms",
            "SaslInit", "SaslChallenge", "SaslResponse", "SaslOutcome", "DECODE_ERROR", "FRAME_SIZE_TOO_SMALL",
-           "described", "from_described", "decode_body", "decode_transfer", "encode_transfer"]
+           "described", "from_described", "decode_body", "decode_transfer", "encode_transfer", "encode_delivery"]
 
 HEADER_AMQP = b"AMQP\x00\x01\x00\x00"
 HEADER_SASL = b"AMQP\x03\x01\x00\x00"
@@ -328,7 +328,8 @@ def decode_body(type_: int, data: bytes) -> tuple[Any, bytes]:
 _UINT_FIELD, _BIN_FIELD, _BOOL_FIELD, _UBYTE_FIELD, _NULL_FIELD = range(5)
 _TRANSFER_KINDS = (_UINT_FIELD, _UINT_FIELD, _BIN_FIELD, _UINT_FIELD, _BOOL_FIELD, _BOOL_FIELD, _UBYTE_FIELD,
                    _NULL_FIELD, _BOOL_FIELD, _BOOL_FIELD, _BOOL_FIELD)
-_U32_AT = struct.Struct(">I").unpack_from
+_U32 = struct.Struct(">I")
+_U32_AT = _U32.unpack_from
 
 
 def decode_transfer(buf: bytes, start: int, stop: int) -> tuple[Any, bytes] | None:
@@ -463,6 +464,26 @@ def encode_transfer(channel: int, handle: int, delivery_id: int, tag: bytes, set
     size = 14 + len(fields) + len(payload)  # frame header 8, 00 53 14 c0 size count 6
     return b"".join((_HEAD.pack(size, 2, AMQP_FRAME, channel), b"\x00\x53\x14\xc0",
                      bytes((len(fields) + 1, 6)), fields, payload))
+
+
+_DELIVERY_HEADS: dict[tuple[int, bool], tuple[bytes, bytes]] = {}  # (handle, settled) -> constant parts
+
+
+def encode_delivery(channel: int, handle: int, delivery_id: int, settled: bool, payload: bytes) -> bytes:
+    """The transfer frame of a delivery in one frame whose delivery-tag is its delivery-id as 4
+    bytes: ``Transfer(handle, delivery_id, tag, 0, settled, more=False)`` with the delivery-id
+    always a 4-byte uint, so all but the id and the payload is the same for a link and made once
+    (one per delivered message)."""
+    parts = _DELIVERY_HEADS.get((handle, settled))
+    if parts is None:
+        h = _uint_bytes(handle)  # list: count, handle, delivery-id (5), tag (6), format, settled, more
+        parts = (b"\x00\x53\x14\xc0" + bytes((len(h) + 15, 6)) + h + b"\x70",
+                 b"\x43\x41\x42" if settled else b"\x43\x42\x42")
+        if len(_DELIVERY_HEADS) < 1024:
+            _DELIVERY_HEADS[(handle, settled)] = parts
+    tag = _U32.pack(delivery_id)
+    return b"".join((_HEAD.pack(len(parts[0]) + 21 + len(payload), 2, AMQP_FRAME, channel), parts[0], tag,
+                     b"\xa0\x04", tag, parts[1], payload))
 
 
 def encode_heartbeat() -> bytes:
