@@ -28,6 +28,7 @@ _TRANSFER_OVERHEAD = 64  # frame header + a transfer performative, at most (tags
 _CONVERTED: dict[bytes, tuple] = {}
 _CACHED_MAX = 4096  # bytes of sections worth keeping as a key
 _CACHE_ENTRIES = 1024
+_RELEASED = Released()
 
 
 def plain(v):
@@ -193,7 +194,8 @@ class IncomingLink:
                 condition=condition_of(exc), description=exc.reply_text)))
             return
         session.connection.has_published = True
-        self._outcome(delivery_id, settled, publish, None if routed else Released())
+        if not settled:
+            session.confirm_later(delivery_id, publish, None if routed else _RELEASED)
 
     def _convert(self, data: bytes) -> tuple:
         """(message, 0-9-1 properties, headers, body) of a published message; a publisher repeats
