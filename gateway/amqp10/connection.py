@@ -199,7 +199,10 @@ class Amqp10Connection:
                     if type(event) is Frame and type(event.body) is Transfer and self.state == "opened":
                         session = sessions.get(event.channel)
                         if session is not None:
-                            self._session_frame(session, session.transfer, event.body, event.payload)
+                            try:
+                                session.transfer(event.body, event.payload)
+                            except (LinkError, SessionError, AmqpError) as exc:
+                                self._session_failed(session, exc)
                             continue
                     self._event(event)
         except FrameError as exc:
@@ -324,18 +327,18 @@ class Amqp10Connection:
             session.release()
             self.send_frame(frame.channel, End())
             return
-        self._session_frame(session, session.handle, body, frame.payload)
-
-    def _session_frame(self, session: Session, handler, body, payload: bytes) -> None:
-        """``handler`` (the session's handle, or its transfer for a transfer) takes the frame; a
-        link's or the session's error ends only that link or session."""
         try:
-            handler(body, payload)
-        except LinkError as exc:
+            session.handle(body, frame.payload)
+        except (LinkError, SessionError, AmqpError) as exc:
+            self._session_failed(session, exc)
+
+    def _session_failed(self, session: Session, exc: Exception) -> None:
+        """A link's error detaches only that link, a session's ends only that session."""
+        if isinstance(exc, LinkError):
             session.detach(exc.handle, exc.condition, exc.description)
-        except SessionError as exc:
+        elif isinstance(exc, SessionError):
             self.end_session(session, exc.condition, exc.description)
-        except AmqpError as exc:  # a routing error outside a link's scope
+        else:  # a routing error outside a link's scope
             self.end_session(session, condition_of(exc), exc.reply_text)
 
     def _open(self, m) -> None:
