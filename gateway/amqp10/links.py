@@ -151,12 +151,17 @@ class IncomingLink:
         session = self.session
         prefix = self._prefix
         k, n = len(prefix), len(data)
-        # the link's last converted sections again, then one short data section to the end: the
+        # the link's last converted sections again, then one data section to the end: the
         # conversion is reused without a lookup (what data_body and _CONVERTED would find)
-        if self._converted and n > k + 4 and data[k + 4] == n - k - 5 and data.startswith(prefix) \
-                and data.startswith(b"\x00\x53\x75\xa0", k):
+        body = None
+        if self._converted and n > k + 4 and data.startswith(prefix) and data.startswith(b"\x00\x53\x75", k):
+            c = data[k + 3]
+            if c == 0xa0 and data[k + 4] == n - k - 5:
+                body = data[k + 5:]
+            elif c == 0xb0 and n >= k + 8 and int.from_bytes(data[k + 4:k + 8], "big") == n - k - 8:
+                body = data[k + 8:]
+        if body is not None:
             msg, props, headers = self._converted
-            body = data[k + 5:]
         else:
             msg, props, headers, body = self._convert(data)
         node = self.node
