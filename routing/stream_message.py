@@ -368,8 +368,20 @@ def _typed_items(a: Array) -> list:
 _OUT: dict[tuple[str, str, bytes], tuple[bytes, bool]] = {}
 
 
+# A log reader shares one headers tuple between the records of a batch that carry the same
+# headers (mapping's delivery forms are keyed alike): the sections before a data body, by
+# (id of the headers tuple, record key), checked by identity. One lookup per delivery.
+_BY_HEADERS: dict[tuple[int, bytes | None], tuple[tuple, bytes]] = {}
+
+
 def stream_from_record(record: Record) -> bytes:
     """The AMQP 1.0 message bytes a stream consumer receives for ``record``; never raises."""
+    headers = record.headers
+    if type(headers) is tuple:
+        hit = _BY_HEADERS.get((id(headers), record.key))
+        if hit is not None and hit[0] is headers:
+            body = record.value or b""
+            return hit[1] + data_section_header(len(body)) + body
     verbatim = None
     raw = False
     kafka = True
@@ -390,9 +402,16 @@ def stream_from_record(record: Record) -> bytes:
     if raw:
         return body
     exchange, routing_key, props = amqp_from_record(record)
-    if kafka:
+    if kafka:  # (its properties depend on the record's timestamp too: not kept)
         return _sections(exchange, routing_key, props, True) + data_section_header(len(body)) + body
-    return _deliver(*_form(exchange, routing_key, props), body)
+    prefix, amqp_body = _form(exchange, routing_key, props)
+    if amqp_body:  # (whether the body is AMQP sections depends on the body)
+        return _deliver(prefix, amqp_body, body)
+    if type(headers) is tuple and len(prefix) <= _CACHED_MAX:
+        if len(_BY_HEADERS) >= _CACHE_MAX:
+            _BY_HEADERS.clear()
+        _BY_HEADERS[(id(headers), record.key)] = (headers, prefix)
+    return prefix + data_section_header(len(body)) + body
 
 
 def amqp10_from_amqp091(exchange: str, routing_key: str, props: bytes, body: bytes) -> bytes:

@@ -11,7 +11,8 @@ from wire.amqp10 import Described, Symbol, Typed, encode_value
 from wire.amqp10_frames import (
     HEADER_AMQP, HEADER_SASL, NEED_DATA, SASL_FRAME, Accepted, Attach, Begin, Close, Detach, Disposition, End, Error,
     Flow, Frame, FrameError, FrameReader, Heartbeat, Modified, Open, ProtocolHeader, Rejected, SaslInit, SaslOutcome,
-    Source, Target, Transfer, decode_body, decode_transfer, encode_frame, encode_heartbeat, encode_transfer,
+    Source, Target, Transfer, decode_body, decode_transfer, encode_delivery, encode_frame, encode_heartbeat,
+    encode_transfer,
 )
 
 uint = st.integers(0, 2**32 - 1)
@@ -235,3 +236,13 @@ def test_encode_transfer_makes_the_generic_encoders_bytes(channel, handle, deliv
     t = Transfer(handle=handle, delivery_id=delivery_id, delivery_tag=tag, message_format=0, settled=settled, more=more)
     assert encode_transfer(channel, handle, delivery_id, tag, settled, more, payload) \
         == encode_frame(channel, t, payload)
+
+
+@given(channel=ushort, handle=uint, delivery_id=uint, settled=st.booleans(), payload=st.binary(max_size=300))
+def test_encode_delivery_reads_back_as_its_transfer_on_both_paths(channel, handle, delivery_id, settled, payload):
+    frame = encode_delivery(channel, handle, delivery_id, settled, payload)
+    expected = Transfer(handle=handle, delivery_id=delivery_id, delivery_tag=delivery_id.to_bytes(4, "big"),
+                        message_format=0, settled=settled, more=False)
+    assert struct.unpack_from(">IBBH", frame) == (len(frame), 2, 0, channel)
+    assert _generic(frame[8:]) == (expected, payload)
+    assert _fast(frame[8:]) == (expected, payload)

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pamqp import decode as pamqp_decode
+from pamqp.commands import Basic
 from rbfly.amqp._message import MessageCtx, decode_amqp, encode_amqp
 from rstream import AMQPMessage, amqp_decoder
 from rstream._pyamqp.message import Header as RHeader
@@ -453,3 +454,19 @@ def test_direct_reply_to_address_converts_between_the_protocols():
     delivered = decode_message(stream_message.amqp10_from_amqp091("", "rk", raw, b"body"))
     assert delivered.properties[4] == "/queues/" + REPLY_NAME and delivered.properties[5] == "c-1"
     assert delivered.body == [b"body"]
+
+
+def test_a_delivery_by_shared_headers_equals_the_one_worked_out():
+    raw = Basic.Properties(content_type="text/plain", delivery_mode=2, headers={"h": "v"}).marshal()
+    key, value, headers, timestamp, _ = mapping.stored_form("amq.topic", "a.b", raw, b"abc", NOW)
+    assert type(headers) is tuple
+    records = [Record(1, timestamp, key, value, headers), Record(2, timestamp, b"c.d", b"xyz" * 100, headers),
+               Record(3, timestamp, key, b"", headers)]
+    first = [stream_from_record(r) for r in records]  # worked out, then kept
+    again = [stream_from_record(r) for r in records]  # from what was kept
+    stream_message._BY_HEADERS.clear()
+    worked_out = [stream_from_record(Record(r.offset, r.timestamp, r.key, r.value, tuple(r.headers)))
+                  for r in records]
+    assert first == again == worked_out
+    assert decode_message(again[1]).message_annotations[Symbol("x-routing-key")] == "c.d"
+    assert decode_message(again[1]).body == [b"xyz" * 100]

@@ -491,8 +491,11 @@ def data_section_start(data: bytes) -> int:
     p, end = 0, len(data)
     try:
         while p < end:
-            if data.startswith(b"\x00\x53\x75", p):
-                return p if data[p + 3:p + 4] in (b"\xa0", b"\xb0") and value_end(data, p) == end else -1
+            if data.startswith(b"\x00\x53\x75", p):  # its end from its size field: the last section?
+                c = data[p + 3] if p + 4 < end else -1
+                if c == 0xa0:
+                    return p if p + 5 + data[p + 4] == end else -1
+                return p if c == 0xb0 and p + 8 <= end and p + 8 + _U32.unpack_from(data, p + 4)[0] == end else -1
             # a section with a small-ulong descriptor and a sized value: skipped from its size
             # (once per published message); any other shape is measured by value_end
             c = data[p + 3] if data[p:p + 2] == b"\x00\x53" and p + 4 < end else -1
@@ -517,5 +520,8 @@ def data_section_body(data: bytes, p: int) -> tuple[bytes, bool]:
     return body, len(body) > 255
 
 
+_SHORT_DATA_HEADERS = tuple(b"\x00\x53\x75\xa0" + bytes((n,)) for n in range(256))  # (one per delivery)
+
+
 def data_section_header(n: int) -> bytes:
-    return b"\x00\x53\x75\xa0" + bytes((n,)) if n < 256 else b"\x00\x53\x75\xb0" + _U32.pack(n)
+    return _SHORT_DATA_HEADERS[n] if n < 256 else b"\x00\x53\x75\xb0" + _U32.pack(n)

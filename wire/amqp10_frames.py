@@ -29,7 +29,7 @@ __all__ = ["HEADER_AMQP", "HEADER_SASL", "HEADER_091", "AMQP_FRAME", "SASL_FRAME
            "Open", "Begin", "Attach", "Flow", "Transfer", "Disposition", "Detach", "End", "Close", "Error",
            "Source", "Target", "Accepted", "Rejected", "Released", "Modified", "Received", "SaslMechanisms",
            "SaslInit", "SaslChallenge", "SaslResponse", "SaslOutcome", "DECODE_ERROR", "FRAME_SIZE_TOO_SMALL",
-           "described", "from_described", "decode_body", "decode_transfer", "encode_transfer"]
+           "described", "from_described", "decode_body", "decode_transfer", "encode_transfer", "encode_delivery"]
 
 HEADER_AMQP = b"AMQP\x00\x01\x00\x00"
 HEADER_SASL = b"AMQP\x03\x01\x00\x00"
@@ -288,9 +288,11 @@ class FrameReader:
             return NEED_DATA
         self._pos = p + size
         start = p + doff * 4
-        if type_ == AMQP_FRAME and start < p + size and buf[start + 2:start + 3] == b"\x14" \
-                and buf[start:start + 2] == b"\x00\x53":
-            fast = decode_transfer(buf, start, p + size)  # the one performative per message: no value tree
+        if type_ == AMQP_FRAME and buf.startswith(b"\x00\x53\x14", start, p + size):
+            try:  # the one performative per message: no value tree (as decode_transfer)
+                fast = _transfer_fields(buf, start, p + size)
+            except (IndexError, struct.error):
+                fast = None
             if fast is not None:
                 return Frame(AMQP_FRAME, channel, fast[0], fast[1])
         data = buf[start:p + size]
@@ -326,7 +328,8 @@ def decode_body(type_: int, data: bytes) -> tuple[Any, bytes]:
 _UINT_FIELD, _BIN_FIELD, _BOOL_FIELD, _UBYTE_FIELD, _NULL_FIELD = range(5)
 _TRANSFER_KINDS = (_UINT_FIELD, _UINT_FIELD, _BIN_FIELD, _UINT_FIELD, _BOOL_FIELD, _BOOL_FIELD, _UBYTE_FIELD,
                    _NULL_FIELD, _BOOL_FIELD, _BOOL_FIELD, _BOOL_FIELD)
-_U32_AT = struct.Struct(">I").unpack_from
+_U32 = struct.Struct(">I")
+_U32_AT = _U32.unpack_from
 
 
 def decode_transfer(buf: bytes, start: int, stop: int) -> tuple[Any, bytes] | None:
@@ -349,41 +352,92 @@ def _transfer_fields(buf: bytes, start: int, stop: int) -> tuple[Any, bytes] | N
         return None
     if count > 11 or end > stop:
         return None
-    kinds = _TRANSFER_KINDS
-    values = [None] * 11
-    for i in range(count):
-        if p >= end:
-            return None
+    # The six fields clients write (handle, delivery-id, delivery-tag, message-format, settled,
+    # more) are read in line, once per message; fields past them by the loop over their kinds.
+    # Each field takes at least one byte, so a field read past ``end`` leaves p > end and the
+    # check at the bottom refuses the frame (reads past the buffer raise IndexError).
+    handle = delivery_id = tag = fmt = settled = more = None
+    if count:
         c = buf[p]
-        if c == 0x40:
+        if c == 0x52:
+            handle, p = buf[p + 1], p + 2
+        elif c == 0x43:
+            handle, p = 0, p + 1
+        elif c == 0x70:
+            handle, p = _U32_AT(buf, p + 1)[0], p + 5
+        elif c == 0x40:
             p += 1
-            continue
-        kind = kinds[i]
-        if kind == _UINT_FIELD:
-            if c == 0x52:
-                values[i], p = buf[p + 1], p + 2
-            elif c == 0x43:
-                values[i], p = 0, p + 1
-            elif c == 0x70:
-                values[i], p = _U32_AT(buf, p + 1)[0], p + 5
-            else:
-                return None
-        elif kind == _BOOL_FIELD:
-            if c != 0x41 and c != 0x42:
-                return None
-            values[i], p = c == 0x41, p + 1
-        elif kind == _BIN_FIELD and c == 0xa0:
-            q = p + 2 + buf[p + 1]
-            values[i], p = bytes(buf[p + 2:q]), q
-        elif kind == _UBYTE_FIELD and c == 0x50:
-            values[i], p = buf[p + 1], p + 2
         else:
             return None
+    if count > 1:
+        c = buf[p]
+        if c == 0x70:
+            delivery_id, p = _U32_AT(buf, p + 1)[0], p + 5
+        elif c == 0x52:
+            delivery_id, p = buf[p + 1], p + 2
+        elif c == 0x43:
+            delivery_id, p = 0, p + 1
+        elif c == 0x40:
+            p += 1
+        else:
+            return None
+    if count > 2:
+        c = buf[p]
+        if c == 0xa0:
+            q = p + 2 + buf[p + 1]
+            tag, p = bytes(buf[p + 2:q]), q
+        elif c == 0x40:
+            p += 1
+        else:
+            return None
+    if count > 3:
+        c = buf[p]
+        if c == 0x43:
+            fmt, p = 0, p + 1
+        elif c == 0x52:
+            fmt, p = buf[p + 1], p + 2
+        elif c == 0x70:
+            fmt, p = _U32_AT(buf, p + 1)[0], p + 5
+        elif c == 0x40:
+            p += 1
+        else:
+            return None
+    if count > 4:
+        c = buf[p]
+        if c == 0x42 or c == 0x41:
+            settled = c == 0x41
+        elif c != 0x40:
+            return None
+        p += 1
+    if count > 5:
+        c = buf[p]
+        if c == 0x42 or c == 0x41:
+            more = c == 0x41
+        elif c != 0x40:
+            return None
+        p += 1
+    t = _new(Transfer)  # (Transfer's slots are plain attributes: stored directly)
+    t.handle, t.delivery_id, t.delivery_tag, t.message_format, t.settled, t.more = \
+        handle, delivery_id, tag, fmt, settled, more
+    t.rcv_settle_mode = t.state = t.resume = t.aborted = t.batchable = None
+    if count > 6:
+        values = [None] * 5
+        kinds = _TRANSFER_KINDS
+        for i in range(6, count):
+            c = buf[p]
+            if c == 0x40:
+                p += 1
+                continue
+            kind = kinds[i]
+            if kind == _BOOL_FIELD and (c == 0x41 or c == 0x42):
+                values[i - 6], p = c == 0x41, p + 1
+            elif kind == _UBYTE_FIELD and c == 0x50:
+                values[i - 6], p = buf[p + 1], p + 2
+            else:
+                return None
+        t.rcv_settle_mode, t.state, t.resume, t.aborted, t.batchable = values
     if p != end:
         return None
-    t = _new(Transfer)  # (Transfer's slots are plain attributes: stored directly)
-    (t.handle, t.delivery_id, t.delivery_tag, t.message_format, t.settled, t.more, t.rcv_settle_mode, t.state,
-     t.resume, t.aborted, t.batchable) = values
     return t, bytes(buf[end:stop])
 
 
@@ -410,6 +464,26 @@ def encode_transfer(channel: int, handle: int, delivery_id: int, tag: bytes, set
     size = 14 + len(fields) + len(payload)  # frame header 8, 00 53 14 c0 size count 6
     return b"".join((_HEAD.pack(size, 2, AMQP_FRAME, channel), b"\x00\x53\x14\xc0",
                      bytes((len(fields) + 1, 6)), fields, payload))
+
+
+_DELIVERY_HEADS: dict[tuple[int, bool], tuple[bytes, bytes]] = {}  # (handle, settled) -> constant parts
+
+
+def encode_delivery(channel: int, handle: int, delivery_id: int, settled: bool, payload: bytes) -> bytes:
+    """The transfer frame of a delivery in one frame whose delivery-tag is its delivery-id as 4
+    bytes: ``Transfer(handle, delivery_id, tag, 0, settled, more=False)`` with the delivery-id
+    always a 4-byte uint, so all but the id and the payload is the same for a link and made once
+    (one per delivered message)."""
+    parts = _DELIVERY_HEADS.get((handle, settled))
+    if parts is None:
+        h = _uint_bytes(handle)  # list: count, handle, delivery-id (5), tag (6), format, settled, more
+        parts = (b"\x00\x53\x14\xc0" + bytes((len(h) + 15, 6)) + h + b"\x70",
+                 b"\x43\x41\x42" if settled else b"\x43\x42\x42")
+        if len(_DELIVERY_HEADS) < 1024:
+            _DELIVERY_HEADS[(handle, settled)] = parts
+    tag = _U32.pack(delivery_id)
+    return b"".join((_HEAD.pack(len(parts[0]) + 21 + len(payload), 2, AMQP_FRAME, channel), parts[0], tag,
+                     b"\xa0\x04", tag, parts[1], payload))
 
 
 def encode_heartbeat() -> bytes:

@@ -54,6 +54,37 @@ def test_publish_accepted_and_read_by_pika(target):
         connection.close()
 
 
+def test_one_link_publishes_messages_of_changing_shapes(target):
+    # the broker reuses a link's last conversion when the sections before the body repeat: each
+    # change of properties, body encoding (short/long data section) or sections must still show
+    name = _queue(target)
+    shapes = [dict(body=b"a", durable=True), dict(body=b"b" * 300, durable=True),
+              dict(body=b"c", durable=True, subject="s", properties={"k": "v"}),
+              dict(body=b"d" * 300, durable=True, subject="s", properties={"k": "v"}),
+              dict(body=b"e", durable=True), dict(body=b"f", durable=False, content_type="text/plain")]
+    conn = proton(target.amqp)
+    try:
+        sender = conn.create_sender(f"/amq/queue/{name}")
+        for shape in shapes:
+            delivery = sender.send(Message(inferred=True, **shape), timeout=10)
+            assert delivery.remote_state == Delivery.ACCEPTED
+    finally:
+        conn.close()
+    connection, channel = pika_channel(target.amqp)
+    try:
+        deadline = time.monotonic() + 5
+        got = []
+        while len(got) < len(shapes) and time.monotonic() < deadline:
+            got += get_all(channel, name)
+        assert [body for _, body in got] == [shape["body"] for shape in shapes]
+        assert [p.delivery_mode for p, _ in got][:5] == [2, 2, 2, 2, 2] and got[5][0].delivery_mode != 2
+        apps = [p.headers or None for p, _ in got]  # (application properties: 3.10 and 4 map them apart)
+        assert apps[2] == apps[3] != apps[0] == apps[1] == apps[4]
+        assert got[5][0].content_type == "text/plain" and got[4][0].content_type is None
+    finally:
+        connection.close()
+
+
 def test_consume_with_credit_and_accept(target):
     name = _queue(target)
     connection, channel = pika_channel(target.amqp)

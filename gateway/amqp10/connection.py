@@ -37,7 +37,7 @@ from routing.errors import AmqpError
 from wire.amqp10 import Symbol
 from wire.amqp10_frames import (
     HEADER_AMQP, HEADER_SASL, NEED_DATA, SASL_FRAME, Begin, Close, End, Error, Frame, FrameError, FrameReader,
-    Heartbeat, Open, ProtocolHeader, SaslInit, SaslMechanisms, SaslOutcome, encode_frame, encode_heartbeat,
+    Heartbeat, Open, ProtocolHeader, SaslInit, SaslMechanisms, SaslOutcome, Transfer, encode_frame, encode_heartbeat,
 )
 
 log = logging.getLogger(__name__)
@@ -188,12 +188,22 @@ class Amqp10Connection:
             return
         self._last_recv = time.monotonic()
         self.reader.receive_data(data)
+        reader, sessions = self.reader, self.sessions
         try:
             with self.router.definitions_batch():
                 while self.state not in ("closed", "closing"):
-                    event = self.reader.next_event()
+                    event = reader.next_event()
                     if event is NEED_DATA:
                         break
+                    # a transfer on an open session (one per message) goes straight to it
+                    if type(event) is Frame and type(event.body) is Transfer and self.state == "opened":
+                        session = sessions.get(event.channel)
+                        if session is not None:
+                            try:
+                                session.transfer(event.body, event.payload)
+                            except (LinkError, SessionError, AmqpError) as exc:
+                                self._session_failed(session, exc)
+                            continue
                     self._event(event)
         except FrameError as exc:
             self.close(exc.condition, str(exc))
@@ -319,11 +329,16 @@ class Amqp10Connection:
             return
         try:
             session.handle(body, frame.payload)
-        except LinkError as exc:
+        except (LinkError, SessionError, AmqpError) as exc:
+            self._session_failed(session, exc)
+
+    def _session_failed(self, session: Session, exc: Exception) -> None:
+        """A link's error detaches only that link, a session's ends only that session."""
+        if isinstance(exc, LinkError):
             session.detach(exc.handle, exc.condition, exc.description)
-        except SessionError as exc:
+        elif isinstance(exc, SessionError):
             self.end_session(session, exc.condition, exc.description)
-        except AmqpError as exc:  # a routing error outside a link's scope
+        else:  # a routing error outside a link's scope
             self.end_session(session, condition_of(exc), exc.reply_text)
 
     def _open(self, m) -> None:

@@ -22,7 +22,7 @@ from routing.amqp_properties import with_entry
 from routing.direct_reply import is_reply_name
 from routing.stream_message import X_STREAM_MESSAGE, amqp091_from_amqp10, bare_kept, data_body, stream_from_record
 from wire.amqp10 import AMQP10Error, Described, Message, Symbol, Typed, decode_message, encode_message, value_end
-from wire.amqp10_frames import Attach, Error, Flow, Rejected, Released, Transfer, encode_transfer
+from wire.amqp10_frames import Attach, Error, Flow, Rejected, Released, Transfer, encode_delivery, encode_transfer
 
 LINK_CREDIT = 2000  # granted to a publishing link, topped up when half is used
 UINT = 1 << 32
@@ -32,6 +32,7 @@ _CONVERTED: dict[bytes, tuple] = {}
 _CACHED_MAX = 4096  # bytes of sections worth keeping as a key
 _CACHE_ENTRIES = 1024
 FILTER_CAPABILITIES = [Symbol(c) for c in CAPABILITIES]  # a stream receiver's attach offers them
+_RELEASED = Released()
 
 
 def plain(v):
@@ -62,6 +63,8 @@ class IncomingLink:
         self._parts: list[bytes] = []
         self._size = 0
         self._delivery: tuple[int, bool] | None = None  # (delivery id, settled) of a delivery in frames
+        self._prefix = b""  # the sections before the data body of the last message converted...
+        self._converted: tuple = ()  # ...and their conversion (message, 0-9-1 properties, headers)
         self.unsettled = 0
         self.blocked = False  # no credit granted while a resource alarm is on
         if node is not None:
@@ -111,6 +114,18 @@ class IncomingLink:
         self._parts = []
 
     def transfer(self, m: Transfer, payload: bytes) -> None:
+        if self._delivery is None and not m.more and not m.aborted and m.delivery_id is not None:
+            # a delivery in one frame (the usual case): no joining of parts
+            limit = self.session.connection.service.max_message_bytes
+            if len(payload) > limit:
+                raise LinkError(self.handle, "amqp:link:message-size-exceeded",
+                                f"message size {len(payload)} is larger than the max message size {limit}")
+            self.delivery_count = (self.delivery_count + 1) % UINT
+            self.credit -= 1
+            if self.credit < LINK_CREDIT // 2 and not self.blocked:
+                self.grant()
+            self.message(m.delivery_id, bool(m.settled) or self.settled_mode == 1, payload)
+            return
         if self._delivery is None:
             if m.delivery_id is None:
                 raise LinkError(self.handle, "amqp:decode-error", "the first transfer of a delivery has no delivery-id")
@@ -140,21 +155,21 @@ class IncomingLink:
 
     def message(self, delivery_id: int, settled: bool, data: bytes) -> None:
         session = self.session
-        split = data_body(data)
-        hit = _CONVERTED.get(data[:split[0]]) if split is not None and split[0] <= _CACHED_MAX else None
-        if hit is not None:  # a publisher repeats its properties: converted once
-            msg, props, headers = hit
-            body = split[1]
+        prefix = self._prefix
+        k, n = len(prefix), len(data)
+        # the link's last converted sections again, then one data section to the end: the
+        # conversion is reused without a lookup (what data_body and _CONVERTED would find)
+        body = None
+        if self._converted and n > k + 4 and data.startswith(prefix) and data.startswith(b"\x00\x53\x75", k):
+            c = data[k + 3]
+            if c == 0xa0 and data[k + 4] == n - k - 5:
+                body = data[k + 5:]
+            elif c == 0xb0 and n >= k + 8 and int.from_bytes(data[k + 4:k + 8], "big") == n - k - 8:
+                body = data[k + 8:]
+        if body is not None:
+            msg, props, headers = self._converted
         else:
-            try:
-                msg, _, _, props, body = amqp091_from_amqp10(data)
-            except AMQP10Error as exc:
-                raise LinkError(self.handle, "amqp:decode-error", f"the message is malformed: {exc}") from None
-            headers = plain(msg.application_properties) if msg.application_properties else None
-            if split is not None and split[0] <= _CACHED_MAX and body == split[1]:
-                if len(_CONVERTED) >= _CACHE_ENTRIES:
-                    _CONVERTED.clear()
-                _CONVERTED[data[:split[0]]] = (msg, props, headers)
+            msg, props, headers, body = self._convert(data)
         node = self.node
         if node is None:  # the anonymous terminus: the message's "to" says where it goes
             to = msg.properties[2] if msg.properties and len(msg.properties) > 2 else None
@@ -192,7 +207,31 @@ class IncomingLink:
                 condition=condition_of(exc), description=exc.reply_text)))
             return
         session.connection.has_published = True
-        self._outcome(delivery_id, settled, publish, None if routed else Released())
+        if not settled:
+            session.confirm_later(delivery_id, publish, None if routed else _RELEASED)
+
+    def _convert(self, data: bytes) -> tuple:
+        """(message, 0-9-1 properties, headers, body) of a published message; a publisher repeats
+        its properties, so the sections before a data body are converted once (and remembered
+        as this link's last prefix)."""
+        split = data_body(data)
+        hit = _CONVERTED.get(data[:split[0]]) if split is not None and split[0] <= _CACHED_MAX else None
+        if hit is not None:
+            msg, props, headers = hit
+            body = split[1]
+        else:
+            try:
+                msg, _, _, props, body = amqp091_from_amqp10(data)
+            except AMQP10Error as exc:
+                raise LinkError(self.handle, "amqp:decode-error", f"the message is malformed: {exc}") from None
+            headers = plain(msg.application_properties) if msg.application_properties else None
+            if split is None or split[0] > _CACHED_MAX or body != split[1]:
+                return msg, props, headers, body
+            if len(_CONVERTED) >= _CACHE_ENTRIES:
+                _CONVERTED.clear()
+            hit = _CONVERTED[data[:split[0]]] = (msg, props, headers)
+        self._prefix, self._converted = data[:split[0]], hit
+        return msg, props, headers, body
 
     def _outcome(self, delivery_id: int, settled: bool, publish, outcome) -> None:
         if not settled:
@@ -309,13 +348,18 @@ class OutgoingLink:
         if not self.no_ack:
             session.unsettled[delivery_id] = (self, queue, offset)
             self.unsettled += 1
-        room = session.connection.max_frame_size - _TRANSFER_OVERHEAD
-        tag = delivery_id.to_bytes(4, "big")
+        connection = session.connection
+        room = connection.max_frame_size - _TRANSFER_OVERHEAD
         n = len(data)
-        # the first frame encoded by hand (one per delivered message); a message over one frame
-        # goes on in continuation transfers with only the handle and ``more``
-        session.connection.send(encode_transfer(session.channel, self.handle, delivery_id, tag, self.no_ack,
-                                                n > room, data if n <= room else data[:room]))
+        if n <= room:  # one frame, all but its ids made once per link (one per delivered message)
+            connection.send(encode_delivery(session.channel, self.handle, delivery_id, self.no_ack, data))
+            session.next_outgoing_id = (session.next_outgoing_id + 1) % UINT
+            session.remote_incoming_window -= 1
+            return
+        # the first frame encoded by hand; the message goes on in continuation transfers with
+        # only the handle and ``more``
+        connection.send(encode_transfer(session.channel, self.handle, delivery_id, delivery_id.to_bytes(4, "big"),
+                                        self.no_ack, True, data[:room]))
         frames = 1
         for start in range(room, n, room):
             session.send(Transfer(handle=self.handle, more=start + room < n), data[start:start + room])

@@ -74,7 +74,7 @@ class Session:
     # --- frames from the client ------------------------------------------------------------
     def handle(self, body, payload: bytes) -> None:
         if isinstance(body, Transfer):
-            self._transfer(body, payload)
+            self.transfer(body, payload)
         elif isinstance(body, Flow):
             self._flow(body)
         elif isinstance(body, Disposition):
@@ -149,7 +149,7 @@ class Session:
             link.flow_fields(f)
         self.send(f)
 
-    def _transfer(self, m: Transfer, payload: bytes) -> None:
+    def transfer(self, m: Transfer, payload: bytes) -> None:
         self.next_incoming_id = (self.next_incoming_id + 1) % UINT
         self.incoming_window -= 1
         if self.incoming_window < INCOMING_WINDOW // 2:
