@@ -1,7 +1,8 @@
 """Parallel runs: how the whole suite is shared between pytest-xdist workers.
 
-``pyproject.toml`` runs ``-n 2 --dist loadgroup``: every test gets an ``xdist_group`` here and a
-group runs on one worker, so
+``pyproject.toml`` runs ``-n 3 --dist loadgroup`` (three workers on a two-core machine: much of the
+suite waits on brokers starting, faults held and Java programs, so a third worker keeps both cores
+busy): every test gets an ``xdist_group`` here and a group runs on one worker, so
 
 * a module's tests stay together and its module-scoped broker starts once;
 * every test against a reference peer (RabbitMQ, Apache Kafka, Spark's session) is in that peer's
@@ -10,7 +11,9 @@ group runs on one worker, so
 * tests that take fixed ports on 127.0.0.1 (the documentation's own examples) or build network
   namespaces share one group, so two of them never run at once.
 
-``-n 0`` runs everything in one process, in the usual order.
+Groups are handed out longest first (``_rank``; ``--no-loadscope-reorder`` keeps xdist from
+reordering them by their number of tests). ``-n 0`` runs everything in one process, in the
+usual order.
 """
 from __future__ import annotations
 
@@ -46,8 +49,39 @@ def _group(item: pytest.Item) -> str:
     return path
 
 
+# Groups that take many minutes on one worker (measured in a CI run), longest first. xdist would
+# otherwise hand out groups by their number of tests, which put the few longest (one fault run,
+# the Spark session's 28 tests) at the very end of the run, as its tail.
+LONGEST = ("peer:spark", "peer:kafka", "peer:rabbitmq", "compat_tests/cluster/test_faults.py", "netns",
+           "peer:amqp-cluster", "compat_tests/cluster/test_streams_cluster.py", "compat_tests/cluster/test_moves.py",
+           "compat_tests/cluster/test_amqp_spread.py", "compat_tests/cluster/test_cluster.py")
+
+
+def _rank(group: str) -> int:
+    """Where a group goes in the work queue: the known long ones first, then the cluster modules
+    (minutes each), then the rest in file order."""
+    if group in LONGEST:
+        return LONGEST.index(group)
+    return len(LONGEST) + (0 if group.startswith("compat_tests/cluster/") else 1)
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which copies the groups into the node ids
 def pytest_collection_modifyitems(config, items):
+    groups = {}
     for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(_group(item)))
+        marker = item.get_closest_marker("xdist_group")
+        if marker is None:
+            groups[item] = _group(item)
+            item.add_marker(pytest.mark.xdist_group(groups[item]))
+        else:
+            groups[item] = marker.args[0] if marker.args else marker.kwargs.get("name", "default")
+    if getattr(config.option, "loadgroup", False):  # on xdist's workers: groups are handed out in this order
+        items.sort(key=lambda item: _rank(groups[item]))
+
+
+def pytest_collection_finish(session):
+    """Fail loudly when xdist's loadgroup did not put the groups into the node ids: every group would
+    be split over the workers (peers started on each, fixed ports taken twice at once)."""
+    if getattr(session.config.option, "loadgroup", False) and session.items and "@" not in session.items[0].nodeid:
+        raise pytest.UsageError("pytest-xdist's --dist loadgroup did not mark the tests with their groups: "
+                                "install the pytest version pyproject.toml asks for (.venv/bin/pip install -e '.[test]')")

@@ -69,7 +69,7 @@ def spawn(data_dir: Path, *args: str, env: dict | None = None, ports: bool = Tru
                             stdout=open(log_path, "wb"), stderr=subprocess.STDOUT), log_path
 
 
-def start_broker(data_dir: Path, *args: str, env: dict | None = None, timeout: float = 30,
+def start_broker(data_dir: Path, *args: str, env: dict | None = None, timeout: float = 60,
                  prefix: list[str] | None = None) -> BrokerProcess:
     listeners = Path(data_dir) / "listeners.json"
     listeners.unlink(missing_ok=True)  # a killed broker's file must not be mistaken for this one's

@@ -19,7 +19,7 @@ high watermark and check every acknowledged id is there (0 lost; duplicates are 
 with idempotence, must be 0); then stop every broker cleanly and compare the replicas of each
 partition on disk, byte for byte below the checkpointed high watermark (replicas.py).
 
-Knobs (environment): GATEWAY_FAULT_CYCLES (default 30, what CI runs: a cycle is a few
+Knobs (environment): GATEWAY_FAULT_CYCLES (default 20, what CI runs: a cycle is a few
 seconds), GATEWAY_FAULT_SECONDS (how long a broker stays dead or frozen, default 1.5; a
 freeze lasts 1 to 4 times that: often past the 3 s replica lag, now and then past the
 brokers' 6 s ZooKeeper session, so a thawed leader or controller must find itself fenced),
@@ -47,7 +47,7 @@ from compat_tests.cluster.nemesis import PROCESS as FAULTS
 from compat_tests.cluster.nemesis import inflict_process, pick_victim
 from compat_tests.cluster.replicas import compare_replicas, high_watermarks, split_duplicates
 
-CYCLES = int(os.environ.get("GATEWAY_FAULT_CYCLES", "30"))
+CYCLES = int(os.environ.get("GATEWAY_FAULT_CYCLES", "20"))
 HOLD = float(os.environ.get("GATEWAY_FAULT_SECONDS", "1.5"))
 SEED = int(os.environ.get("GATEWAY_FAULT_SEED", str(time.time_ns() % 1_000_000)))
 PARTITIONS = int(os.environ.get("GATEWAY_FAULT_PARTITIONS", "4"))

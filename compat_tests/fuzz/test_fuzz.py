@@ -1,6 +1,6 @@
 """Mutated real-client traffic against a live broker (issue 19): it must shrug all of it off.
 
-For each protocol, ``FUZZ_FRAMES`` frames (100,000 in CI; 1,000,000 by hand) from the captured
+For each protocol, ``FUZZ_FRAMES`` frames (50,000 in CI; 1,000,000 by hand) from the captured
 corpus, mutated (fuzzer.py), over 32 connections at a time. The stream protocol and AMQP 1.0
 (on the AMQP port) run ``FUZZ_STREAM_FRAMES`` frames (5,000 in CI, a few seconds; by hand e.g. 500,000; unset, it
 follows ``FUZZ_FRAMES`` when that is set). Afterwards:
@@ -34,7 +34,7 @@ from compat_tests.fuzz.fuzzer import fuzz
 from tests.brokerproc import start_broker
 from wire.records import iter_batches
 
-FRAMES = int(os.environ.get("FUZZ_FRAMES", "100000"))
+FRAMES = int(os.environ.get("FUZZ_FRAMES", "50000"))
 STREAM_FRAMES = int(os.environ.get("FUZZ_STREAM_FRAMES", os.environ.get("FUZZ_FRAMES", "5000")))
 SEED = int(os.environ.get("FUZZ_SEED", str(time.time_ns() % 100_000)))
 RSS_SLACK_MB = 64
