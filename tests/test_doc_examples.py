@@ -51,6 +51,7 @@ def localise(code: str, ports: dict[str, int]) -> str:
     code = code.replace("127.0.0.1:9092", f"127.0.0.1:{ports['kafka']}")
     code = code.replace('"127.0.0.1", 5672', f'"127.0.0.1", {ports["amqp"]}')
     code = code.replace("port=5552", f"port={ports['stream']}")
+    code = code.replace("127.0.0.1:5672", f"127.0.0.1:{ports['amqp']}")  # AMQP 1.0 URLs
     left = [p for p in ("9092", "5672", "5552", "15672") if re.search(rf"\b{p}\b", code)]
     assert not left, f"an example names default port(s) {left} in a spelling this test does not rewrite"
     return code
