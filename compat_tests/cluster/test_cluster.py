@@ -231,11 +231,15 @@ def test_reassignment_may_forbid_a_replication_factor_change(cluster):
     topic = topic_name()
     settle(cluster, topic, 1)
     host, port = cluster.brokers[0].bootstrap.rsplit(":", 1)
-    answer = kio_call((host, int(port)), 45, AlterPartitionReassignmentsRequest(
-        timeout=datetime.timedelta(seconds=10), allow_replication_factor_change=False,
-        topics=(ReassignableTopic(name=topic, partitions=(
-            ReassignablePartition(partition_index=i32(0), replicas=(i32(1), i32(2))),)),)),
-        AlterPartitionReassignmentsResponse, api_version=1)
-    [result] = answer.responses[0].partitions
+
+    def ask():  # again while the new topic's state has not reached the asked broker (a retriable error)
+        answer = kio_call((host, int(port)), 45, AlterPartitionReassignmentsRequest(
+            timeout=datetime.timedelta(seconds=10), allow_replication_factor_change=False,
+            topics=(ReassignableTopic(name=topic, partitions=(
+                ReassignablePartition(partition_index=i32(0), replicas=(i32(1), i32(2))),)),)),
+            AlterPartitionReassignmentsResponse, api_version=1)
+        [result] = answer.responses[0].partitions
+        return result.error_code != ErrorCode.unknown_topic_or_partition and result
+    result = wait_until(ask, 15, f"broker 1 to know {topic}")
     assert result.error_code == ErrorCode.invalid_replication_factor, result
     assert result.error_message == "The replication factor is changed from 3 to 2"

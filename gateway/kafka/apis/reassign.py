@@ -27,6 +27,9 @@ def _check(ctx, topic: str, index: int, replicas) -> tuple[ErrorCode, str | None
         return ErrorCode.none, None
     if not replicas or len(set(replicas)) != len(replicas):
         return ErrorCode.invalid_replica_assignment, "the replica list is empty or names a broker twice"
+    if ctx.cluster is not None and not ctx.cluster.view.replicas(topic, index):
+        # a topic just created: its partition state has not reached this broker's view yet
+        return ErrorCode.unknown_topic_or_partition, f"{topic}-{index} is not yet known to this broker: try again"
     live = set(ctx.cluster.view.brokers) if ctx.cluster is not None else {ctx.node_id}
     missing = sorted(set(replicas) - live)
     if missing:
