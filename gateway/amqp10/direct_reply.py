@@ -24,12 +24,11 @@ from routing.direct_reply import node_of, route_reply
 from routing.errors import AmqpError
 from routing.stream_message import amqp10_from_amqp091
 from wire.amqp10 import Array
-from wire.amqp10_frames import Attach, Released, Source, Transfer, encode_transfer
+from wire.amqp10_frames import Attach, Released, Source
 
 VOLATILE_QUEUE = "rabbitmq:volatile-queue"
 LINK_DETACH = "link-detach"
 UINT = 1 << 32
-_TRANSFER_OVERHEAD = 64  # frame header + a transfer performative, at most (tags are 4 bytes here)
 
 
 def is_reply_source(m: Attach) -> bool:
@@ -107,16 +106,7 @@ class ReplyLink:
         session.next_delivery_id = (delivery_id + 1) % UINT
         self.credit -= 1
         self.delivery_count = (self.delivery_count + 1) % UINT
-        room = connection.max_frame_size - _TRANSFER_OVERHEAD
-        n = len(data)
-        connection.send(encode_transfer(session.channel, self.handle, delivery_id, delivery_id.to_bytes(4, "big"),
-                                        True, n > room, data[:room]))
-        frames = 1
-        for start in range(room, n, room):
-            session.send(Transfer(handle=self.handle, more=start + room < n), data[start:start + room])
-            frames += 1
-        session.next_outgoing_id = (session.next_outgoing_id + frames) % UINT
-        session.remote_incoming_window -= frames
+        session.send_delivery(self.handle, delivery_id, True, data)
 
     def release(self) -> None:
         """Detached, or the session or connection ended: later replies to the name are dropped."""

@@ -22,11 +22,10 @@ from routing.amqp_properties import with_entry
 from routing.direct_reply import is_reply_name
 from routing.stream_message import X_STREAM_MESSAGE, amqp091_from_amqp10, bare_kept, data_body, stream_from_record
 from wire.amqp10 import AMQP10Error, Described, Message, Symbol, Typed, decode_message, encode_message, value_end
-from wire.amqp10_frames import Attach, Error, Flow, Rejected, Released, Transfer, encode_delivery, encode_transfer
+from wire.amqp10_frames import Attach, Error, Flow, Rejected, Released, Transfer
 
 LINK_CREDIT = 2000  # granted to a publishing link, topped up when half is used
 UINT = 1 << 32
-_TRANSFER_OVERHEAD = 64  # frame header + a transfer performative, at most (tags are 4 bytes here)
 # a published message's sections before its data body -> (decoded message, 0-9-1 properties, headers)
 _CONVERTED: dict[bytes, tuple] = {}
 _CACHED_MAX = 4096  # bytes of sections worth keeping as a key
@@ -348,24 +347,7 @@ class OutgoingLink:
         if not self.no_ack:
             session.unsettled[delivery_id] = (self, queue, offset)
             self.unsettled += 1
-        connection = session.connection
-        room = connection.max_frame_size - _TRANSFER_OVERHEAD
-        n = len(data)
-        if n <= room:  # one frame, all but its ids made once per link (one per delivered message)
-            connection.send(encode_delivery(session.channel, self.handle, delivery_id, self.no_ack, data))
-            session.next_outgoing_id = (session.next_outgoing_id + 1) % UINT
-            session.remote_incoming_window -= 1
-            return
-        # the first frame encoded by hand; the message goes on in continuation transfers with
-        # only the handle and ``more``
-        connection.send(encode_transfer(session.channel, self.handle, delivery_id, delivery_id.to_bytes(4, "big"),
-                                        self.no_ack, True, data[:room]))
-        frames = 1
-        for start in range(room, n, room):
-            session.send(Transfer(handle=self.handle, more=start + room < n), data[start:start + room])
-            frames += 1
-        session.next_outgoing_id = (session.next_outgoing_id + frames) % UINT
-        session.remote_incoming_window -= frames
+        session.send_delivery(self.handle, delivery_id, self.no_ack, data)
 
     def cancelled_by_server(self, queue) -> None:
         """The queue was deleted: detach the link, as RabbitMQ 4 does (amqp:resource-deleted)."""

@@ -34,12 +34,14 @@ from gateway.amqp10.links import IncomingLink, OutgoingLink
 from gateway.amqp10.management import ManagementReplies, ManagementRequests
 from routing.errors import ConnectionError
 from wire.amqp10_frames import (
-    Accepted, Attach, Begin, Detach, Disposition, Error, Flow, Modified, Rejected, Released, Transfer,
+    Accepted, Attach, Begin, Detach, Disposition, Error, Flow, Modified, Rejected, Released, Transfer, encode_delivery,
+    encode_transfer,
 )
 
 INCOMING_WINDOW = 65535
 HANDLE_MAX = 1023
 UINT = 1 << 32
+_TRANSFER_OVERHEAD = 64  # frame header + a transfer performative, at most (tags are 4 bytes here)
 _ACCEPTED = Accepted()
 
 
@@ -67,6 +69,27 @@ class Session:
         self.connection.send_frame(self.channel, Begin(
             remote_channel=self.channel, next_outgoing_id=self.next_outgoing_id, incoming_window=self.incoming_window,
             outgoing_window=UINT - 1, handle_max=self.handle_max))
+
+    def send_delivery(self, handle: int, delivery_id: int, settled: bool, data: bytes) -> None:
+        """One delivery's transfer frames: one frame when it fits (all but its ids made once per
+        link), else a first frame encoded by hand and continuation transfers with only the handle
+        and ``more``."""
+        connection = self.connection
+        room = connection.max_frame_size - _TRANSFER_OVERHEAD
+        n = len(data)
+        if n <= room:
+            connection.send(encode_delivery(self.channel, handle, delivery_id, settled, data))
+            self.next_outgoing_id = (self.next_outgoing_id + 1) % UINT
+            self.remote_incoming_window -= 1
+            return
+        connection.send(encode_transfer(self.channel, handle, delivery_id, delivery_id.to_bytes(4, "big"),
+                                        settled, True, data[:room]))
+        frames = 1
+        for start in range(room, n, room):
+            self.send(Transfer(handle=handle, more=start + room < n), data[start:start + room])
+            frames += 1
+        self.next_outgoing_id = (self.next_outgoing_id + frames) % UINT
+        self.remote_incoming_window -= frames
 
     def send(self, body, payload: bytes = b"") -> None:
         self.connection.send_frame(self.channel, body, payload)
