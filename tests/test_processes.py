@@ -56,8 +56,8 @@ def test_two_processes_form_one_cluster_and_stop_together(tmp_path):
         admin.create_topics([NewTopic("spread", 8)])["spread"].result(30)
         deadline = time.monotonic() + 30
         while True:
-            topic = admin.list_topics(timeout=10).topics["spread"]
-            leaders = {p.leader for p in topic.partitions.values()}
+            topic = admin.list_topics(timeout=10).topics.get("spread")  # None: not yet in this broker's metadata
+            leaders = {p.leader for p in topic.partitions.values()} if topic is not None else set()
             if leaders == {1, 2} or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
