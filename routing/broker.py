@@ -96,6 +96,7 @@ class Router:
         self.vhosts: dict[str, VirtualHost] = {}
         self._staged: dict[Queue, list] = {}  # see _STAGED_FIELDS
         self._floors_written: dict[str, dict] | None = None
+        self._stopped_cleanly = False  # the clean stop's floors (with delivered bounds) are written: keep them
         self._transient: set[str] = set()
         self._definitions_dirty = False
         self._stored = definitions.DefinitionEntries()  # what the definitions journal holds (load fills it)
@@ -263,6 +264,12 @@ class Router:
         messages that were in fact delivered come back flagged redelivered."""
         # Runs 4 times a second over every queue: a queue with nothing but its floor to save is
         # compared by that number, and the document is built only when something moved.
+        if self._stopped_cleanly:
+            # a timer's pass between the stop's checkpoint and the end of the shutdown would write
+            # the floors again without the delivered bounds: never-delivered messages would then
+            # come back flagged redelivered
+            return
+        self._stopped_cleanly = clean_stop
         saved = {}
         for vhost in self.vhosts.values():
             for delay_log in vhost.delay_logs.values():
