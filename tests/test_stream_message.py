@@ -16,7 +16,7 @@ from rstream import AMQPMessage, amqp_decoder
 from rstream._pyamqp.message import Header as RHeader
 from rstream._pyamqp.message import Properties as RProperties
 
-from routing import mapping, stream_message
+from routing import mapping, stream_delivery, stream_message
 from routing.amqp_properties import _entries, _split
 from routing.stream_message import STREAM_ONLY_HEADERS, record_from_stream, stream_from_record
 from wire.amqp10 import Message, Symbol, Typed, decode_message, encode_message
@@ -366,7 +366,7 @@ def test_caches_are_bounded():
         data = bytes(AMQPMessage(body=b"b", application_properties={"i": i}))
         assert stream_from_record(store(data)) == data
     assert len(stream_message._IN) <= stream_message._CACHE_MAX
-    assert len(stream_message._OUT) <= stream_message._CACHE_MAX
+    assert len(stream_delivery._OUT) <= stream_message._CACHE_MAX
 
 
 # --- hypothesis: any rstream message --------------------------------------------------------------
@@ -464,7 +464,7 @@ def test_a_delivery_by_shared_headers_equals_the_one_worked_out():
                Record(3, timestamp, key, b"", headers)]
     first = [stream_from_record(r) for r in records]  # worked out, then kept
     again = [stream_from_record(r) for r in records]  # from what was kept
-    stream_message._BY_HEADERS.clear()
+    stream_delivery._BY_HEADERS.clear()
     worked_out = [stream_from_record(Record(r.offset, r.timestamp, r.key, r.value, tuple(r.headers)))
                   for r in records]
     assert first == again == worked_out

@@ -4,7 +4,7 @@ receiver links), both through the same router, queues and confirms as the 0-9-1 
 A published message is converted to the 0-9-1 message RabbitMQ would make of it
 (:func:`routing.stream_message.amqp091_from_amqp10`) and published with
 :meth:`routing.broker.Router.publish`; a consumed record is delivered as the AMQP 1.0 message a
-stream consumer reads (:func:`routing.stream_message.stream_from_record`), with the header's
+stream consumer reads (:func:`routing.stream_delivery.stream_from_record`), with the header's
 delivery-count set on a quorum queue's redeliveries. Multi-frame transfers (``more``) are joined
 on the way in and cut to max-frame-size on the way out.
 """
