@@ -142,7 +142,7 @@ def _settle(pids: list[int], quiet: float = 0.05, longest: float = 20.0) -> None
 
 
 def run_random_brokers(addresses: list[str], name: str, n: int, size: int, queues: int, clients: int, seed: int,
-                       pids: list[int], http: list[str] | None = None) -> dict:
+                       pids: list[int], http: list[str] | None = None, started_file: str | None = None) -> dict:
     """``queues`` durable queues, placed by ``x-queue-leader-locator: balanced`` (a cluster leads
     about a third each of them on each of 3 brokers, as RabbitMQ's balanced locator would; a
     single broker leads them all); ``clients`` publishers (persistent messages, confirms) and as many
@@ -152,7 +152,8 @@ def run_random_brokers(addresses: list[str], name: str, n: int, size: int, queue
     sequence number), so every confirmed message is checked off when consumed: one missing raises.
     Reports the CPU seconds of each broker process in ``pids`` over publish and consume (from when
     the brokers are quiet after the declarations until the last consumer is done), and how many
-    of the queues each broker leads (from the management API at ``http``, the first broker's)."""
+    of the queues each broker leads (from the management API at ``http``, the first broker's).
+    ``started_file``: written when the measured phase starts and again when it ends (for a profiler)."""
     rng = random.Random(seed)
     names = [f"{name}-{i}" for i in range(queues)]
     slices = [names[i::clients] for i in range(clients)]
@@ -244,12 +245,18 @@ def run_random_brokers(addresses: list[str], name: str, n: int, size: int, queue
             errors.append(f"consumer {i}: {exc!r}")
 
     threads = [threading.Thread(target=f, args=(i,)) for f in (consumer, publisher) for i in range(clients)]
+    if started_file:
+        with open(started_file, "w") as marker:
+            marker.write("started\n")
     cpu0, start = broker_cpu(pids), time.perf_counter()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     elapsed, cpus = time.perf_counter() - start, [b - a for a, b in zip(cpu0, broker_cpu(pids))]
+    if started_file:
+        with open(started_file, "a") as marker:
+            marker.write("done\n")
     for i in range(0, queues, 500):
         admin.sock.sendall(b"".join(frame.marshal(commands.Queue.Delete(queue=q), 1) for q in names[i:i + 500]))
         expect_many(admin, 50, 41, len(names[i:i + 500]))

@@ -50,6 +50,7 @@ from gateway.stream.connection import StreamFactory
 from gateway.stream.sac import ClusterActiveConsumers
 from gateway.stream.service import StreamService
 from gateway.cluster.amqp_forward import PublishForwarder
+from gateway.cluster.link_server import LinkServer
 from gateway.cluster.amqp_home import AmqpHome
 from gateway.cluster.amqp_spread import AmqpSpread
 from gateway.cluster.node import ClusterNode
@@ -211,6 +212,8 @@ class Broker:
                                                    f"gateway-{self.settings.node_id}")
         if self.cluster is not None and self.settings.amqp_cluster_mode == "spread":
             forwarder = PublishForwarder(self.reactor, peers, self._leader_of, self._forwards_answered)
+            # the other brokers' consumers of queues led here (AmqpLink)
+            self.kafka.amqp_links = LinkServer(self.reactor, lambda: self.amqp.router)
             self.amqp_home = AmqpSpread(self, self.cluster, forwarder)
             self.streams.cluster = StreamCluster(self.cluster, peers, self.settings.node_id)
             # single-active-consumer groups span the cluster: decided at each stream's leader

@@ -180,8 +180,8 @@ class Queue:
         staged = self.stage.staged_count() if self.stage is not None else 0
         return max(len(self.cursor.unacked) - staged - len(self.held) - len(self.retries), 0)
 
-    def consumer_count(self) -> int:
-        return len(self.consumers)
+    def consumer_count(self) -> int:  # another broker's consumers (links served here) are its to count
+        return sum(1 for c in self.consumers if not getattr(c, "remote_link", False))
 
     # --- publishing (called by the vhost before the append) ----------------------------
     def admits(self, body_size: int, pending: int = 0) -> bool:
@@ -216,7 +216,7 @@ class Queue:
         if self.consuming is not None:
             self.consuming.add(self)
 
-    def remove_consumer(self, consumer: Consumer) -> None:
+    def remove_consumer(self, consumer: Consumer, auto_delete: bool = True) -> None:
         if consumer not in self.consumers:
             return
         self.consumers.remove(consumer)
@@ -224,7 +224,7 @@ class Queue:
         self.last_used = self.clock()
         if not self.consumers and self.consuming is not None:
             self.consuming.discard(self)
-        if self.auto_delete and not self.consumers and self.on_empty_auto_delete is not None:
+        if auto_delete and self.auto_delete and not self.consumers and self.on_empty_auto_delete is not None:
             self.on_empty_auto_delete(self)  # RabbitMQ: auto-delete once the last consumer is gone
 
     def cancel_consumers(self) -> None:

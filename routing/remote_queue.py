@@ -16,7 +16,7 @@ from __future__ import annotations
 from routing.errors import NOT_IMPLEMENTED, ConnectionError
 from routing.queue import Queue
 from routing.reader import LogReader
-from routing.share import ACCEPT, REJECT, RELEASE
+from wire.amqp_link import ACK, REJECT, RELEASE, REQUEUE
 
 
 class _Committed:
@@ -36,8 +36,9 @@ class _Committed:
 
 class RemoteQueue(Queue):
     remote = True
-    # set by the gateway: (queue, consumer) -> a link serving that consumer from the leader, with
-    # poke() (credit may have grown), acknowledge(offsets, kind) and close()
+    # set by the gateway: (queue, consumer) -> a link serving that consumer from the leader
+    # (gateway.cluster.amqp_consume), with poke() (credit may have grown), acknowledge(offsets,
+    # how: wire.amqp_link ACK ... RELEASE), drain(done) and close()
     link_factory = None
     # set by the gateway: figures(queue) and purge(queue), asked of the leader (and, for the
     # consumers, every broker), each a Deferred (gateway.cluster.amqp_queue_ops)
@@ -76,12 +77,12 @@ class RemoteQueue(Queue):
         link = self.links[consumer] = self.link_factory(self, consumer)
         link.poke()
 
-    def remove_consumer(self, consumer) -> None:
+    def remove_consumer(self, consumer, auto_delete: bool = True) -> None:
         link = self.links.pop(consumer, None)
         if link is not None:
             self._forget(link)
             link.close()  # the leader takes back what it still held
-        super().remove_consumer(consumer)
+        super().remove_consumer(consumer, auto_delete)
 
     def _forget(self, link) -> None:
         for offset in [o for o, l in self._by_offset.items() if l is link]:
@@ -101,14 +102,12 @@ class RemoteQueue(Queue):
             self.delivery_counts[offset] = count - 1  # RabbitMQ's x-delivery-count: times returned
 
     def ack(self, offsets) -> None:
-        self._settle(offsets, ACCEPT)
+        self._settle(offsets, ACK)
 
-    def reject(self, offsets, requeue: bool) -> None:
-        self._settle(offsets, RELEASE if requeue else REJECT)
+    def reject(self, offsets, requeue: bool, failed: bool = False) -> None:
+        self._settle(offsets, REQUEUE if requeue else REJECT)
 
-    def requeue_uncounted(self, offsets) -> None:
-        # AMQP 1.0 ``released``: a share group's release is the only way back, and the leader
-        # counts it as a delivery (Kafka's acknowledgement types have no uncounted release)
+    def requeue_uncounted(self, offsets) -> None:  # AMQP 1.0 ``released``
         self._settle(offsets, RELEASE)
 
     def _settle(self, offsets, kind: int) -> None:

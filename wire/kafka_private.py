@@ -15,6 +15,10 @@ StreamConsumer (v0): single-active-consumer groups of the stream protocol, decid
 stream's leader (gateway.stream.sac). ``op`` 0 (join) and 1 (leave) go from the broker holding
 a consumer to the leader; 2 (activate) and 3 (deactivate) from the leader to that broker.
 
+AmqpLink (v0): the consumer links of a spread cluster (wire.amqp_link): a broker holding
+consumers of queues led by another sends it operations and polls; polls are answered with the
+deliveries and other events for those consumers (gateway.cluster.amqp_links, link_server).
+
 AmqpReply (v0): a Direct Reply-To reply (or, without properties, the question whether its
 requester is there) for the broker holding the requester's channel (routing.direct_reply).
 """
@@ -128,9 +132,43 @@ class AmqpReplyResponse:
     """Whether the requester's channel is there (and, with properties, was handed the reply)."""
 
 
+AMQP_LINK = 10003
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AmqpLinkRequest:
+    __type__: ClassVar = EntityType.request
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = False
+    __api_key__: ClassVar[i16] = i16(AMQP_LINK)
+    __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
+    session: str = field(metadata={"kafka_type": "string"})
+    """The asking broker's link session (a new one after any failure: the old one's holdings go back)."""
+    opening: bool = field(metadata={"kafka_type": "bool"})
+    """The session may start with this request (false once the asker had an answer: a session
+    the leader no longer has is then an error, not a new empty one)."""
+    wait_ms: i32 = field(metadata={"kafka_type": "int32"})
+    """-1: operations only, answered at once; else a poll, answered with events or after this long."""
+    ops: bytes = field(metadata={"kafka_type": "bytes"})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AmqpLinkResponse:
+    __type__: ClassVar = EntityType.response
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = False
+    __api_key__: ClassVar[i16] = i16(AMQP_LINK)
+    __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
+    error_code: ErrorCode = field(metadata={"kafka_type": "error_code"})
+    error_message: str | None = field(metadata={"kafka_type": "string"}, default=None)
+    events: bytes = field(metadata={"kafka_type": "bytes"}, default=b"")
+
+
 # api key -> version -> (request class, response class)
 ENTITIES = {AMQP_QUEUE: {0: (AmqpQueueRequest, AmqpQueueResponse)},
             STREAM_CONSUMER: {0: (StreamConsumerRequest, StreamConsumerResponse)},
-            AMQP_REPLY: {0: (AmqpReplyRequest, AmqpReplyResponse)}}
+            AMQP_REPLY: {0: (AmqpReplyRequest, AmqpReplyResponse)},
+            AMQP_LINK: {0: (AmqpLinkRequest, AmqpLinkResponse)}}
 VERSIONS = {key: (min(v), max(v)) for key, v in ENTITIES.items()}
-NAMES = {AMQP_QUEUE: "AmqpQueue", STREAM_CONSUMER: "StreamConsumer", AMQP_REPLY: "AmqpReply"}
+NAMES = {AMQP_QUEUE: "AmqpQueue", STREAM_CONSUMER: "StreamConsumer", AMQP_REPLY: "AmqpReply",
+         AMQP_LINK: "AmqpLink"}

@@ -1,24 +1,24 @@
-"""AMQP consumers of queues led by other brokers, served as members of the queue's share group.
+"""AMQP consumers of queues led by other brokers: credit-based links to the leader.
 
-DESIGN.md's "delivery state is one thing": at the leader, a share group named like an AMQP queue
-competes for that queue's messages (routing.share). So a consumer connected to broker A of a
-queue led by broker B is, at B, a member of the share group named like the queue: one
-:class:`ShareLink` per consumer runs its share session (KIP-932 ShareFetch, ShareAcknowledge)
-over the brokers' Kafka connection:
+A consumer connected here of a queue led by broker L (a routing.remote_queue RemoteQueue) is a
+:class:`QueueLink`: at L it is one of the queue's consumers (gateway.cluster.link_server), picked
+by the queue's own dispatch, as a RabbitMQ channel's consumer is served by a queue process on
+another node. Every link of this broker to L shares one *session* (:class:`LeaderLinks`) and two
+connections: operations (open, credit, settle, get, drain, close) go on one, sent together at the
+end of each loop turn; the other carries one poll at a time, which L answers with the deliveries
+and other events of every link of the session (wire.amqp_link).
 
-* the fetch's record budget is the consumer's credit (its prefetch less what it holds unacked;
-  a bounded batch for consumers without a prefetch or with no-ack; an AMQP 1.0 link's own link
-  credit, its ``fetch_budget``), so the leader never hands out more than the client may take, as
-  a RabbitMQ channel's credit to a queue process;
-* acks, nacks and rejects become acknowledgements (accept; release for a requeue; reject
-  otherwise, which dead-letters at the leader as the queue's arguments say), sent with the
-  next request of the session;
-* a cancelled consumer or a closed channel closes the session (epoch -1): the leader returns
-  what the member still held to the queue, flagged redelivered, as RabbitMQ requeues a closed
-  channel's unacked messages; a session the leader dropped (it restarted) opens again.
-
-One fetch of a session is out at a time; acknowledgements go at once, past a parked fetch, on
-the same connection, so the leader sees the session's epochs in order.
+* credit: each link tells L how many deliveries it may have had in all: what it received plus its
+  consumer's room now (its prefetch less what it holds unacked, the channel's global prefetch; a
+  bounded batch for consumers without one or with no-ack; an AMQP 1.0 link's own link credit).
+  A closed TCP window or a flow-stopped channel has no room;
+* acks, nacks and rejects become settlements at L (ack; requeue; reject, which dead-letters there
+  as the queue's arguments say; AMQP 1.0 ``released``: back without counting a delivery);
+* a cancelled consumer or closed channel closes its link: L returns what it held to the queue,
+  flagged redelivered, as RabbitMQ requeues a closed channel's unacked messages;
+* any failure of the session (L restarted or went away, a call failed or timed out) ends it on
+  both sides: what its links held goes back at L, and each link opens again, in a new session,
+  at the queue's leader then (another broker after a failover).
 """
 from __future__ import annotations
 
@@ -27,270 +27,292 @@ import uuid
 
 from kio.schema.errors import ErrorCode
 
-from routing.share import ACCEPT, RELEASE
-from wire.records import decode_batch, iter_batches
+from wire import amqp_link as wl
+from wire.kafka_private import AMQP_LINK
 
 log = logging.getLogger(__name__)
 
-SHARE_FETCH, SHARE_ACKNOWLEDGE = 78, 79
-MAX_WAIT_MS = 5000  # a fetch waits at the leader until records come (acks pass it meanwhile)
-UNBOUNDED_BATCH = 100  # the record budget of a consumer without a prefetch (or no-ack)
+POLL_MS = 5000  # a poll waits at the leader this long for events (L hears from us at least this often)
+UNBOUNDED_BATCH = 100  # the room of a consumer without a prefetch (or no-ack)
 RETRY_S = 0.5
+OPS_LANE, POLL_LANE = "amqp-links", "amqp-links-poll"  # a parked poll must not hold back the operations' answers
 
 
-class ShareLink:
-    def __init__(self, reactor, peers, leader_of, topic_id_of, queue, consumer, node_id: int):
-        self.reactor = reactor
-        self.peers = peers
-        self.leader_of = leader_of  # (topic, partition) -> node id or -1
-        self.topic_id_of = topic_id_of  # topic -> uuid.UUID or None
+class LeaderLinks:
+    """The session of this broker's links to one leader: operations out, one poll at a time."""
+
+    def __init__(self, links: "ConsumerLinks", leader: int):
+        self.owner = links
+        self.reactor, self.peers = links.reactor, links.peers
+        self.leader = leader
+        self.session = f"{links.node_id}-{uuid.uuid4().hex}"
+        self.opening = True  # until an answer came: the leader may start the session with a request
+        self.links: dict[int, "QueueLink"] = {}
+        self.ops: list[bytes] = []
+        self.dirty: set["QueueLink"] = set()  # links whose credit may have changed this loop turn
+        self.polling = False
+        self.ended = False
+        self._flush = None
+
+    def add(self, link: "QueueLink") -> int:
+        link_id = self.owner.next_id()
+        self.links[link_id] = link
+        self.send(link.open_op(link_id))
+        if not self.polling:
+            self._poll()
+        return link_id
+
+    def send(self, op: bytes) -> None:
+        self.ops.append(op)
+        self.soon()
+
+    def touch(self, link: "QueueLink") -> None:
+        self.dirty.add(link)
+        self.soon()
+
+    def soon(self) -> None:
+        if self._flush is None and not self.ended:
+            self._flush = self.reactor.callLater(0, self.flush)
+
+    def flush(self) -> None:
+        self._flush = None
+        if self.ended:
+            return
+        dirty, self.dirty = self.dirty, set()
+        for link in dirty:
+            link.update_credit()
+        if not self.ops:
+            return
+        ops, self.ops = b"".join(self.ops), []
+        request = {"session": self.session, "opening": self.opening, "wait_ms": -1, "ops": ops}
+        self.peers.call(self.leader, AMQP_LINK, request, version=0, lane=OPS_LANE).addCallbacks(
+            self._answered, self._failed)
+
+    def _poll(self) -> None:
+        if self.ended or not self.links:
+            self.polling = False
+            return
+        self.polling = True
+        request = {"session": self.session, "opening": self.opening, "wait_ms": POLL_MS, "ops": b""}
+        self.peers.call(self.leader, AMQP_LINK, request, version=0, timeout=POLL_MS / 1000 + 10,
+                        lane=POLL_LANE).addCallbacks(self._polled, self._failed)
+
+    def _answered(self, answer) -> None:
+        if self.ended:
+            return
+        if answer.error_code:
+            self.end(f"{ErrorCode(answer.error_code).name}: {answer.error_message}")
+        else:
+            self.opening = False
+
+    def _polled(self, answer) -> None:
+        if self.ended:
+            return
+        if answer.error_code:
+            self.end(f"{ErrorCode(answer.error_code).name}: {answer.error_message}")
+            return
+        self.opening = False
+        for event in wl.read_events(answer.events):
+            link = self.links.get(event[1])
+            if link is not None:
+                link.event(event)
+        self._poll()
+
+    def _failed(self, failure) -> None:
+        if not self.ended:
+            self.end(failure.getErrorMessage())
+
+    def forget(self, link_id: int) -> None:
+        self.links.pop(link_id, None)
+
+    def end(self, why: str) -> None:
+        """The session is over (the leader gives back what its links held): each link starts again."""
+        if self.ended:
+            return
+        self.ended = True
+        if self._flush is not None and self._flush.active():
+            self._flush.cancel()
+        self._flush = None
+        self.owner.ended(self)
+        links, self.links = list(self.links.values()), {}
+        if links:
+            log.info("AMQP link session to broker %d ended (%s); its %d link(s) open again", self.leader, why,
+                     len(links))
+        for link in links:
+            link.restart()
+
+
+class ConsumerLinks:
+    """This broker's link sessions, one per leader; makes the link of each remote consumer."""
+
+    def __init__(self, reactor, peers, leader_of, node_id: int):
+        self.reactor, self.peers, self.leader_of, self.node_id = reactor, peers, leader_of, node_id
+        self.sessions: dict[int, LeaderLinks] = {}
+        self._ids = 0
+
+    def next_id(self) -> int:
+        self._ids = (self._ids + 1) & 0xFFFFFFFF
+        return self._ids
+
+    def session(self, leader: int) -> LeaderLinks:
+        session = self.sessions.get(leader)
+        if session is None:
+            session = self.sessions[leader] = LeaderLinks(self, leader)
+        return session
+
+    def ended(self, session: LeaderLinks) -> None:
+        if self.sessions.get(session.leader) is session:
+            del self.sessions[session.leader]
+
+    def link(self, queue, consumer) -> "QueueLink":
+        return QueueLink(self, queue, consumer)
+
+
+class QueueLink:
+    """One consumer (or one channel's basic.get calls) of a queue led elsewhere."""
+
+    def __init__(self, links: ConsumerLinks, queue, consumer):
+        self.links = links
         self.queue = queue  # the routing.remote_queue.RemoteQueue
-        self.consumer = consumer  # gateway.amqp.channel.Consumer (has_credit, deliver, prefetch, unacked, no_ack)
-        self.node_id = node_id
-        self.member = self._new_member()
-        self.lane = f"share-{uuid.uuid4().hex[:12]}"  # its own connection: its fetch may wait long there
-        self.epoch = 0  # the epoch of the session's next request (0: open one)
-        self.opening = False  # the request opening the session is on its way
-        self.fetching = False  # a fetch is out (parked at the leader until records come or its wait ends)
+        self.consumer = consumer  # gateway.amqp.consuming.Consumer, an AMQP 1.0 receiver, or a Getter
+        self.getter = getattr(consumer, "getter", False)
+        self.session: LeaderLinks | None = None
+        self.id = 0
+        self.received = 0  # deliveries received in this session
+        self.limit = 0  # the credit limit the leader has (or is being sent)
+        self.held: set[int] = set()  # delivered to the consumer and not settled yet
+        self.gets = 0  # basic.get calls sent and not answered
         self.closed = False
-        self.wait_ms = MAX_WAIT_MS if not getattr(consumer, "getter", False) else 0  # basic.get waits for nothing
-        self.acks: dict[int, int] = {}  # offset -> acknowledge type, for the next request
-        self.held: set[int] = set()  # offsets delivered to the consumer and not settled yet
+        self.draining = None  # an AMQP 1.0 drain: called once the leader has said it is drained
         self._retry = None
-        self._soon = None  # a poke at the end of this loop turn
-        self.draining = None  # an AMQP 1.0 drain: called once the leader answered a fetch
 
-    def _new_member(self) -> str:
-        return f"amqp-{self.node_id}-{uuid.uuid4().hex[:12]}"
+    # --- the session ---------------------------------------------------------------------------
+    def _attach(self) -> bool:
+        if self.session is not None:
+            return True
+        leader = self.links.leader_of(self.queue.topic, self.queue.partition)
+        if leader < 0:
+            self._later()
+            return False
+        self.received = 0
+        self.session = self.links.session(leader)
+        self.limit = -1 if self.getter else self._room()
+        self.id = self.session.add(self)
+        return True
 
-    # --- from the channel ------------------------------------------------------------------------------
-    def acknowledge(self, offsets, kind: int) -> None:
-        for offset in offsets:
-            if offset in self.held:
-                self.held.discard(offset)
-                self.acks[offset] = kind
-        if self._soon is None:  # the acks of one loop turn (a client's pipelined acks) go as one request
-            self._soon = self.reactor.callLater(0, self._poke_soon)
+    def open_op(self, link_id: int) -> bytes:
+        c = self.consumer
+        return wl.op_open(link_id, self.queue.vhost, self.queue.name, bool(getattr(c, "no_ack", False)),
+                          bool(getattr(c, "exclusive", False)), getattr(c, "priority", 0) or 0, self.limit)
 
-    def _poke_soon(self) -> None:
-        self._soon = None
-        self.poke()
-
-    def drain(self, done) -> None:
-        """An AMQP 1.0 drain: ``done()`` once the leader has answered the fetch out now, else the
-        next one (a draining link's fetches wait for nothing; their records reach it first)."""
-        self.draining = done
-
-    def close(self) -> None:
-        """The consumer is gone: settle what was decided, end the session; the rest goes back."""
-        self.closed = True
+    def restart(self) -> None:
+        """The session ended: the leader took back what was held; open again, a moment later."""
+        self.session = None
+        for offset in self.held:
+            self.queue.delivery_counts.pop(offset, None)
         self.held.clear()
-        if self._retry is not None and self._retry.active():
-            self._retry.cancel()
-        self.poke()
+        self.gets = 0
+        if not self.closed:
+            self._later()
 
-    # --- the session --------------------------------------------------------------------------------------
+    def _later(self) -> None:
+        if self._retry is None or not self._retry.active():
+            self._retry = self.links.reactor.callLater(RETRY_S, self.poke)
+
+    # --- from the queue and the channel ----------------------------------------------------------
     def poke(self) -> None:
-        """Send what is due: the session's opening fetch, acknowledgements (they pass a parked
-        fetch: requests of one connection are taken in order, so epochs stay in sequence), the
-        next fetch once the last one is back and there is credit, or the closing request."""
-        if self.opening:
+        """Credit may have grown, or a basic.get waits: tell the leader (at the end of the loop turn)."""
+        if self.closed or not self._attach():
             return
-        if self.closed:
-            # at once, past a parked fetch: the leader gives back what the session held, and a
-            # fetch still parked there takes nothing more once its session is closed
-            if self.epoch > 0:
-                self._send_close()
-            elif not self.fetching:
-                self.peers.close_lane(self.lane)
+        if self.getter:
+            waiting = len(self.consumer.waiting)
+            while self.gets < waiting:
+                self.gets += 1
+                self.session.send(wl.op_get(self.id, self.consumer.no_ack))
             return
-        if self.epoch > 0 and self.acks:
-            self._send_acks()
-        if not self.fetching:
-            budget = self._budget()
-            if budget > 0:
-                self._send_fetch(budget)
+        self.session.touch(self)
 
-    def _budget(self) -> int:
+    def update_credit(self) -> None:
+        if self.closed or self.session is None:
+            return
+        limit = self.received + self._room()
+        if limit != self.limit:
+            self.limit = limit
+            self.session.send(wl.op_credit(self.id, limit))
+
+    def _room(self) -> int:
         consumer = self.consumer
-        if not consumer.has_credit():
+        if self.getter or not consumer.has_credit():
             return 0
         exact = getattr(consumer, "fetch_budget", None)
         if exact is not None:  # an AMQP 1.0 link: never more than its link credit
             return max(exact(), 0)
-        if getattr(consumer, "getter", False):
-            return 1
         if consumer.no_ack:
             return UNBOUNDED_BATCH
-        budget = consumer.prefetch - consumer.unacked if consumer.prefetch else UNBOUNDED_BATCH
+        room = consumer.prefetch - consumer.unacked if consumer.prefetch else UNBOUNDED_BATCH
         channel = getattr(consumer, "channel", None)
         if channel is not None and channel.global_prefetch:  # basic.qos global: the channel's unacked count too
-            budget = min(budget, channel.global_prefetch - len(channel.unacked))
-        return max(budget, 0)
+            room = min(room, channel.global_prefetch - len(channel.unacked))
+        return max(room, 0)
 
-    def _target(self):
-        leader = self.leader_of(self.queue.topic, self.queue.partition)
-        topic_id = self.topic_id_of(self.queue.topic)
-        return (leader, topic_id) if leader >= 0 and topic_id is not None else (None, None)
-
-    def _next_epoch(self) -> int:
-        epoch = self.epoch
-        self.epoch = 1 if epoch == 2**31 - 1 else epoch + 1
-        return epoch
-
-    def _send_fetch(self, budget: int) -> None:
-        leader, topic_id = self._target()
-        if leader is None:
-            self._later()
+    def acknowledge(self, offsets, how: int) -> None:
+        settled = [o for o in offsets if o in self.held]
+        if not settled or self.session is None:
             return
-        opening = self.epoch == 0
-        acks = {} if opening else self.acks  # a session cannot open with acknowledgements
-        if not opening:
-            self.acks = {}
-        partition = {"partition_index": self.queue.partition, "acknowledgement_batches": _batches(acks)}
-        wait = 0 if getattr(self.consumer, "drain", False) else self.wait_ms  # an AMQP 1.0 drain waits for nothing
-        request = {"group_id": self.queue.name, "member_id": self.member, "share_session_epoch": self._next_epoch(),
-                   "max_wait": wait, "min_bytes": 1, "max_bytes": 8 << 20,
-                   "max_records": budget, "batch_size": budget,
-                   "topics": [{"topic_id": topic_id, "partitions": [partition]}], "forgotten_topics_data": []}
-        self.fetching, self.opening = True, opening
-        member = self.member
-        self.peers.call(leader, SHARE_FETCH, request, lane=self.lane).addCallbacks(
-            lambda answer: self._fetched(answer, member), lambda failure: self._failed(failure, member))
+        self.held.difference_update(settled)
+        self.session.send(wl.op_settle(self.id, how, settled))
+        self.session.touch(self)
 
-    def _fetched(self, answer, member: str) -> None:
-        if member != self.member:
-            return  # an answer to a session given up since
-        self.fetching = self.opening = False
-        if answer.error_code:
-            self._session_error(answer.error_code)
-            return
-        got = False
-        for topic in answer.responses:
-            for p in topic.partitions:
-                if p.error_code:
-                    log.debug("share fetch of queue %s: %s", self.queue.name, ErrorCode(p.error_code).name)
-                    self._later()
-                    return
-                if p.acquired_records:
-                    got = True
-                    self._deliver(p)
-        if not got and hasattr(self.consumer, "found_nothing"):
-            self.consumer.found_nothing()
-        done, self.draining = self.draining, None
-        if done is not None:
-            done()
-        self.poke()
+    def drain(self, done) -> None:
+        """An AMQP 1.0 drain: ``done()`` once the leader has dispatched what it could and said so."""
+        self.draining = done
+        if self._attach():
+            self.update_credit()  # the drain's credit first: the leader dispatches on it, then says drained
+            self.session.send(wl.op_drain(self.id))
 
-    def _deliver(self, p) -> None:
-        counts = {}  # in the order of the acquired ranges: the leader's order (priorities first)
-        for run in p.acquired_records:
-            for offset in range(run.first_offset, run.last_offset + 1):
-                counts[offset] = run.delivery_count
-        buf = bytearray(p.records or b"")
-        records = {}
-        for pos, _header in iter_batches(buf):
-            for record in decode_batch(buf, pos).records:
-                if record.offset in counts:
-                    records[record.offset] = record
-        exact = getattr(self.consumer, "fetch_budget", None)
-        for offset in list(counts):
-            record = records.get(offset)
-            if record is None:
-                continue
-            count = counts.pop(offset)
-            # an AMQP 1.0 link's credit may have been lowered while the fetch waited (a flow with
-            # less): a transfer without credit breaks the protocol, so the message goes back
-            if self.closed or (exact is not None and exact() <= 0):
-                self.acks[offset] = RELEASE
-                continue
-            if self.consumer.no_ack:  # settled as it goes out
-                self.acks[offset] = ACCEPT
-            else:
-                self.held.add(offset)
-                self.queue.delivered(offset, count, self)
-            self.consumer.deliver(self.queue, offset, record, count > 1)
-        for offset in counts:  # acquired but not in the batches (a gap): give it back
-            self.acks[offset] = RELEASE
-
-    def _acknowledge_request(self, epoch: int) -> tuple[int | None, dict]:
-        leader, topic_id = self._target()
-        acks, self.acks = self.acks, {}
-        request = {"group_id": self.queue.name, "member_id": self.member, "share_session_epoch": epoch,
-                   "topics": [{"topic_id": topic_id, "partitions": [
-                       {"partition_index": self.queue.partition, "acknowledgement_batches": _batches(acks)}]}]}
-        return leader, request
-
-    def _send_acks(self) -> None:
-        if self._target()[0] is None:
-            self._later()
-            return
-        leader, request = self._acknowledge_request(self._next_epoch())
-        member = self.member
-
-        def done(answer) -> None:
-            if member != self.member:
-                return
-            if answer.error_code:
-                self._session_error(answer.error_code)
-            else:
-                self.poke()
-
-        self.peers.call(leader, SHARE_ACKNOWLEDGE, request, lane=self.lane).addCallbacks(
-            done, lambda f: self._failed(f, member))
-
-    def _send_close(self) -> None:
-        leader, request = self._acknowledge_request(-1)
-        self.epoch = 0
-        lane = self.lane
-        if leader is None:  # the leader is gone, and its session with it
-            self.peers.close_lane(lane)
-            return
-        d = self.peers.call(leader, SHARE_ACKNOWLEDGE, request, lane=lane)
-        if self.closed:  # the link is done with its connection once the leader has the close
-            d.addBoth(lambda _: self.peers.close_lane(lane))
-        else:
-            d.addErrback(lambda failure: None)
-
-    def _session_error(self, error: int) -> None:
-        log.info("share session of queue %s at its leader ended (%s); opening another", self.queue.name,
-                 ErrorCode(error).name)
-        self._restart()
-
-    def _failed(self, failure, member: str) -> None:
-        if member != self.member or self.closed:
-            return  # an old session's, or the link's own lane closed under a parked fetch
-        log.warning("share session of queue %s: %s", self.queue.name, failure.getErrorMessage())
-        self._restart()
-
-    def _restart(self) -> None:
-        """Give the session up (what it held comes back at the leader, redelivered) and open
-        another under a new member id, so that late answers to the old one are told apart."""
-        if self.epoch > 0:
-            self._send_close()
-        self.member = self._new_member()  # on the same lane: the old session's close goes first
-        self.epoch, self.opening, self.fetching = 0, False, False
-        for offset in self.held:
-            self.queue.delivery_counts.pop(offset, None)
+    def close(self) -> None:
+        """The consumer is gone: settle what was decided, then close; the leader takes back the rest."""
+        self.closed = True
         self.held.clear()
-        self.acks = {}
-        self._later()
+        if self._retry is not None and self._retry.active():
+            self._retry.cancel()
+        session, self.session = self.session, None
+        if session is not None and not session.ended:
+            session.send(wl.op_close(self.id))
+            session.forget(self.id)
 
-    def _later(self) -> None:
-        if self._retry is None or not self._retry.active():
-            self._retry = self.reactor.callLater(RETRY_S, self.poke)
+    # --- from the leader ------------------------------------------------------------------------------
+    def event(self, event: tuple) -> None:
+        kind = event[0]
+        if kind == wl.DELIVER:
+            self._deliver(*event[2:])
+        elif kind == wl.EMPTY:
+            self.gets = max(self.gets - 1, 0)
+            self.consumer.found_nothing()
+        elif kind == wl.DRAINED:
+            done, self.draining = self.draining, None
+            if done is not None:
+                done()
+        elif kind == wl.CLOSED:
+            log.info("AMQP link of queue %s closed by its leader: %s", self.queue.name, event[2])
+            session, self.session = self.session, None
+            if session is not None:
+                session.forget(self.id)
+            if not self.closed:
+                self._later()  # the queue's leader may have moved: try again (a deleted queue cancels it here)
 
-
-def _batches(acks: dict[int, int]) -> list[dict]:
-    """Acknowledgements as batches of consecutive offsets of one kind."""
-    out: list[dict] = []
-    for offset in sorted(acks):
-        kind = acks[offset]
-        last = out[-1] if out else None
-        if last is not None and last["last_offset"] == offset - 1 and last["acknowledge_types"] == [kind]:
-            last["last_offset"] = offset
-        else:
-            out.append({"first_offset": offset, "last_offset": offset, "acknowledge_types": [kind]})
-    return out
-
-
+    def _deliver(self, offset: int, count: int, redelivered: bool, record) -> None:
+        self.received += 1
+        if self.getter:
+            self.gets = max(self.gets - 1, 0)
+        consumer = self.consumer
+        exact = getattr(consumer, "fetch_budget", None)
+        # an AMQP 1.0 link's credit may have been lowered meanwhile (a flow with less): a transfer
+        # without credit breaks the protocol, so the message goes back, uncounted
+        if exact is not None and exact() <= 0:
+            self.session.send(wl.op_settle(self.id, wl.RELEASE, (offset,)))
+            return
+        if not consumer.no_ack:
+            self.held.add(offset)
+            self.queue.delivered(offset, count, self)
+        consumer.deliver(self.queue, offset, record, redelivered)

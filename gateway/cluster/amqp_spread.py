@@ -15,8 +15,9 @@ runs all of AMQP on one broker). Each broker:
   always for exclusive and non-durable queues) leads it here, ``balanced`` on the broker that
   leads the fewest partitions; the argument ``x-queue-leader-locator`` beats a policy's
   ``queue-leader-locator``, which beats ``--queue-leader-locator``;
-* serves a consumer (and basic.get) of a queue led elsewhere as a member of the queue's share
-  group at the leader (gateway.cluster.amqp_consume), its prefetch being each fetch's budget;
+* serves a consumer (and basic.get) of a queue led elsewhere over a credit-based link to the
+  leader (gateway.cluster.amqp_consume; the leader's end: gateway.cluster.link_server), its
+  credit being the consumer's prefetch;
 * turns a queue into a local one when it comes to lead its topic (a failover, a move) and into a
   RemoteQueue when it stops leading it.
 
@@ -33,14 +34,13 @@ from __future__ import annotations
 
 import json
 import logging
-import uuid
 
 from twisted.internet import protocol, threads
 from twisted.python.failure import Failure
 
 from core.cluster.view import Reassignment
 from core.replication import LEADER
-from gateway.cluster.amqp_consume import ShareLink
+from gateway.cluster.amqp_consume import ConsumerLinks, QueueLink
 from gateway.cluster.amqp_home import AmqpHome
 from gateway.cluster.amqp_queue_ops import QueueOps
 from gateway.logs import fields
@@ -117,6 +117,7 @@ class AmqpSpread(AmqpHome):
     def __init__(self, broker, node, forwarder):
         super().__init__(broker, node)
         self.forwarder = forwarder  # gateway.cluster.amqp_forward.PublishForwarder
+        self.links = None  # gateway.cluster.amqp_consume.ConsumerLinks, made with the first remote consumer
         self.opened = False
         self.own_follower: DefinitionsFollower | None = None
         self._outbox: list[bytes] = []  # state records for the topic's leader, in order
@@ -190,16 +191,13 @@ class AmqpSpread(AmqpHome):
         if isinstance(result, Failure):
             log.warning("replica of the AMQP state topic not requested: %s", result.getErrorMessage())
 
-    def _link(self, queue: RemoteQueue, consumer) -> ShareLink:
-        return ShareLink(self.broker.reactor, self.forwarder.peers, self.forwarder.leader_of, self._topic_id, queue,
-                         consumer, self.node_id)
+    def _link(self, queue: RemoteQueue, consumer) -> QueueLink:
+        if self.links is None:
+            self.links = ConsumerLinks(self.broker.reactor, self.forwarder.peers, self.forwarder.leader_of, self.node_id)
+        return self.links.link(queue, consumer)
 
     def _replicated_here(self, queue) -> bool:
         return self.node_id in self.node.view.replicas(queue.topic, queue.partition)
-
-    def _topic_id(self, topic: str) -> uuid.UUID | None:
-        found = self.node.store.assignment(topic)
-        return uuid.UUID(found.topic_id) if found is not None and found.topic_id else None
 
     # --- writing the state topic -------------------------------------------------------------------
     def append_state(self, batch: bytes) -> None:
@@ -342,7 +340,7 @@ class AmqpSpread(AmqpHome):
 
     def _make_remote(self, vhost, queue: Queue, leader: int) -> None:
         for consumer in list(queue.consumers):
-            queue.remove_consumer(consumer)
+            queue.remove_consumer(consumer, auto_delete=False)  # a move is not the last consumer leaving
             cancelled = getattr(consumer, "cancelled_by_server", None)
             if cancelled is not None:
                 cancelled(queue)

@@ -69,6 +69,7 @@ class KafkaConnection(protocol.Protocol):
         self._write_paused = False
         self._reading_held = False  # reading stopped because MAX_IN_FLIGHT answers are owed
         self._handling = False  # inside _handle_waiting (answers filled meanwhile must not re-enter it)
+        self.on_lost: dict = {}  # key -> called when the connection closes (AMQP link sessions it carried)
         self.principal: str | None = None  # the user name once authenticated (SASL or certificate)
         self.sasl_mechanism: str | None = None  # chosen by SaslHandshake
         self.sasl_state = None  # a ScramServer while a SCRAM exchange runs
@@ -111,6 +112,9 @@ class KafkaConnection(protocol.Protocol):
 
     def connectionLost(self, reason=None) -> None:
         self.ctx.connections.discard(self)
+        lost, self.on_lost = self.on_lost, {}
+        for callback in lost.values():
+            callback()
 
     # Twisted producer interface, driven by the transport's write buffer.
     def pauseProducing(self) -> None:
