@@ -16,7 +16,7 @@ from __future__ import annotations
 from routing.errors import NOT_IMPLEMENTED, ConnectionError
 from routing.queue import Queue
 from routing.reader import LogReader
-from wire.amqp_link import ACK, REJECT, RELEASE, REQUEUE
+from wire.amqp_link import ACK, REJECT, RELEASE, REQUEUE, REQUEUE_FAILED
 
 
 class _Committed:
@@ -38,7 +38,7 @@ class RemoteQueue(Queue):
     remote = True
     # set by the gateway: (queue, consumer) -> a link serving that consumer from the leader
     # (gateway.cluster.amqp_consume), with poke() (credit may have grown), acknowledge(offsets,
-    # how: wire.amqp_link ACK ... RELEASE), drain(done) and close()
+    # how: wire.amqp_link ACK ... REQUEUE_FAILED), drain(done) and close()
     link_factory = None
     # set by the gateway: figures(queue) and purge(queue), asked of the leader (and, for the
     # consumers, every broker), each a Deferred (gateway.cluster.amqp_queue_ops)
@@ -105,7 +105,7 @@ class RemoteQueue(Queue):
         self._settle(offsets, ACK)
 
     def reject(self, offsets, requeue: bool, failed: bool = False) -> None:
-        self._settle(offsets, REQUEUE if requeue else REJECT)
+        self._settle(offsets, (REQUEUE_FAILED if failed else REQUEUE) if requeue else REJECT)
 
     def requeue_uncounted(self, offsets) -> None:  # AMQP 1.0 ``released``
         self._settle(offsets, RELEASE)

@@ -13,7 +13,7 @@ Layout (big-endian). An operation starts with its kind (u8) and link id (u32):
 * OPEN: flags (u8: 1 no-ack, 2 exclusive), priority (i32), credit limit (i64), vhost, queue
   (u16-length UTF-8 each);
 * CREDIT: limit (i64): the link may have been sent that many deliveries in all since it opened;
-* SETTLE: how (u8, :data:`ACK` ... :data:`RELEASE`), count (u32), then that many (first, last)
+* SETTLE: how (u8, :data:`ACK` ... :data:`REQUEUE_FAILED`), count (u32), then that many (first, last)
   offset ranges (i64, i64);
 * GET: no-ack (u8); DRAIN, CLOSE: nothing more.
 
@@ -34,7 +34,9 @@ from wire.varint import decode_varint
 
 OPEN, CREDIT, SETTLE, GET, DRAIN, CLOSE = 1, 2, 3, 4, 5, 6
 DELIVER, EMPTY, DRAINED, CLOSED = 1, 2, 3, 4
-ACK, REQUEUE, REJECT, RELEASE = 1, 2, 3, 4  # RELEASE: back without counting a delivery (AMQP 1.0)
+# REQUEUE_FAILED: basic.reject's requeue (a quorum queue's delayed retry tells it from a nack's);
+# RELEASE: back without counting a delivery (AMQP 1.0 ``released``)
+ACK, REQUEUE, REJECT, RELEASE, REQUEUE_FAILED = 1, 2, 3, 4, 5
 NO_ACK, EXCLUSIVE = 1, 2
 
 _KIND_LINK = struct.Struct(">BI")

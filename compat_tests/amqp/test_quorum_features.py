@@ -183,8 +183,6 @@ def test_a_nacked_message_waits_before_it_is_redelivered(channel):
 
 
 @delayed_retry
-@pytest.mark.cluster_differs("a consumer on another broker than the queue's leader returns by share-group "
-                             "release, which does not tell basic.reject from basic.nack")
 def test_failed_type_delays_rejects_not_nacks(channel):
     q = unique("qq-retry")
     _quorum(channel, q, **{"x-delayed-retry-type": "failed", "x-delayed-retry-min": 1000})

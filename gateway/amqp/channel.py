@@ -340,10 +340,7 @@ class Channel(Consuming, DirectReplyTo, RemoteReplies):
                 queue.ack(offsets)
                 BY_QUEUE_TYPE[queue.args.queue_type].acknowledged += len(offsets)
             else:
-                if failed and requeue and not queue.remote:
-                    queue.reject(sorted(offsets), requeue, failed=True)
-                else:
-                    queue.reject(sorted(offsets), requeue)
+                queue.reject(sorted(offsets), requeue, failed=failed)
         self._dispatch_all(by_queue)
         self.router.settle_appends()  # dead-lettered messages, if any
 

@@ -274,6 +274,8 @@ class LinkServer:
             queue.ack(mine)
         elif how == wl.REQUEUE:
             queue.reject(mine, True)
+        elif how == wl.REQUEUE_FAILED:
+            queue.reject(mine, True, failed=True)
         elif how == wl.REJECT:
             queue.reject(mine, False)
         elif how == wl.RELEASE:
