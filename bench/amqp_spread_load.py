@@ -3,6 +3,7 @@
 brokers' CPU read from /proc per process, for the cores and spread rows of ``bench scale``."""
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import struct
@@ -11,7 +12,8 @@ import time
 
 from pamqp import commands, frame, header
 
-from bench.amqp_load import ACK_EVERY, CHUNK, PREFETCH, WINDOW, Conn, _deliveries, expect_many, publish_frames
+from bench.amqp_load import (ACK_EVERY, CHUNK, PREFETCH, WINDOW, Conn, ServerClosed, _deliveries, expect_many,
+                             publish_frames)
 
 
 def broker_cpu(pids: list[int]) -> list[float]:
@@ -119,6 +121,25 @@ def _known_everywhere(http: list[str], names: set[str], longest: float = 60.0) -
     return time.monotonic() - started
 
 
+def _serving(addresses: list[str], http: list[str], longest: float = 60.0) -> None:
+    """Wait until every broker serves AMQP (a cluster's brokers listen before their AMQP model is
+    open: a connection is refused, the management API answers 421, until then)."""
+    import urllib.error
+    deadline = time.monotonic() + longest
+    for address, api in itertools.zip_longest(addresses, http):
+        while True:
+            try:
+                if address is not None:
+                    Conn(address).close()
+                if api is not None:
+                    _listed(api)
+                break
+            except (OSError, ServerClosed, urllib.error.HTTPError) as exc:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"broker at {address} does not serve AMQP after {longest:g} s: {exc!r}") from None
+                time.sleep(0.2)
+
+
 def _leaders(http: str, names: set[str]) -> dict[str, int]:
     """How many of the queues ``names`` each broker leads: RabbitMQ's ``node`` of each queue in
     the management API's list (every broker knows every queue and its leader)."""
@@ -158,6 +179,7 @@ def run_random_brokers(addresses: list[str], name: str, n: int, size: int, queue
     names = [f"{name}-{i}" for i in range(queues)]
     slices = [names[i::clients] for i in range(clients)]
     counts = [n // clients + (i < n % clients) for i in range(clients)]
+    _serving(addresses, http or [])
     admin = Conn(rng.choice(addresses))
     for i in range(0, queues, 500):
         admin.sock.sendall(b"".join(frame.marshal(commands.Queue.Declare(queue=q, durable=True, arguments=BALANCED), 1)

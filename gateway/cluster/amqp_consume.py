@@ -86,7 +86,7 @@ class LeaderLinks:
         ops, self.ops = b"".join(self.ops), []
         request = {"session": self.session, "opening": self.opening, "wait_ms": -1, "ops": ops}
         self.peers.call(self.leader, AMQP_LINK, request, version=0, lane=OPS_LANE).addCallbacks(
-            self._answered, self._failed)
+            self._answered, self._failed).addErrback(self._crashed)
 
     def _poll(self) -> None:
         if self.ended or not self.links:
@@ -95,7 +95,7 @@ class LeaderLinks:
         self.polling = True
         request = {"session": self.session, "opening": self.opening, "wait_ms": POLL_MS, "ops": b""}
         self.peers.call(self.leader, AMQP_LINK, request, version=0, timeout=POLL_MS / 1000 + 10,
-                        lane=POLL_LANE).addCallbacks(self._polled, self._failed)
+                        lane=POLL_LANE).addCallbacks(self._polled, self._failed).addErrback(self._crashed)
 
     def _answered(self, answer) -> None:
         if self.ended:
@@ -122,8 +122,15 @@ class LeaderLinks:
         if not self.ended:
             self.end(failure.getErrorMessage())
 
+    def _crashed(self, failure) -> None:
+        """A bug while handling an answer: logged, and the session starts over rather than stalls."""
+        log.error("AMQP link session to broker %d failed: %s", self.leader, failure.getTraceback())
+        self.end("an internal error")
+
     def forget(self, link_id: int) -> None:
         self.links.pop(link_id, None)
+        if not self.links:  # the next link starts a new session (the leader lets this one idle out)
+            self.owner.ended(self)
 
     def end(self, why: str) -> None:
         """The session is over (the leader gives back what its links held): each link starts again."""

@@ -184,13 +184,6 @@ class LinkServer:
         if self.sessions:
             self._sweep = self.reactor.callLater(SWEEP_S, self.sweep)
 
-    def close(self) -> None:
-        for session in list(self.sessions.values()):
-            session.end("the broker is stopping")
-        if self._sweep is not None and self._sweep.active():
-            self._sweep.cancel()
-        self._sweep = None
-
     # --- operations -----------------------------------------------------------------------------
     def _apply(self, session: LinkSession, ops: list[tuple]) -> None:
         touched = set()
