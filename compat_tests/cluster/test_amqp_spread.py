@@ -9,6 +9,8 @@ in the order each channel sent them, and are all read back at the leader.
 from __future__ import annotations
 
 import collections
+import subprocess
+import sys
 import time
 
 import pika
@@ -393,3 +395,22 @@ def test_a_policy_set_on_one_broker_applies_at_once_at_the_leader_of_its_queue(s
                        10, "the message dead-lettered to pol-dlq after its second delivery")
     connection.close()
     assert moved
+
+
+def test_a_broker_whose_state_replica_is_moved_away_and_back_keeps_learning_definitions(spread):
+    """Two brokers asking for a replica of the state topic at once: the later reassignment drops
+    the earlier one's broker, which asks again and gets a new replica. Forced here with a
+    reassignment that leaves broker 3 out: broker 3 must follow its new replica, so a queue
+    declared on broker 1 afterwards is known there too."""
+    b1, _b2, b3 = spread.brokers
+    replicas = partition_view(metadata(spread.bootstrap()), "__amqp_state")[0][1]
+    without = [b for b in replicas if b != 3]
+    moved = subprocess.run([sys.executable, "-m", "gateway", "admin", "reassign", "--bootstrap", spread.bootstrap(),
+                            "--topic", "__amqp_state", "--partition", "0", "--replicas", ",".join(map(str, without)),
+                            "--wait", "--timeout", "60"], capture_output=True, text=True, timeout=120)
+    assert moved.returncode == 0, moved.stderr
+    wait_until(lambda: 3 in partition_view(metadata(spread.bootstrap()), "__amqp_state")[0][1], timeout=30,
+               what="broker 3 asking for a replica of the state topic again")
+    amqp_connection(b1).channel().queue_declare("after-the-move", durable=True)
+    wait_until(lambda: _knows_queue(b3, "after-the-move"), timeout=30,
+               what="broker 3 knowing a queue declared on broker 1 after its replica came back")

@@ -133,9 +133,29 @@ class AmqpSpread(AmqpHome):
             if plog is not None and self.home_id() >= 0:
                 self._open(plog)
             return
-        if self.own_follower is not None:
-            self.own_follower.catch_up()
+        self._catch_up()
         self._leadership()
+
+    def _catch_up(self) -> None:
+        follower = self.own_follower
+        if follower is None:
+            return
+        plog = self.broker.logs.logs.get((STATE_TOPIC, 0))
+        if plog is not None and plog is not follower.plog:
+            self._rebind(plog)
+        follower.catch_up()
+
+    def _rebind(self, plog) -> None:
+        """This broker's replica of the state topic was removed and made again (two brokers asking
+        for a replica at once: the later reassignment drops the earlier one's broker, which asks
+        again): follow the new replica from where the old one was applied, or every definition
+        made since would be missed here."""
+        log.info("following the new replica of the AMQP state topic here", extra=fields(
+            position=self.own_follower.position, high_watermark=plog.high_watermark))
+        self.own_follower.plog = plog
+        state = self.broker.amqp.router.state
+        if isinstance(state, SpreadState):
+            state.plog = plog
 
     def tick(self) -> None:
         self.sync()
@@ -145,8 +165,7 @@ class AmqpSpread(AmqpHome):
         """This broker's replica of the state topic got records or a new high watermark: apply the
         definitions other brokers made (a policy, a binding) now rather than at the next tick, so a
         queue led here follows a policy within a replication round trip of its PUT."""
-        if self.own_follower is not None:
-            self.own_follower.catch_up()
+        self._catch_up()
 
     def _open(self, plog) -> None:
         broker = self.broker
