@@ -39,9 +39,6 @@ class LinkConsumer:
     """One consumer of another broker, as the queue here sees it (routing.queue's Consumer)."""
 
     remote_link = True  # not counted among the queue's consumers: its own broker reports it
-    prefetch = 0
-    unacked = 0
-    stream_position = 0
 
     def __init__(self, session: "LinkSession", link: int, queue, no_ack: bool, exclusive: bool, priority: int,
                  limit: int):
