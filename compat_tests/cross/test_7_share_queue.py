@@ -76,6 +76,7 @@ class PikaWorker(threading.Thread):
         self.broker, self.queue, self.limit = broker, queue, limit
         self.acked: list[bytes] = []
         self.halt = threading.Event()
+        self.consuming = threading.Event()  # its basic.consume is done (or it failed)
         self.error: BaseException | None = None
 
     def run(self) -> None:
@@ -92,11 +93,13 @@ class PikaWorker(threading.Thread):
                 time.sleep(0.002)  # a worker that does some work, so the share consumer gets its part
 
             ch.basic_consume(self.queue, on_message)
+            self.consuming.set()
             while not self.halt.is_set():
                 conn.process_data_events(time_limit=0.1)
             conn.close()
         except BaseException as exc:  # noqa: BLE001 (reported by the test)
             self.error = exc
+            self.consuming.set()
 
 
 def split(broker, queue: str, bodies: set[bytes], timeout: float = 60, until: int | None = None):
@@ -104,6 +107,9 @@ def split(broker, queue: str, bodies: set[bytes], timeout: float = 60, until: in
     or take what is in flight): (pika's, Kafka's)."""
     worker = PikaWorker(broker, queue, None if until is None else until // 2)
     worker.start()
+    # on a loaded machine the share consumer, started first, could take everything before the
+    # worker's connection is even open: both kinds must be competing for the test to mean anything
+    assert worker.consuming.wait(30), "the pika worker did not start consuming within 30 s"
     consumer = share_consumer(broker, queue)
     kafka: list[bytes] = []
     deadline = time.monotonic() + timeout

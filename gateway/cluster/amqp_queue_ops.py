@@ -85,10 +85,18 @@ class QueueOps:
 
     def purge(self, queue) -> defer.Deferred:
         """The number of messages purged at the queue's leader; fails with QueueUnavailable."""
-        leader = queue.leader
-        if leader < 0:
-            return defer.fail(QueueUnavailable(f"queue '{queue.name}' has no leader right now"))
+        if queue.leader >= 0:
+            return self._purge_at(queue.leader, queue)
 
+        # this broker's view has no leader for it this instant (the stub is new, or a view update
+        # lags): the broker answering its figures as leader is the one
+        def found(figures: Figures) -> defer.Deferred:
+            if not figures.led:
+                raise QueueUnavailable(f"queue '{queue.name}' has no leader right now")
+            return self._purge_at(figures.leader, queue)
+        return self.figures(queue).addCallback(found)
+
+    def _purge_at(self, leader: int, queue) -> defer.Deferred:
         def answered(answer) -> int:
             if answer.error_code:
                 raise QueueUnavailable(f"broker {leader} did not purge queue '{queue.name}': "
