@@ -34,7 +34,7 @@ from twisted.internet import defer
 from gateway.logs import fields
 from gateway.security.acl import CLUSTER_NAME
 from wire.kafka import build, encode_response, response_class
-from wire.kafka_private import AMQP_LINK, AMQP_QUEUE, AMQP_REPLY, STREAM_CONSUMER
+from wire.kafka_private import ENTITIES as PRIVATE_APIS
 
 log = logging.getLogger(__name__)
 
@@ -593,9 +593,7 @@ RULES: dict[int, typing.Callable] = {
     31: lambda check, h, req: None,
     50: lambda check, h, req: None,
     51: lambda check, h, req: None,
-    AMQP_QUEUE: _cluster("cluster_action", {}),  # the brokers' own (wire.kafka_private)
-    STREAM_CONSUMER: _cluster("cluster_action", {}),
-    AMQP_REPLY: _cluster("cluster_action", {}),
-    AMQP_LINK: _cluster("cluster_action", {}),
+    # the brokers' own (wire.kafka_private): whichever exists, only a broker may send it
+    **{key: _cluster("cluster_action", {}) for key in PRIVATE_APIS},
 }
 WRITING_APIS = {21, 27, 33, 37, 44, 45, 51}  # 27: WriteTxnMarkers (Kafka: ClusterAction)
