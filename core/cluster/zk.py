@@ -214,11 +214,15 @@ class ZkAgent:
 
     # --- reading --------------------------------------------------------------------
     def _read(self, path: str) -> tuple[object, int] | None:
-        try:
-            data, stat = self.zk.get(path, watch=self._watch)
-        except NoNodeError:
-            self.zk.exists(path, watch=self._watch)
-            return None
+        while True:
+            try:
+                data, stat = self.zk.get(path, watch=self._watch)
+                break
+            except NoNodeError:
+                # made between the two calls: exists' watch is then a data watch that fires only
+                # when the node changes again, so the node would stay unseen; read it instead
+                if self.zk.exists(path, watch=self._watch) is None:
+                    return None
         try:
             return json.loads(data.decode()) if data else None, stat.version
         except ValueError:
@@ -226,11 +230,12 @@ class ZkAgent:
             return None, stat.version
 
     def _read_children(self, path: str) -> list[str]:
-        try:
-            return self.zk.get_children(path, watch=self._watch)
-        except NoNodeError:
-            self.zk.exists(path, watch=self._watch)
-            return []
+        while True:
+            try:
+                return self.zk.get_children(path, watch=self._watch)
+            except NoNodeError:
+                if self.zk.exists(path, watch=self._watch) is None:  # else made meanwhile: as _read
+                    return []
 
     def _refresh(self) -> None:
         with self._lock:
@@ -448,12 +453,12 @@ class ZkAgent:
 
     def _progress_reassignments(self, view: ClusterView, live: set[int]) -> None:
         """KIP-455's steps: add the target replicas, wait until they are in sync, move the leader, drop the rest."""
-        done = []
+        done = {}  # key -> the target completed (or dropped)
         for key, r in view.reassignments.items():
             topic = view.topics.get(r.topic)
             state = view.state(r.topic, r.partition)
             if topic is None or state is None or r.partition >= len(topic.replicas):
-                done.append(key)
+                done[key] = r.target
                 continue
             current = topic.replicas[r.partition]
             union = tuple(r.target) + tuple(b for b in current if b not in r.target)
@@ -471,7 +476,7 @@ class ZkAgent:
                     return
             if current != r.target and not self._set_replicas(topic, r.partition, tuple(r.target)):
                 return  # the topic changed meanwhile: the next step tries again
-            done.append(key)
+            done[key] = r.target
             log.info("reassignment complete", extra={"fields": {"topic": r.topic, "partition": r.partition,
                                                                 "replicas": list(r.target)}})
         if done:
@@ -488,14 +493,16 @@ class ZkAgent:
         except BadVersionError:
             return False
 
-    def _remove_reassignments(self, keys: Iterable[tuple[str, int]]) -> None:
+    def _remove_reassignments(self, done: dict[tuple[str, int], tuple[int, ...]]) -> None:
+        """Drop the completed requests; one replaced meanwhile by a new target for the same
+        partition (another broker's request written since this view) stays for the next step."""
         try:
             data, stat = self.zk.get(REASSIGN)
         except NoNodeError:
             return
         doc = json.loads(data.decode() or "{}")
-        keys = set(keys)
-        doc["partitions"] = [i for i in doc.get("partitions", []) if (i["topic"], int(i["partition"])) not in keys]
+        doc["partitions"] = [i for i in doc.get("partitions", [])
+                             if done.get((i["topic"], int(i["partition"]))) != tuple(int(b) for b in i["replicas"])]
         try:
             if doc["partitions"]:
                 self.zk.set(REASSIGN, _dump(doc), version=stat.version)
