@@ -9,7 +9,9 @@ import time
 from .helpers import connect, consume, env_int, kafka_produce, message_count
 
 N = env_int("CROSS_MESSAGES", 2000)
-BASE_TS = 1_700_000_000_000  # ms; record i gets BASE_TS + 1000 * i
+# ms; record i gets BASE_TS + 1000 * i, the last an hour ago. Not a fixed date: older than retention (7 days)
+# the retention pass may delete them mid-test
+BASE_TS = (int(time.time()) - 3600 - N) * 1000
 
 
 def records(n: int, start: int = 0, prefix: str = "k"):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from collections import defaultdict
 
 import pytest
@@ -17,7 +18,9 @@ from compat_tests.conftest import unique_name
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 PER_CODEC = 40
 PARTITIONS = 3
-BASE_TS = 1_700_000_000_000
+# an hour ago, not a fixed date: records older than the broker's retention (7 days) may be deleted by
+# its retention pass while the program runs, as Kafka would
+BASE_TS = (int(time.time()) - 3600) * 1000
 
 
 @pytest.fixture(scope="module")
