@@ -314,8 +314,7 @@ class Broker:
 
     def _forwards_answered(self) -> None:
         """Forwarded publishes were stored (or refused) at their queues' leaders: confirms may go."""
-        self.amqp.log_moved()
-        self.amqp.write_pending()
+        self.amqp.forwards_settled()
 
     def _amqp_factory(self):
         local = AmqpFactory(self.amqp)

@@ -150,12 +150,26 @@ def _optional(value: bytes | None) -> bytes:
     return b"\xff\xff\xff\xff" if value is None else _LEN.pack(len(value)) + value
 
 
-def ev_deliver(link: int, offset: int, count: int, redelivered: bool, record: Record,
-               headers_raw: bytes | None = None) -> bytes:
-    """``headers_raw``: encode_headers(record.headers) when the caller has it (it caches by message shape)."""
+# Records read back from a log share one headers tuple per message shape (wire.records parses a
+# header section once): its encoding is kept by the tuple's identity, the tuple kept with it so
+# that the id stays its own while cached. Bounded.
+_ENCODED: dict[int, tuple[tuple, bytes]] = {}
+
+
+def _encoded_headers(headers: tuple) -> bytes:
+    hit = _ENCODED.get(id(headers))
+    if hit is not None and hit[0] is headers:
+        return hit[1]
+    raw = encode_headers(headers)
+    if len(_ENCODED) > 1024:
+        _ENCODED.clear()
+    _ENCODED[id(headers)] = (headers, raw)
+    return raw
+
+
+def ev_deliver(link: int, offset: int, count: int, redelivered: bool, record: Record) -> bytes:
     key, value = record.key, record.value
-    if headers_raw is None:
-        headers_raw = encode_headers(record.headers)
+    headers_raw = _encoded_headers(record.headers)
     head = _DELIVER.pack(DELIVER, link, offset, count, 1 if redelivered else 0, record.timestamp,
                          record.attributes, -1 if key is None else len(key))
     return b"".join((head, key or b"", _optional(value), _LEN.pack(len(headers_raw)), headers_raw))

@@ -101,6 +101,15 @@ class AmqpService:
             if not connection.confirms_waiting:
                 self.confirming.discard(connection)
 
+    def forwards_settled(self) -> None:
+        """Publishes forwarded to queues led by other brokers were stored (or refused): their
+        confirms may go; nothing of this broker's own logs moved, so the queues are not walked
+        unless an at-least-once dead letter waits for its copies (one may have been forwarded)."""
+        if self.router.dead_letters.settling:
+            self.router.log_moved()
+        self._send_confirms()
+        self.write_pending()
+
     def log_moved(self) -> None:
         """An fsync moved high watermarks: confirms may go out; Kafka-produced records may be in queues."""
         self.router.log_moved()  # releases held delayed messages that came due before they were durable
