@@ -252,7 +252,10 @@ class ClusterNode:
         if appended:
             self.broker.request_flush()
         self.broker.kafka.waiters.notify()
-        self.broker.amqp.log_moved()
+        if any(f.topic != STATE_TOPIC for f in fetched):
+            # a queue's replica moved (a stream read here, a queue about to be led here); the state
+            # topic alone, fetched several times a second for the others' ack floors, moves none
+            self.broker.amqp.log_moved()
         home = self.broker.amqp_home
         if home is not None and any(f.topic == STATE_TOPIC for f in fetched):
             home.state_fetched()  # spread mode: a definition (a policy...) made elsewhere applies now
