@@ -70,7 +70,7 @@ class ClusterBroker:
             args += [f"--{name}-listen", f"{self.ip}:{port}"]
         return args + list(self.extra_args)
 
-    def start(self, timeout: float = 30) -> None:
+    def start(self, timeout: float = 60) -> None:  # a loaded CI machine starts Python slowly
         assert not self.alive, f"broker {self.node_id} is already running"
         log = Path(str(self.data_dir) + ".log")
         if log.exists():  # brokerproc truncates it: keep the previous run's log for post-mortems

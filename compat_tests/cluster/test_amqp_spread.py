@@ -274,7 +274,7 @@ def test_a_quorum_queue_fails_over_with_clients_on_other_brokers_and_loses_no_co
     left = drain_queue(spread, "ledger", arguments)
     got = consumer.consumed + left
     lost = [m for m in publisher.confirmed if got[m] == 0]
-    if lost:  # held by a share session that ended with its leader: back once its lock (30 s) expires
+    if lost:  # still held for a consumer that is gone: back once its link session ends (30 s without word)
         print(f"[spread-failover] {len(lost)} not read yet: {lost[:5]}; draining again after the lock time",
               flush=True)
         time.sleep(32)
