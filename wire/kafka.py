@@ -424,6 +424,17 @@ def _response_reader(api_key: int, version: int):
     return entity_reader(response_class(api_key, version))
 
 
+def preload(api_key: int, version: int) -> None:
+    """Import and build one API version's codecs now: a kio module's import and its readers and
+    writers cost milliseconds, which a broker would otherwise spend on its first such request."""
+    request, response = request_class(api_key, version), response_class(api_key, version)
+    _reader(api_key, version)
+    _response_reader(api_key, version)
+    _writer(request)
+    _writer(response)
+    _fields(request)
+
+
 def decode_response(api_key: int, version: int, payload):
     """The kio response entity of a response frame (without its size) to a request of that API
     and version; response header v1 (tagged fields) for flexible versions but ApiVersions."""

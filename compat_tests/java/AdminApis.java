@@ -5,7 +5,7 @@
 //
 // 1. describeTopics of PREFIX-a (3 partitions) and PREFIX-b (2), two partitions per response
 //    (DescribeTopicPartitions pages with a cursor)                                  -> {"step":"describe"}
-// 2. describeLogDirs of broker 0                                                    -> {"step":"logdirs"}
+// 2. describeLogDirs of broker 0, once it holds the new topics' logs                -> {"step":"logdirs"}
 // 3. electLeaders PREFERRED for PREFIX-a-0 and a partition that does not exist      -> {"step":"elect"}
 // 4. alterClientQuotas, describeClientQuotas, then the quotas removed               -> {"step":"quotas"}
 // 5. offsets committed by an assign()-only consumer, deleteConsumerGroupOffsets of one of
@@ -62,7 +62,7 @@ public class AdminApis {
         try (Admin admin = Admin.create(common(bootstrap))) {
             admin.createTopics(List.of(new NewTopic(a, 3, (short) 1), new NewTopic(b, 2, (short) 1))).all().get();
             describe(admin, a, b);
-            logDirs(admin);
+            logDirs(admin, a, b);
             elect(admin, a);
             quotas(admin, prefix);
             offsetDelete(admin, bootstrap, prefix, a, b);
@@ -95,8 +95,20 @@ public class AdminApis {
         emit(out.append("}}").toString());
     }
 
-    static void logDirs(Admin admin) throws Exception {
-        Map<String, LogDirDescription> dirs = admin.describeLogDirs(List.of(0)).allDescriptions().get().get(0);
+    static void logDirs(Admin admin, String a, String b) throws Exception {
+        // Kafka makes a new topic's logs once the broker has the controller's metadata, a moment
+        // after createTopics returns: ask again (up to 30 s) until all five are there
+        List<TopicPartition> made = List.of(new TopicPartition(a, 0), new TopicPartition(a, 1),
+            new TopicPartition(a, 2), new TopicPartition(b, 0), new TopicPartition(b, 1));
+        Map<String, LogDirDescription> dirs;
+        long deadline = System.currentTimeMillis() + 30_000;
+        while (true) {
+            dirs = admin.describeLogDirs(List.of(0)).allDescriptions().get().get(0);
+            Set<TopicPartition> seen = new HashSet<>();
+            for (LogDirDescription d : dirs.values()) seen.addAll(d.replicaInfos().keySet());
+            if (seen.containsAll(made) || System.currentTimeMillis() > deadline) break;
+            Thread.sleep(200);
+        }
         StringBuilder out = new StringBuilder("{\"step\":\"logdirs\",\"dirs\":{");
         String sep = "";
         for (Map.Entry<String, LogDirDescription> e : dirs.entrySet()) {

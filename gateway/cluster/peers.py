@@ -25,7 +25,8 @@ from twisted.internet import defer, protocol
 from twisted.python.failure import Failure
 
 from gateway.cluster.peer_apis import PeerApis
-from wire.kafka import API_VERSIONS, api_name, decode_response, encode_request, response_correlation
+from wire import kafka_private
+from wire.kafka import ADVERTISED, API_VERSIONS, api_name, decode_response, encode_request, preload, response_correlation
 
 log = logging.getLogger(__name__)
 
@@ -352,6 +353,9 @@ class PeerClients(PeerApis):
         self.options = options  # timeout, connect_timeout, backoff for every PeerClient
         self.clients: dict[tuple[int, str], PeerClient] = {}
         self.closed = False
+        # the calls brokers make to each other all the time: their codecs ready before the first
+        for key, (_, high) in (*((k, ADVERTISED[k]) for k in CAPS), *kafka_private.VERSIONS.items()):
+            preload(key, min(high, CAPS.get(key, high)))
 
     def client(self, node_id: int, lane: str = "main") -> PeerClient:
         """The connection to ``node_id`` (made, or remade if the broker's address changed)."""
