@@ -26,7 +26,8 @@ from twisted.python.failure import Failure
 
 from gateway.cluster.peer_apis import PeerApis
 from wire import kafka_private
-from wire.kafka import ADVERTISED, API_VERSIONS, api_name, decode_response, encode_request, preload, response_correlation
+from wire.kafka import (ADVERTISED, API_VERSIONS, api_name, decode_response, encode_request, preload,
+                        response_correlation)
 
 log = logging.getLogger(__name__)
 
