@@ -211,7 +211,7 @@ class Broker:
             peers = self.kafka.peers = PeerClients(self.reactor, self.cluster.leader_address,
                                                    f"gateway-{self.settings.node_id}")
         if self.cluster is not None and self.settings.amqp_cluster_mode == "spread":
-            forwarder = PublishForwarder(self.reactor, peers, self._leader_of, self._forwards_answered)
+            forwarder = PublishForwarder(self.reactor, peers, self._leader_of, self.amqp.forwards_settled)
             # the other brokers' consumers of queues led here (AmqpLink)
             self.kafka.amqp_links = LinkServer(self.reactor, lambda: self.amqp.router)
             self.amqp_home = AmqpSpread(self, self.cluster, forwarder)
@@ -311,10 +311,6 @@ class Broker:
     def _leader_of(self, topic: str, partition: int) -> int:
         state = self.cluster.view.state(topic, partition)
         return state.leader if state is not None and state.leader in self.cluster.view.brokers else -1
-
-    def _forwards_answered(self) -> None:
-        """Forwarded publishes were stored (or refused) at their queues' leaders: confirms may go."""
-        self.amqp.forwards_settled()
 
     def _amqp_factory(self):
         local = AmqpFactory(self.amqp)

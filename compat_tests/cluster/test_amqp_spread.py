@@ -275,7 +275,7 @@ def test_a_quorum_queue_fails_over_with_clients_on_other_brokers_and_loses_no_co
     got = consumer.consumed + left
     lost = [m for m in publisher.confirmed if got[m] == 0]
     if lost:  # still held for a consumer that is gone: back once its link session ends (30 s without word)
-        print(f"[spread-failover] {len(lost)} not read yet: {lost[:5]}; draining again after the lock time",
+        print(f"[spread-failover] {len(lost)} not read yet: {lost[:5]}; draining again after the session time",
               flush=True)
         time.sleep(32)
         got += drain_queue(spread, "ledger", arguments)
