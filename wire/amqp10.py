@@ -231,7 +231,11 @@ def _compound_body(kind: int, count: int, d: bytes, p: int, q: int, depth: int) 
 
 
 def _descriptor(v: Any) -> Any:
-    return v.value if type(v) is Typed and v.code == 0x80 else v
+    """A descriptor as its ulong (an ``int``) or Symbol; the spec allows no other type, and a list or
+    map here would be unhashable where descriptors are looked up."""
+    v = v.value if type(v) is Typed and v.code == 0x80 else v
+    _check(type(v) is int or type(v) is Symbol, "a descriptor must be a symbol or a ulong")
+    return v
 
 
 def _value(d: bytes, p: int, end: int, depth: int) -> tuple[Any, int]:

@@ -191,6 +191,8 @@ def test_list_config_resources(admin, topic_name):
     admin.alter_configs([ConfigResource(ConfigResourceType.GROUP, group,
                                         configs={"share.auto.offset.reset": "earliest"})])
     node = str(_node_id(admin))
+    # Apache Kafka's brokers see the group's new config a moment after the alter returned
+    wait_until(lambda: group in admin.list_config_resources(["GROUP"]).get("group", []), 15, f"group {group} listed")
     listed = admin.list_config_resources(["TOPIC", "BROKER", "GROUP", "CLIENT_METRICS"])
     assert topic_name in listed["topic"] and listed["broker"] == [node]
     assert group in listed["group"] and bare not in listed["group"]  # only groups with a config override

@@ -33,6 +33,12 @@ def _describe(admin: AdminClient, group: str) -> dict:
     return admin.describe_configs([res])[res].result(30)
 
 
+def _describe_settled(admin: AdminClient, group: str, name: str, value: str) -> dict:
+    """The group's configs once ``name`` reads ``value``: Apache Kafka applies an alter through its
+    controller, and the broker answering DescribeConfigs sees it a moment after the alter returned."""
+    return wait_until(lambda: (c := _describe(admin, group))[name].value == value and c, 15, f"{name}={value}")
+
+
 def _alter(admin: AdminClient, group: str, *entries: tuple[str, str | None, AlterConfigOpType], validate_only=False):
     res = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
         ConfigEntry(name, value, incremental_operation=op) for name, value, op in entries])
@@ -56,7 +62,7 @@ def test_confluent_kafka_sets_describes_and_deletes_group_configs(bootstrap):
     assert _describe(admin, group)["share.auto.offset.reset"].value == "latest"  # validate_only changed nothing
     _alter(admin, group, ("share.auto.offset.reset", "earliest", AlterConfigOpType.SET),
            ("share.record.lock.duration.ms", "15000", AlterConfigOpType.SET))
-    configs = _describe(admin, group)
+    configs = _describe_settled(admin, group, "share.auto.offset.reset", "earliest")
     assert configs["share.auto.offset.reset"].value == "earliest"
     assert configs["share.auto.offset.reset"].source == ConfigSource.GROUP_CONFIG.value  # DYNAMIC_GROUP_CONFIG, 8
     assert configs["share.record.lock.duration.ms"].value == "15000"
@@ -64,7 +70,7 @@ def test_confluent_kafka_sets_describes_and_deletes_group_configs(bootstrap):
     assert _describe(admin, unique_name("other"))["share.auto.offset.reset"].value == "latest"  # per group
 
     _alter(admin, group, ("share.auto.offset.reset", None, AlterConfigOpType.DELETE))
-    configs = _describe(admin, group)
+    configs = _describe_settled(admin, group, "share.auto.offset.reset", "latest")
     assert configs["share.auto.offset.reset"].value == "latest"
     assert configs["share.auto.offset.reset"].source == ConfigSource.DEFAULT_CONFIG.value
     assert configs["share.record.lock.duration.ms"].value == "15000"
@@ -89,7 +95,7 @@ def test_confluent_kafka_gets_invalid_config_for_bad_group_configs(bootstrap):
                ("share.session.timeout.ms", "1000", AlterConfigOpType.SET))  # not above the 5000 ms heartbeat
     assert info.value.args[0].code() == KafkaError.INVALID_CONFIG
     _alter(admin, group, ("share.auto.offset.reset", "by_duration:PT1H", AlterConfigOpType.SET))
-    configs = _describe(admin, group)
+    configs = _describe_settled(admin, group, "share.auto.offset.reset", "by_duration:PT1H")
     assert configs["share.auto.offset.reset"].value == "by_duration:PT1H"
     assert configs["share.isolation.level"].value == "read_uncommitted"
     assert configs["share.record.lock.duration.ms"].value == "30000"
@@ -102,14 +108,18 @@ def test_kafka_python_admin_handles_group_configs(bootstrap):
             found = admin.describe_configs([KpConfigResource(ConfigResourceType.GROUP, group)],
                                            config_filter=config_filter)
             return {name: (c["value"], c["config_source"]) for name, c in found["group"][group].items()}
+
+        def settles(expected):  # Apache Kafka's brokers see an alter a moment after it returned
+            wait_until(lambda: described("modified") == expected, 15, f"the group's modified configs {expected}")
+
         assert {name: (value, "DEFAULT_CONFIG") for name, value in KEYS.items()}.items() <= described().items()
         assert described("modified") == {}
 
         result = admin.alter_configs([KpConfigResource(ConfigResourceType.GROUP, group, {
             "share.auto.offset.reset": "earliest", "share.isolation.level": "read_committed"})])
         assert result == {"group": {group: "OK"}}
-        assert described("modified") == {"share.auto.offset.reset": ("earliest", "DYNAMIC_GROUP_CONFIG"),
-                                         "share.isolation.level": ("read_committed", "DYNAMIC_GROUP_CONFIG")}
+        settles({"share.auto.offset.reset": ("earliest", "DYNAMIC_GROUP_CONFIG"),
+                 "share.isolation.level": ("read_committed", "DYNAMIC_GROUP_CONFIG")})
         result = admin.alter_configs([KpConfigResource(ConfigResourceType.GROUP, group, {
             "share.record.lock.duration.ms": "10"})])
         assert "InvalidConfigurationError" in result["group"][group]
@@ -120,18 +130,18 @@ def test_kafka_python_admin_handles_group_configs(bootstrap):
 
         result = admin.reset_configs([KpConfigResource(ConfigResourceType.GROUP, group, ["share.isolation.level"])])
         assert result == {"group": {group: "OK"}}
-        assert described("modified") == {"share.auto.offset.reset": ("earliest", "DYNAMIC_GROUP_CONFIG")}
+        settles({"share.auto.offset.reset": ("earliest", "DYNAMIC_GROUP_CONFIG")})
 
         # the legacy AlterConfigs (api 33) replaces the group's whole set: kafka-python first reads the
         # modified keys back and sends them along, so only the key it names changes
         result = admin.alter_configs([KpConfigResource(ConfigResourceType.GROUP, group, {
             "share.heartbeat.interval.ms": "6000"})], incremental=False)  # Kafka's range: 5000-15000
         assert result == {"group": {group: "OK"}}
-        assert described("modified") == {"share.auto.offset.reset": ("earliest", "DYNAMIC_GROUP_CONFIG"),
-                                         "share.heartbeat.interval.ms": ("6000", "DYNAMIC_GROUP_CONFIG")}
+        settles({"share.auto.offset.reset": ("earliest", "DYNAMIC_GROUP_CONFIG"),
+                 "share.heartbeat.interval.ms": ("6000", "DYNAMIC_GROUP_CONFIG")})
         result = admin.reset_configs([KpConfigResource(ConfigResourceType.GROUP, group)], incremental=False)
         assert result == {"group": {group: "OK"}}
-        assert described("modified") == {}
+        settles({})
     finally:
         admin.close()
 

@@ -311,7 +311,9 @@ def test_admin_describe_and_alter_configs(bootstrap, topic_name):
 
         result = admin.alter_configs([ConfigResource("topic", topic_name, configs={"retention.ms": "7200000"})])
         assert result == {"topic": {topic_name: "OK"}}
-        assert _topic_config(admin, topic_name, "retention.ms")["value"] == "7200000"
+        # Apache Kafka applies it through its controller: the answering broker sees it a moment later
+        wait_until(lambda: _topic_config(admin, topic_name, "retention.ms")["value"] == "7200000", 15,
+                   "retention.ms 7200000 after the alter")
         assert _topic_config(admin, topic_name, "cleanup.policy")["value"] == "delete"
 
         # a topic override is reported as such; defaults are listed too

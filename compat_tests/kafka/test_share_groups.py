@@ -48,12 +48,23 @@ def topic_with(bootstrap, partitions: int, count: int) -> str:
     return name
 
 
-def earliest(bootstrap, group: str) -> None:
+def set_group_configs(bootstrap, group: str, **configs: str) -> None:
+    """SET the group's configs (keys with ``_`` for ``.``) and wait until DescribeConfigs shows them:
+    Apache Kafka applies an alter through its controller, and its brokers, whose share coordinator
+    reads the config, see it a moment after the alter returned."""
+    configs = {name.replace("_", "."): value for name, value in configs.items()}
     resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
-        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+        ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET) for name, value in configs.items()])
     client = admin(bootstrap)  # kept referenced until its futures are done
     for future in client.incremental_alter_configs([resource]).values():
         future.result(30)
+    described = ConfigResource(ResourceType.GROUP, group)
+    wait_until(lambda: all(client.describe_configs([described])[described].result(30)[name].value == value
+                           for name, value in configs.items()), 15, f"group {group}'s configs {configs}")
+
+
+def earliest(bootstrap, group: str) -> None:
+    set_group_configs(bootstrap, group, share_auto_offset_reset="earliest")
 
 
 def share_consumer(bootstrap, group: str, topic: str, explicit: bool = False, **conf) -> ShareConsumer:

@@ -20,7 +20,7 @@ import uuid
 
 import pytest
 from confluent_kafka import AcknowledgeType, Producer, TopicCollection
-from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
+from confluent_kafka.admin import NewTopic
 from kio.schema.share_fetch.v1 import request as fetch_rq, response as fetch_rs
 from kio.schema.share_group_heartbeat.v1 import request as hb_rq, response as hb_rs
 from kio.static.primitive import i32
@@ -28,7 +28,8 @@ from kio.static.primitive import i32
 from compat_tests.conftest import unique_name
 from compat_tests.kafka.helpers import wait_until
 from compat_tests.kafka.kio_call import kio_call
-from compat_tests.kafka.test_share_groups import COMMON, admin, earliest, poll_some, share_consumer, topic_with
+from compat_tests.kafka.test_share_groups import (COMMON, admin, earliest, poll_some, set_group_configs, share_consumer,
+                                                  topic_with)
 from tests.brokerproc import start_broker
 
 # Longer than the broker's grace for a leaving member's closing acknowledgements (3 s) and than
@@ -95,11 +96,7 @@ def test_read_committed_share_group_skips_aborted_and_waits_for_open(bootstrap):
     client = admin(bootstrap)  # kept referenced until its futures are done
     client.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic].result(30)
     group = unique_name("rc")
-    earliest(bootstrap, group)
-    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
-        ConfigEntry("share.isolation.level", "read_committed", incremental_operation=AlterConfigOpType.SET)])
-    for future in client.incremental_alter_configs([resource]).values():
-        future.result(30)
+    set_group_configs(bootstrap, group, share_auto_offset_reset="earliest", share_isolation_level="read_committed")
 
     txn = Producer({"bootstrap.servers": bootstrap, "transactional.id": unique_name("tid"), **COMMON})
     txn.init_transactions(30)
