@@ -95,7 +95,9 @@ def test_frame_over_max_frame_size_and_bad_bodies():
         assert exc.condition == "amqp:frame-size-too-small"
     else:
         raise AssertionError("a frame over max-frame-size was read")
-    for body in (encode_value(5), encode_value([1, 2]), b"\x00\x53\x99\x45", b"\x00\x53\x10\xc0\x05\x01"):
+    bodies = (encode_value(5), encode_value([1, 2]), b"\x00\x53\x99\x45", b"\x00\x53\x10\xc0\x05\x01",
+              b"\x00\x45\x45", b"\x00\xc1\x01\x00\x45", b"\x00\x52\x10\x45")  # descriptors: list, map, uint
+    for body in bodies:
         reader = FrameReader(4096)
         reader.expect_header = False
         reader.receive_data(len(body).__add__(8).to_bytes(4, "big") + b"\x02\x00\x00\x00" + body)
