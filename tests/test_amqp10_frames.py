@@ -109,6 +109,34 @@ def test_frame_over_max_frame_size_and_bad_bodies():
             raise AssertionError(f"body {body!r} was read as a performative")
 
 
+def test_fields_of_the_wrong_type_are_decode_errors():
+    """The door does arithmetic on integer fields and reads the fields of termini and errors: a value
+    of another type there (a decimal's octets, a string for binary, a list for a source) is refused
+    by the codec, never met by the door."""
+    bad = [
+        (0, Described(0x13, [Typed(0x70, 0), Typed(0x74, b"\x00\x00\x00\x01"), Typed(0x70, 0), Typed(0x70, 0)])),
+        (0, Described(0x13, [Typed(0x70, 0), Typed(0x80, 1 << 40), Typed(0x70, 0), Typed(0x70, 0)])),
+        (0, Described(0x13, [Typed(0x70, 0), 1.5, Typed(0x70, 0), Typed(0x70, 0)])),
+        (1, Described(0x41, [Symbol("PLAIN"), "\x00guest\x00guest"])),
+        (0, Described(0x12, ["x", Typed(0x70, 0), True, None, None, [1, 2]])),
+        (0, Described(0x12, ["x", Typed(0x70, 0), False, None, None, None, Described(0x28, [])])),
+        (0, Described(0x18, [Described(0x10, [])])),  # an open where a close's error goes
+        (0, Described(0x10, ["c", None, None, None, None, None, None, [1]])),  # capabilities that are no symbols
+        (0, Described(0x10, [b"c"])),  # binary container-id
+    ]
+    for kind, performative in bad:
+        body = encode_value(performative)
+        reader = FrameReader(4096)
+        reader.expect_header = False
+        reader.receive_data((len(body) + 8).to_bytes(4, "big") + bytes([2, kind, 0, 0]) + body)
+        try:
+            event = reader.next_event()
+        except FrameError as exc:
+            assert exc.condition == "amqp:decode-error"
+        else:
+            raise AssertionError(f"{performative!r} was read as {event.body!r}")
+
+
 @given(name=text, handle=uint, role=st.booleans(), credit=uint, delivery_id=uint, tag=st.binary(max_size=32),
        channel=ushort, settled=st.booleans() | maybe(), address=text | maybe())
 def test_performatives_round_trip(name, handle, role, credit, delivery_id, tag, channel, settled, address):

@@ -14,8 +14,9 @@ shape (``receive_data`` / ``next_event``, ``NEED_DATA``); :func:`encode_frame` w
 Performatives are small classes (:data:`PERFORMATIVES`, :data:`SASL_FRAMES`) whose attributes
 are the spec's fields with ``-`` as ``_``; absent fields are ``None``. Fields have types so that
 an ``int`` encodes as the uint / ushort / ulong the spec asks for. Decoding checks the list
-shape; the door checks the semantics. Malformed input raises :class:`FrameError` (the door
-closes with its ``condition``, ``amqp:decode-error`` unless said otherwise).
+shape and each field's type (an integer in its range, a source where a source goes...); the door
+checks the semantics. Malformed input raises :class:`FrameError` (the door closes with its
+``condition``, ``amqp:decode-error`` unless said otherwise).
 """
 from __future__ import annotations
 
@@ -81,22 +82,47 @@ def _enc_field(kind: str, v: Any) -> Any:
     return v
 
 
+# the range of each integer kind: a value outside it (or not an integer: a float, a decimal's
+# octets) fails here as a decode error, not later in the door's arithmetic
+_RANGES = {"uint": (0, 0xffffffff), "ushort": (0, 0xffff), "ubyte": (0, 0xff), "ulong": (0, (1 << 64) - 1),
+           "millis": (0, 0xffffffff), "ts": (-(1 << 63), (1 << 63) - 1)}
+_PLAIN = {"str": str, "sym": str, "bin": bytes, "map": dict}
+
+
+def _int_field(kind: str, v: Any) -> int:
+    lo, hi = _RANGES[kind]
+    if type(v) is not int or not lo <= v <= hi:
+        raise FrameError(f"a {kind} field holds {v if type(v) is int else type(v).__name__}")
+    return v
+
+
 def _dec_field(kind: str, v: Any) -> Any:
-    if type(v) is Typed and kind in _CODES:
-        return v.value
+    if kind in _CODES:
+        return _int_field(kind, v.value if type(v) is Typed else v)
     if kind == "bool":
         if type(v) is Typed:
             v = v.value
-        if v is not None and type(v) is not bool:
+        if type(v) is not bool:
             raise FrameError(f"a boolean field holds {type(v).__name__}")
         return v
-    if kind in _CODES and v is not None and type(v) is not int:
+    plain = _PLAIN.get(kind)
+    if plain is not None:
+        if not isinstance(v, plain):
+            raise FrameError(f"a {kind} field holds {type(v).__name__}")
+        return v
+    if kind == "syms":  # a symbol or an array of them
+        if isinstance(v, str):
+            return [v]
+        if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+            raise FrameError("a symbols field holds something else than symbols")
+        return v
+    v = from_described(v)
+    # the composites the door reads fields of: anything else in their place is malformed
+    # (a target may also be another terminus, such as a transaction coordinator)
+    wanted = _COMPOSITE_KINDS.get(kind)
+    if wanted is not None and not (type(v) is wanted or (kind == "target" and type(v) is Described)):
         raise FrameError(f"a {kind} field holds {type(v).__name__}")
-    if kind == "syms" and isinstance(v, str):
-        return [v]
-    if kind == "*" or kind == "syms" or kind == "sym" or kind in ("str", "bin", "map"):
-        return from_described(v)
-    return from_described(v)
+    return v
 
 
 _new, _setattr = object.__new__, object.__setattr__
@@ -138,10 +164,7 @@ class _Composite:
         for i, (name, kind) in enumerate(cls.FIELDS):
             v = items[i] if i < n else None
             if v is not None:
-                if type(v) is Typed and kind in _CODES:
-                    v = v.value
-                else:
-                    v = _dec_field(kind, v)
+                v = _int_field(kind, v.value) if type(v) is Typed and kind in _CODES else _dec_field(kind, v)
             _setattr(obj, name, v)
         return obj
 
@@ -168,7 +191,7 @@ Begin = _composite("begin", 0x11, "remote_channel:ushort next_outgoing_id:uint i
                    "outgoing_window:uint handle_max:uint offered_capabilities:syms desired_capabilities:syms "
                    "properties:map")
 Attach = _composite("attach", 0x12, "name:str handle:uint role:bool snd_settle_mode:ubyte rcv_settle_mode:ubyte "
-                    "source:* target:* unsettled:map incomplete_unsettled:bool initial_delivery_count:uint "
+                    "source:source target:target unsettled:map incomplete_unsettled:bool initial_delivery_count:uint "
                     "max_message_size:ulong offered_capabilities:syms desired_capabilities:syms properties:map")
 Flow = _composite("flow", 0x13, "next_incoming_id:uint incoming_window:uint next_outgoing_id:uint "
                   "outgoing_window:uint handle:uint delivery_count:uint link_credit:uint available:uint "
@@ -177,12 +200,12 @@ Transfer = _composite("transfer", 0x14, "handle:uint delivery_id:uint delivery_t
                       "settled:bool more:bool rcv_settle_mode:ubyte state:* resume:bool aborted:bool "
                       "batchable:bool")
 Disposition = _composite("disposition", 0x15, "role:bool first:uint last:uint settled:bool state:* batchable:bool")
-Detach = _composite("detach", 0x16, "handle:uint closed:bool error:*")
-End = _composite("end", 0x17, "error:*")
-Close = _composite("close", 0x18, "error:*")
+Detach = _composite("detach", 0x16, "handle:uint closed:bool error:error")
+End = _composite("end", 0x17, "error:error")
+Close = _composite("close", 0x18, "error:error")
 Received = _composite("received", 0x23, "section_number:uint section_offset:ulong")
 Accepted = _composite("accepted", 0x24, "")
-Rejected = _composite("rejected", 0x25, "error:*")
+Rejected = _composite("rejected", 0x25, "error:error")
 Released = _composite("released", 0x26, "")
 Modified = _composite("modified", 0x27, "delivery_failed:bool undeliverable_here:bool message_annotations:map")
 Source = _composite("source", 0x28, "address:str durable:uint expiry_policy:sym timeout:uint dynamic:bool "
@@ -199,6 +222,7 @@ SaslOutcome = _composite("sasl-outcome", 0x44, "code:ubyte additional_data:bin")
 PERFORMATIVES = {c.CODE: c for c in (Open, Begin, Attach, Flow, Transfer, Disposition, Detach, End, Close)}
 SASL_FRAMES = {c.CODE: c for c in (SaslMechanisms, SaslInit, SaslChallenge, SaslResponse, SaslOutcome)}
 _NESTED = {c.CODE: c for c in (Error, Received, Accepted, Rejected, Released, Modified, Source, Target)}
+_COMPOSITE_KINDS = {"source": Source, "target": Target, "error": Error}
 _SYMBOLIC = {f"amqp:{c.NAME}:list": c for c in (*PERFORMATIVES.values(), *SASL_FRAMES.values(), *_NESTED.values())}
 
 
