@@ -396,8 +396,10 @@ def respond_parts(header: RequestHeader, data: dict) -> bytes | ResponseParts:
 # brokers' own asynchronous links), so both frame and read exactly the same bytes.
 
 def encode_request(api_key: int, version: int, correlation_id: int, client_id: bytes | None, data) -> bytes:
-    """One framed request (size, header v1/v2, body); ``data`` is a dict or a kio request entity."""
-    request = build(request_class(api_key, version), data) if isinstance(data, dict) else data
+    """One framed request (size, header v1/v2, body); ``data`` is a dict, a kio request entity, or
+    a body writer: a callable from the version to the body's bytes (wire.produce_request)."""
+    written = callable(data)
+    request = data if written else build(request_class(api_key, version), data) if isinstance(data, dict) else data
     out = io.BytesIO()
     out.write(b"\0\0\0\0")
     if client_id is None:
@@ -405,9 +407,12 @@ def encode_request(api_key: int, version: int, correlation_id: int, client_id: b
     else:
         out.write(_HEAD.pack(api_key, version, correlation_id, len(client_id)))
         out.write(client_id)
-    if request.__flexible__:
+    if (request_class(api_key, version) if written else request).__flexible__:
         out.write(b"\0")  # request header v2: no tagged fields
-    _writer(type(request))(out, request)
+    if written:
+        out.write(data(version))
+    else:
+        _writer(type(request))(out, request)
     frame = out.getbuffer()
     struct.pack_into(">i", frame, 0, len(frame) - 4)
     del frame

@@ -17,6 +17,7 @@ from typing import Callable
 from kio.schema.errors import ErrorCode
 
 from gateway.logs import fields
+from wire.produce_request import ProduceBody
 
 log = logging.getLogger(__name__)
 
@@ -93,12 +94,11 @@ class PublishForwarder:
             log.warning("forwarded publishes not stored: %s", error, extra=fields(publishes=len(publishes)))
 
 
-def _request(items: list) -> dict:
-    topics: dict[str, list[dict]] = {}
+def _request(items: list) -> ProduceBody:
+    topics: dict[str, list[tuple[int, bytes]]] = {}
     for topic, partition, batch, _ in items:
-        topics.setdefault(topic, []).append({"index": partition, "records": batch})
-    return {"transactional_id": None, "acks": -1, "timeout": TIMEOUT_MS,
-            "topic_data": [{"name": t, "partition_data": ps} for t, ps in topics.items()]}
+        topics.setdefault(topic, []).append((partition, batch))
+    return ProduceBody(-1, TIMEOUT_MS, topics)
 
 
 def _errors(answer) -> dict[tuple[str, int], int]:
