@@ -112,9 +112,11 @@ class RemoteQueue(Queue):
 
     def _settle(self, offsets, kind: int) -> None:
         by_link: dict = {}
+        by_offset, counts = self._by_offset, self.delivery_counts
         for offset in offsets:
-            link = self._by_offset.pop(offset, None)
-            self.delivery_counts.pop(offset, None)
+            link = by_offset.pop(offset, None)
+            if counts:  # (empty unless messages came back: most of the time)
+                counts.pop(offset, None)
             if link is not None:
                 by_link.setdefault(link, []).append(offset)
         for link, settled in by_link.items():

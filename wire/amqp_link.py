@@ -151,8 +151,8 @@ def _optional(value: bytes | None) -> bytes:
 
 
 # Records read back from a log share one headers tuple per message shape (wire.records parses a
-# header section once): its encoding is kept by the tuple's identity, the tuple kept with it so
-# that the id stays its own while cached. Bounded.
+# header section once): its encoding (length first) is kept by the tuple's identity, the tuple
+# kept with it so that the id stays its own while cached. Bounded.
 _ENCODED: dict[int, tuple[tuple, bytes]] = {}
 
 
@@ -161,6 +161,7 @@ def _encoded_headers(headers: tuple) -> bytes:
     if hit is not None and hit[0] is headers:
         return hit[1]
     raw = encode_headers(headers)
+    raw = _LEN.pack(len(raw)) + raw
     if len(_ENCODED) > 1024:
         _ENCODED.clear()
     _ENCODED[id(headers)] = (headers, raw)
@@ -169,10 +170,11 @@ def _encoded_headers(headers: tuple) -> bytes:
 
 def ev_deliver(link: int, offset: int, count: int, redelivered: bool, record: Record) -> bytes:
     key, value = record.key, record.value
-    headers_raw = _encoded_headers(record.headers)
     head = _DELIVER.pack(DELIVER, link, offset, count, 1 if redelivered else 0, record.timestamp,
                          record.attributes, -1 if key is None else len(key))
-    return b"".join((head, key or b"", _optional(value), _LEN.pack(len(headers_raw)), headers_raw))
+    if key is None and value is not None:  # an AMQP message's record: no key
+        return b"".join((head, _LEN.pack(len(value)), value, _encoded_headers(record.headers)))
+    return b"".join((head, key or b"", _optional(value), _encoded_headers(record.headers)))
 
 
 def ev_empty(link: int) -> bytes:

@@ -103,7 +103,7 @@ class _BatchFlags:
         return self.base_offset + self.last_offset_delta
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)  # not frozen, as Record below: one is read per batch
 class BatchHeader(_BatchFlags):
     """The 61 header bytes of a batch, as read (field order = byte order)."""
 
@@ -133,7 +133,10 @@ class Header:
     value: bytes | None
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen (hashable all the same, and never changed once made): a frozen dataclass's __init__
+# sets each field through object.__setattr__, which made a Record cost more than twice as much
+# to build, and every record read from a log, or received over a link between brokers, is one.
+@dataclass(slots=True, unsafe_hash=True)
 class Record:
     offset: int  # absolute: base_offset + offsetDelta
     timestamp: int  # absolute ms (the batch's maxTimestamp under LogAppendTime, as Kafka reads it)

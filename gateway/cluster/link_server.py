@@ -52,8 +52,10 @@ class LinkConsumer:
         return self.sent < self.limit and not self.session.ended
 
     def deliver(self, queue, offset: int, record, redelivered: bool) -> None:
-        self.sent += 1
-        self.session.delivered(self, offset, record, redelivered)
+        self.sent += 1  # (the session's ``delivered``, inlined: this runs once per message)
+        counts = queue.delivery_counts
+        self.session.event(wl.ev_deliver(self.link, offset, counts.get(offset, 0) + 1 if counts else 1, redelivered,
+                                         record))
 
     def cancelled_by_server(self, queue) -> None:
         """The queue was deleted here: the link is over (its broker cancels its consumer)."""
@@ -256,8 +258,8 @@ class LinkServer:
         queue = link.queue
         if queue.deleted or queue.remote:
             return
-        owner_of = queue.cursor.owner_of
-        mine = [o for o in offsets if owner_of(o) is link]  # a stale settlement touches nothing
+        held = queue.cursor.unacked.get  # (the cursor's owner_of, without a call per message)
+        mine = [o for o in offsets if held(o) is link]  # a stale settlement touches nothing
         if not mine:
             return
         if how == wl.ACK:
