@@ -172,8 +172,8 @@ def ev_deliver(link: int, offset: int, count: int, redelivered: bool, record: Re
     key, value = record.key, record.value
     head = _DELIVER.pack(DELIVER, link, offset, count, 1 if redelivered else 0, record.timestamp,
                          record.attributes, -1 if key is None else len(key))
-    if key is None and value is not None:  # an AMQP message's record: no key
-        return b"".join((head, _LEN.pack(len(value)), value, _encoded_headers(record.headers)))
+    if value is not None:  # (every AMQP message has a body, empty or not)
+        return b"".join((head, key or b"", _LEN.pack(len(value)), value, _encoded_headers(record.headers)))
     return b"".join((head, key or b"", _optional(value), _encoded_headers(record.headers)))
 
 
