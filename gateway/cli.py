@@ -7,6 +7,7 @@ cannot start or fails. Every error is one line on stderr naming the problem, no 
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import os
 import signal
@@ -16,6 +17,12 @@ from gateway.config import OPTIONS, ConfigError, load_settings
 from gateway.ctl import COMMANDS as ADMIN_COMMANDS
 
 log = logging.getLogger("gateway")
+
+# A broker makes many short-lived containers per message (records, tuples, frames) and few
+# reference cycles: with the collector's default (a young collection every 700 allocations net of
+# frees) the collector took about a tenth of a loaded broker's CPU. Cycles are still collected,
+# only less often.
+GC_THRESHOLDS = (10_000, 10, 10)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -69,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def serve(settings) -> int:
     from twisted.internet import reactor
+
+    gc.set_threshold(*GC_THRESHOLDS)
 
     from gateway.logs import configure
     from gateway.server import Broker, StartupError
