@@ -211,15 +211,17 @@ def read_events(buf) -> list[tuple]:
     """The events in ``buf``: (DELIVER, link, offset, count, redelivered, record), (EMPTY, link),
     (DRAINED, link), (CLOSED, link, reason)."""
     out: list[tuple] = []
+    add = out.append
     buf = bytes(buf)
     pos, end = 0, len(buf)
-    unpack_len = _LEN.unpack_from
+    unpack_len, unpack_deliver, deliver_size = _LEN.unpack_from, _DELIVER.unpack_from, _DELIVER.size
+    seen = _HEADERS_SEEN
     try:
-        while pos < end:
+        while pos < end:  # (one pass per message between brokers: the lookups above are hoisted)
             kind = buf[pos]
             if kind == DELIVER:
-                _, link, offset, count, redelivered, timestamp, attributes, n = _DELIVER.unpack_from(buf, pos)
-                pos += _DELIVER.size
+                _, link, offset, count, redelivered, timestamp, attributes, n = unpack_deliver(buf, pos)
+                pos += deliver_size
                 key = None
                 if n >= 0:
                     key, pos = buf[pos:pos + n], pos + n
@@ -232,19 +234,23 @@ def read_events(buf) -> list[tuple]:
                 pos += 4
                 if n < 0 or pos + n > end:
                     raise LinkCodecError("a delivery's headers run past the end")
-                headers, pos = _headers(buf[pos:pos + n]), pos + n
+                raw = buf[pos:pos + n]
+                pos += n
+                headers = seen.get(raw)
+                if headers is None:
+                    headers = _headers(raw)
                 if pos > end:
                     raise LinkCodecError("a delivery runs past the end")
-                out.append((DELIVER, link, offset, count, bool(redelivered),
-                            Record(offset, timestamp, key, value, headers, attributes)))
+                add((DELIVER, link, offset, count, redelivered != 0,
+                     Record(offset, timestamp, key, value, headers, attributes)))
             elif kind in (EMPTY, DRAINED):
                 _, link = _KIND_LINK.unpack_from(buf, pos)
                 pos += _KIND_LINK.size
-                out.append((kind, link))
+                add((kind, link))
             elif kind == CLOSED:
                 _, link = _KIND_LINK.unpack_from(buf, pos)
                 reason, pos = _read_text(buf, pos + _KIND_LINK.size)
-                out.append((CLOSED, link, reason))
+                add((CLOSED, link, reason))
             else:
                 raise LinkCodecError(f"unknown event {kind}")
     except (struct.error, UnicodeDecodeError, CorruptBatchError) as exc:

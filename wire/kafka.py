@@ -156,13 +156,16 @@ def _entity_class(api_key: int, version: int, kind: EntityType):
 
 
 @cache
-def api_name(api_key: int) -> str:
-    """Kafka's name of an API (``Produce``, ``Fetch``...), from kio's request class."""
+def api_name(api_key: int, version: int | None = None) -> str:
+    """Kafka's name of an API (``Produce``, ``Fetch``...), from kio's request class of ``version``
+    (give the version of a request at hand: its class is loaded already, where the highest
+    version's would be one more module imported in the middle of traffic)."""
     if api_key in kafka_private.NAMES:
         return kafka_private.NAMES[api_key]
-    high = ADVERTISED.get(api_key, (0, 0))[1]
+    if version is None:
+        version = ADVERTISED.get(api_key, (0, 0))[1]
     try:
-        return request_class(api_key, high).__name__.removesuffix("Request")
+        return request_class(api_key, version).__name__.removesuffix("Request")
     except Exception:  # kio knows no such API (kio.index.UnknownEntity and friends)
         return f"api-{api_key}"
 

@@ -241,7 +241,7 @@ class KafkaConnection(protocol.Protocol):
                 lambda data: quotas.hold(self.ctx, authz.with_throttle(h, data, throttle), throttle))
         slot = [_PENDING]
         self._slots.append(slot)
-        name = api_name(request.header.api_key)
+        name = api_name(request.header.api_key, request.header.api_version)
         if isinstance(result, defer.Deferred):
             result.addCallbacks(lambda data: self._fill(slot, data, name, started), lambda f: self._failed(f, request))
         else:
