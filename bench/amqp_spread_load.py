@@ -162,8 +162,25 @@ def _settle(pids: list[int], quiet: float = 0.05, longest: float = 20.0) -> None
             return
 
 
+# Placements other than "random" take the cluster's workload apart: client i's queue slice is led
+# by broker i mod N (declared there, client-local), and its publisher, its consumer, or neither,
+# is on the next broker; the CPU each costs above "local" is what forwarding publishes, or serving
+# consumers over links, adds.
+PLACEMENTS = ("random", "local", "publishers-remote", "consumers-remote")
+
+
+def _declare(addresses: list[str], names: list[str], arguments: dict, rng: random.Random) -> None:
+    admin = Conn(rng.choice(addresses))
+    for i in range(0, len(names), 500):
+        admin.sock.sendall(b"".join(frame.marshal(commands.Queue.Declare(queue=q, durable=True, arguments=arguments), 1)
+                                    for q in names[i:i + 500]))
+        expect_many(admin, 50, 11, len(names[i:i + 500]))
+    admin.close()
+
+
 def run_random_brokers(addresses: list[str], name: str, n: int, size: int, queues: int, clients: int, seed: int,
-                       pids: list[int], http: list[str] | None = None, started_file: str | None = None) -> dict:
+                       pids: list[int], http: list[str] | None = None, started_file: str | None = None,
+                       placement: str = "random") -> dict:
     """``queues`` durable queues, placed by ``x-queue-leader-locator: balanced`` (a cluster leads
     about a third each of them on each of 3 brokers, as RabbitMQ's balanced locator would; a
     single broker leads them all); ``clients`` publishers (persistent messages, confirms) and as many
@@ -174,22 +191,29 @@ def run_random_brokers(addresses: list[str], name: str, n: int, size: int, queue
     Reports the CPU seconds of each broker process in ``pids`` over publish and consume (from when
     the brokers are quiet after the declarations until the last consumer is done), and how many
     of the queues each broker leads (from the management API at ``http``, the first broker's).
-    ``started_file``: written when the measured phase starts and again when it ends (for a profiler)."""
+    ``started_file``: written when the measured phase starts and again when it ends (for a profiler).
+    ``placement``: one of :data:`PLACEMENTS` (see there); "random" is the workload above."""
     rng = random.Random(seed)
     names = [f"{name}-{i}" for i in range(queues)]
     slices = [names[i::clients] for i in range(clients)]
     counts = [n // clients + (i < n % clients) for i in range(clients)]
     _serving(addresses, http or [])
-    admin = Conn(rng.choice(addresses))
-    for i in range(0, queues, 500):
-        admin.sock.sendall(b"".join(frame.marshal(commands.Queue.Declare(queue=q, durable=True, arguments=BALANCED), 1)
-                                    for q in names[i:i + 500]))
-        expect_many(admin, 50, 11, len(names[i:i + 500]))
+    if placement == "random":
+        _declare(addresses, names, BALANCED, rng)
+        where = {"publishers": [rng.choice(addresses) for _ in range(clients)],
+                 "consumers": [rng.choice(addresses) for _ in range(clients)]}
+    elif placement in PLACEMENTS:
+        home = [addresses[i % len(addresses)] for i in range(clients)]
+        other = [addresses[(i + 1) % len(addresses)] for i in range(clients)]
+        for i in range(clients):
+            _declare([home[i]], slices[i], {"x-queue-leader-locator": "client-local"}, rng)
+        where = {"publishers": other if placement == "publishers-remote" else home,
+                 "consumers": other if placement == "consumers-remote" else home}
+    else:
+        raise ValueError(f"unknown placement {placement!r}: one of {', '.join(PLACEMENTS)}")
     known = _known_everywhere(http, set(names)) if http else 0.0
     _settle(pids)
     leaders = _leaders(http[0], set(names)) if http else {}
-    where = {"publishers": [rng.choice(addresses) for _ in range(clients)],
-             "consumers": [rng.choice(addresses) for _ in range(clients)]}
     confirmed = [0] * clients
     received = [set() for _ in range(clients)]
     redelivered = [0] * clients
@@ -279,6 +303,7 @@ def run_random_brokers(addresses: list[str], name: str, n: int, size: int, queue
     if started_file:
         with open(started_file, "a") as marker:
             marker.write("done\n")
+    admin = Conn(addresses[0])
     for i in range(0, queues, 500):
         admin.sock.sendall(b"".join(frame.marshal(commands.Queue.Delete(queue=q), 1) for q in names[i:i + 500]))
         expect_many(admin, 50, 41, len(names[i:i + 500]))

@@ -25,6 +25,10 @@
   ZooKeeper left out), cluster / single (target <= 1.2), and the largest broker's share of the
   cluster's broker CPU (target <= 45%; every broker's share in the row's note). Every confirmed
   message must be consumed: one that is not fails the run (printed, and in the notes);
+* spread-parts: the spread workload taken apart on one cluster: every client on its queues'
+  leader (``local``), only the publishers on another broker (``publishers-remote``: publishes
+  forwarded), only the consumers on another broker (``consumers-remote``: served over links),
+  and ``random`` as above; rows: each one's CPU per message / one broker's;
 * start-up on a large log (ours only: Tansu keeps nothing on disk): a 1-partition topic filled
   with ``--startup-gb`` GB of 1 KB records (default 1 for CI and a quick manual run; 10 is the
   issue's manual setting), then the time from process start to listening after a clean stop
@@ -35,6 +39,7 @@ Targets (issue 27): spread CPU per message, 3 brokers / 1 <= 1.2; no broker abov
 
     python -m bench scale [--messages 100000] [--startup-gb 1] [--repeat 3] [--only partitions,queues,...]
     python -m bench scale --only spread [--spread-messages 30000] [--spread-brokers 3] [--repeat 3]
+    python -m bench scale --only spread-parts [--spread-messages 60000] [--repeat 3]
     python -m bench scale --only cores [--messages 100000] [--spread-messages 30000]
 """
 from __future__ import annotations
@@ -48,7 +53,7 @@ import time
 
 from bench import peers
 
-PARTS = ("partitions", "queues", "connections", "memory", "cores", "spread", "startup")
+PARTS = ("partitions", "queues", "connections", "memory", "cores", "spread", "spread-parts", "startup")
 
 
 def add_arguments(parser) -> None:
@@ -204,6 +209,8 @@ def run(args) -> peers.SuiteResult:
                      "ZooKeeper), the peer column one broker process; ratio = 2 processes / 1; the AMQP spread rows "
                      f"run the spread workload ({args.spread_messages:,} messages, --spread-messages) over 100 "
                      "queues, CPU = the brokers' (ZooKeeper left out)")
+    if "spread-parts" in only:
+        spread_parts_rows(samples, args, names)
     if "spread" in only:
         spread_rows(samples, args, names)
         notes.append(f"spread rows: 'gateway' is `gateway serve --processes {args.spread_brokers}"
@@ -397,6 +404,45 @@ def spread_rows(samples, args, names) -> None:
             samples.add(f"spread: CPU/msg {brokers} brokers / 1 (target <= 1.2)", "broker", ratio,
                         unit="x", better="lower")
             print(f"  spread cluster / single CPU per message: {ratio:.2f}", flush=True)
+
+
+def spread_parts_rows(samples, args, names) -> None:
+    """The spread workload taken apart (bench.amqp_spread_load.PLACEMENTS): one cluster runs it with
+    every client on its queues' leader ("local"), with only the publishers on another broker, with
+    only the consumers on another broker, and as the spread row does ("random"); each against one
+    broker on the same workload. What "publishers-remote" and "consumers-remote" cost above
+    "local" is what forwarding publishes and serving consumers over links add."""
+    from bench.amqp_spread_load import PLACEMENTS
+    n, brokers = args.spread_messages, args.spread_brokers
+    for rep in range(args.repeat):
+        costs = {}
+        for who in ("peer", "broker"):
+            try:
+                target = (peers.OurBroker("scale-parts") if who == "peer" else
+                          peers.OurCluster("scale-parts", brokers, *shlex.split(args.cluster_args)))
+            except Exception as exc:
+                _failures.append(f"spread parts {who}: {str(exc).strip().splitlines()[-1][:200]}")
+                continue
+            try:
+                for placement in (("random",) if who == "peer" else PLACEMENTS):
+                    r = peers.run_load("bench.amqp_load", {
+                        "addresses": target.addresses("amqp"), "queue": f"parts-{next(names)}",
+                        "mode": "random_brokers", "messages": n, "size": 100, "queues": args.spread_queues,
+                        "clients": args.spread_clients, "seed": rep, "pids": target.broker_pids(),
+                        "http": target.addresses("http"), "placement": placement}, timeout=1800)
+                    key = "single" if who == "peer" else placement
+                    costs[key] = r["cpu_us_per_msg"]
+                    print(f"  {key:<18} {costs[key]:6.1f} us/msg, {r['msgs_s']:>8,.0f} msg/s, "
+                          f"queues led per broker {r['queues_per_broker']}", flush=True)
+            except Exception as exc:
+                print(f"  spread parts run failed: {str(exc)[-300:]}", flush=True)
+                _failures.append(f"spread parts {who}: {str(exc).strip().splitlines()[-1][:200]}")
+            finally:
+                target.close()
+        for placement in PLACEMENTS:
+            if placement in costs and costs.get("single"):
+                samples.add(f"spread parts: CPU/msg {brokers} brokers, {placement} / 1 broker", "broker",
+                            costs[placement] / costs["single"], unit="x", better="lower")
 
 
 def startup_times(gb: float, repeat: int):
