@@ -133,10 +133,8 @@ class Header:
     value: bytes | None
 
 
-# Not frozen (hashable all the same, and never changed once made): a frozen dataclass's __init__
-# sets each field through object.__setattr__, which made a Record cost more than twice as much
-# to build, and every record read from a log, or received over a link between brokers, is one.
-@dataclass(slots=True, unsafe_hash=True)
+# Not frozen, but hashable and never changed: a frozen one's __init__ (object.__setattr__ per field)
+@dataclass(slots=True, unsafe_hash=True)  # cost twice as much, once per record read or received
 class Record:
     offset: int  # absolute: base_offset + offsetDelta
     timestamp: int  # absolute ms (the batch's maxTimestamp under LogAppendTime, as Kafka reads it)
