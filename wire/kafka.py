@@ -401,8 +401,10 @@ def respond_parts(header: RequestHeader, data: dict) -> bytes | ResponseParts:
 def encode_request(api_key: int, version: int, correlation_id: int, client_id: bytes | None, data) -> bytes:
     """One framed request (size, header v1/v2, body); ``data`` is a dict, a kio request entity, or
     a body writer: a callable from the version to the body's bytes (wire.produce_request)."""
-    written = callable(data)
-    request = data if written else build(request_class(api_key, version), data) if isinstance(data, dict) else data
+    if callable(data):
+        request, body = None, data(version)
+    else:
+        request, body = build(request_class(api_key, version), data) if isinstance(data, dict) else data, None
     out = io.BytesIO()
     out.write(b"\0\0\0\0")
     if client_id is None:
@@ -410,12 +412,12 @@ def encode_request(api_key: int, version: int, correlation_id: int, client_id: b
     else:
         out.write(_HEAD.pack(api_key, version, correlation_id, len(client_id)))
         out.write(client_id)
-    if (request_class(api_key, version) if written else request).__flexible__:
+    if (request_class(api_key, version) if request is None else request).__flexible__:
         out.write(b"\0")  # request header v2: no tagged fields
-    if written:
-        out.write(data(version))
-    else:
+    if body is None:
         _writer(type(request))(out, request)
+    else:
+        out.write(body)
     frame = out.getbuffer()
     struct.pack_into(">i", frame, 0, len(frame) - 4)
     del frame

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import struct
 
-from wire.varint import encode_uvarint
+from wire.kafka_direct import length, nullable_string, string
 
 VERSIONS = range(3, 13)
 
 _ACKS_TIMEOUT = struct.Struct(">hi")
-_INT16, _INT32 = struct.Struct(">h"), struct.Struct(">i")
+_INT32 = struct.Struct(">i")
 
 
 class ProduceBody:
@@ -31,17 +31,15 @@ class ProduceBody:
         if version not in VERSIONS:
             raise ValueError(f"Produce v{version} is not written here")
         flexible = version >= 9
-        out = [b"\0" if flexible else b"\xff\xff", _ACKS_TIMEOUT.pack(self.acks, self.timeout_ms),
-               _count(len(self.topics), flexible)]
+        out = [nullable_string(None, flexible), _ACKS_TIMEOUT.pack(self.acks, self.timeout_ms),
+               length(len(self.topics), flexible)]
         add = out.append
         for name, parts in self.topics.items():
-            raw = name.encode()
-            add(encode_uvarint(len(raw) + 1) if flexible else _INT16.pack(len(raw)))
-            add(raw)
-            add(_count(len(parts), flexible))
+            add(string(name, flexible))
+            add(length(len(parts), flexible))
             for index, records in parts:
                 add(_INT32.pack(index))
-                add(encode_uvarint(len(records) + 1) if flexible else _INT32.pack(len(records)))
+                add(length(len(records), flexible))
                 add(records)
                 if flexible:
                     add(b"\0")  # the partition's tagged fields: none
@@ -50,7 +48,3 @@ class ProduceBody:
         if flexible:
             add(b"\0")  # the request's
         return b"".join(out)
-
-
-def _count(n: int, flexible: bool) -> bytes:
-    return encode_uvarint(n + 1) if flexible else _INT32.pack(n)

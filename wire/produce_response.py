@@ -12,14 +12,14 @@ from __future__ import annotations
 import struct
 
 from wire.kafka import RequestHeader
-from wire.varint import encode_uvarint
+from wire.kafka_direct import length, nullable_string, string
 
 VERSIONS = range(3, 14)
 # v10+ only add tagged fields (KIP-951's leader hints, which this writer never has: written as
 # "no tagged fields"); v13 gives each topic as its 16-byte id instead of its name.
 
 _SIZE_ID = struct.Struct(">ii")  # frame size, correlation id
-_INT16, _INT32 = struct.Struct(">h"), struct.Struct(">i")
+_INT32 = struct.Struct(">i")
 _PARTITION = struct.Struct(">ihqq")  # index, error_code, base_offset, log_append_time_ms
 _INT64 = struct.Struct(">q")
 
@@ -34,11 +34,11 @@ def encode_produce_response(header: RequestHeader, responses: list[dict], thrott
     flexible = version >= 9
     out = [b"", b"\0"] if flexible else [b""]  # frame size and correlation id; header v1: no tags
     add = out.append
-    add(encode_uvarint(len(responses) + 1) if flexible else _INT32.pack(len(responses)))
+    add(length(len(responses), flexible))
     for topic in responses:
-        add(topic["topic_id"].bytes if version >= 13 else _string(topic["name"], flexible))
+        add(topic["topic_id"].bytes if version >= 13 else string(topic["name"], flexible))
         parts = topic["partition_responses"]
-        add(encode_uvarint(len(parts) + 1) if flexible else _INT32.pack(len(parts)))
+        add(length(len(parts), flexible))
         for part in parts:
             if part.get("record_errors") or part.get("log_append_time") is not None:
                 return None
@@ -48,7 +48,7 @@ def encode_produce_response(header: RequestHeader, responses: list[dict], thrott
             if version >= 8:
                 add(b"\1" if flexible else b"\0\0\0\0")  # record_errors: empty
                 message = part.get("error_message")
-                add(_nullable_string(message, flexible))
+                add(nullable_string(message, flexible))
             if flexible:
                 add(b"\0")
         if flexible:
@@ -60,13 +60,3 @@ def encode_produce_response(header: RequestHeader, responses: list[dict], thrott
     out[0] = _SIZE_ID.pack(body_size, header.correlation_id)
     return b"".join(out)
 
-
-def _string(text: str, flexible: bool) -> bytes:
-    raw = text.encode()
-    return (encode_uvarint(len(raw) + 1) if flexible else _INT16.pack(len(raw))) + raw
-
-
-def _nullable_string(text: str | None, flexible: bool) -> bytes:
-    if text is None:
-        return b"\0" if flexible else b"\xff\xff"
-    return _string(text, flexible)

@@ -52,7 +52,7 @@ class LinkConsumer:
         return self.sent < self.limit and not self.session.ended
 
     def deliver(self, queue, offset: int, record, redelivered: bool) -> None:
-        self.sent += 1  # (the session's ``delivered``, inlined: this runs once per message)
+        self.sent += 1
         counts = queue.delivery_counts
         self.session.event(wl.ev_deliver(self.link, offset, counts.get(offset, 0) + 1 if counts else 1, redelivered,
                                          record))
@@ -80,11 +80,6 @@ class LinkSession:
         self.ended = False
 
     # --- events ----------------------------------------------------------------------------
-    def delivered(self, link: LinkConsumer, offset: int, record, redelivered: bool) -> None:
-        queue = link.queue
-        count = queue.delivery_counts.get(offset, 0) + 1 if queue.delivery_counts else 1
-        self.event(wl.ev_deliver(link.link, offset, count, redelivered, record))
-
     def event(self, data: bytes) -> None:
         self.events.append(data)
         if self.poll is not None and self.flushing is None:
@@ -251,7 +246,7 @@ class LinkServer:
             session.event(wl.ev_empty(link_id))
         else:
             offset, redelivered, record = taken
-            session.delivered(link, offset, record, redelivered)
+            link.deliver(link.queue, offset, record, redelivered)
 
     @staticmethod
     def _settle(link: LinkConsumer, how: int, offsets: list[int]) -> None:
