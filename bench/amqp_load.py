@@ -459,7 +459,7 @@ def main(spec: dict) -> dict:
         return {"mode": mode, "messages": n, **spread_load.run_random_brokers(
             spec["addresses"], q, n, spec.get("size", 100), spec["queues"], spec.get("clients", 10),
             spec.get("seed", 1), spec["pids"], spec.get("http"), spec.get("started_file"),
-            spec.get("placement", "random"))}
+            spec.get("placement", "random"), spec.get("arguments"))}
     conn = Conn(spec["address"])
     if mode == "spread":
         out = spread_load.run_spread(conn, q, n, spec["size"], spec["queues"], spec.get("pids") or [spec["pid"]],

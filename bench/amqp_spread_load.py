@@ -165,8 +165,10 @@ def _settle(pids: list[int], quiet: float = 0.05, longest: float = 20.0) -> None
 # Placements other than "random" take the cluster's workload apart: client i's queue slice is led
 # by broker i mod N (declared there, client-local), and its publisher, its consumer, or neither,
 # is on the next broker; the CPU each costs above "local" is what forwarding publishes, or serving
-# consumers over links, adds.
-PLACEMENTS = ("random", "local", "publishers-remote", "consumers-remote")
+# consumers over links, adds. "aligned" puts every client on a random broker, as "random" does, but
+# leaves each slice on one leader: as many messages cross as in "random", each client talks to one
+# leader only.
+PLACEMENTS = ("random", "local", "publishers-remote", "consumers-remote", "aligned")
 
 
 def _declare(addresses: list[str], names: list[str], arguments: dict, rng: random.Random) -> None:
@@ -180,7 +182,7 @@ def _declare(addresses: list[str], names: list[str], arguments: dict, rng: rando
 
 def run_random_brokers(addresses: list[str], name: str, n: int, size: int, queues: int, clients: int, seed: int,
                        pids: list[int], http: list[str] | None = None, started_file: str | None = None,
-                       placement: str = "random") -> dict:
+                       placement: str = "random", arguments: dict | None = None) -> dict:
     """``queues`` durable queues, placed by ``x-queue-leader-locator: balanced`` (a cluster leads
     about a third each of them on each of 3 brokers, as RabbitMQ's balanced locator would; a
     single broker leads them all); ``clients`` publishers (persistent messages, confirms) and as many
@@ -192,14 +194,16 @@ def run_random_brokers(addresses: list[str], name: str, n: int, size: int, queue
     the brokers are quiet after the declarations until the last consumer is done), and how many
     of the queues each broker leads (from the management API at ``http``, the first broker's).
     ``started_file``: written when the measured phase starts and again when it ends (for a profiler).
-    ``placement``: one of :data:`PLACEMENTS` (see there); "random" is the workload above."""
+    ``placement``: one of :data:`PLACEMENTS` (see there); "random" is the workload above.
+    ``arguments``: the random placement's queue arguments instead of :data:`BALANCED` (another
+    broker's way to spread queues)."""
     rng = random.Random(seed)
     names = [f"{name}-{i}" for i in range(queues)]
     slices = [names[i::clients] for i in range(clients)]
     counts = [n // clients + (i < n % clients) for i in range(clients)]
     _serving(addresses, http or [])
     if placement == "random":
-        _declare(addresses, names, BALANCED, rng)
+        _declare(addresses, names, BALANCED if arguments is None else arguments, rng)
         where = {"publishers": [rng.choice(addresses) for _ in range(clients)],
                  "consumers": [rng.choice(addresses) for _ in range(clients)]}
     elif placement in PLACEMENTS:
@@ -209,6 +213,9 @@ def run_random_brokers(addresses: list[str], name: str, n: int, size: int, queue
             _declare([home[i]], slices[i], {"x-queue-leader-locator": "client-local"}, rng)
         where = {"publishers": other if placement == "publishers-remote" else home,
                  "consumers": other if placement == "consumers-remote" else home}
+        if placement == "aligned":
+            where = {"publishers": [rng.choice(addresses) for _ in range(clients)],
+                     "consumers": [rng.choice(addresses) for _ in range(clients)]}
     else:
         raise ValueError(f"unknown placement {placement!r}: one of {', '.join(PLACEMENTS)}")
     known = _known_everywhere(http, set(names)) if http else 0.0

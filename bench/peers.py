@@ -256,6 +256,67 @@ class RabbitMQ:
             shutil.rmtree(self.base, ignore_errors=True)
 
 
+class RabbitMQCluster:
+    """``nodes`` private RabbitMQ nodes joined as one cluster (one node: a lone node), the referee
+    of the spread workload: they share the first node's epmd and an Erlang cookie, and the others
+    join the first with ``rabbitmqctl join_cluster``. Each runs the management plugin, as a
+    cluster usually does (the workload asks it where the queues are)."""
+
+    name = "rabbitmq"
+
+    def __init__(self, tag: str, nodes: int):
+        from compat_tests.rabbitmq import RabbitMQNode
+        self.base = CACHE / "rabbitmq" / f"{tag}-{os.getpid()}"
+        shutil.rmtree(self.base, ignore_errors=True)
+        self.nodes = [RabbitMQNode(self.base / f"node-{i}", name=f"{tag}-{os.getpid()}-{i}@localhost",
+                                   management=True) for i in range(nodes)]
+        first = self.nodes[0]
+        for node in self.nodes:
+            cookie = node.base / "home" / ".erlang.cookie"
+            cookie.write_text(f"bench-{tag}-{os.getpid()}")
+            cookie.chmod(0o400)
+        try:
+            first.start()
+            for node in self.nodes[1:]:
+                node.epmd_port, node.epmd = first.epmd_port, first.epmd  # one epmd: the nodes find each other
+                node.start()
+                node.epmd = None  # the first node's to stop
+                for step in (("stop_app",), ("join_cluster", first.node_name), ("start_app",)):
+                    node.ctl(*step)
+                deadline = time.monotonic() + 90
+                while not node._vhost_ready():
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"{node.node_name} does not serve AMQP after joining the cluster")
+                    time.sleep(0.2)
+        except BaseException:
+            self.close()
+            raise
+
+    @staticmethod
+    def queue_arguments() -> dict:
+        """How a classic queue asks to be spread over the nodes: RabbitMQ 3.12 took
+        ``x-queue-leader-locator: balanced`` over from 3.x's ``x-queue-master-locator: min-masters``."""
+        from compat_tests.rabbitmq import installed_version
+        if (installed_version() or (0,)) >= (3, 12):
+            return {"x-queue-leader-locator": "balanced"}
+        return {"x-queue-master-locator": "min-masters"}
+
+    def addresses(self, proto: str) -> list[str]:
+        """Every node's AMQP or (``http``) management API address."""
+        return [f"{node.host}:{node.http_port if proto == 'http' else node.port}" for node in self.nodes]
+
+    def broker_pids(self) -> list[int]:
+        """The nodes' Erlang VMs (beam.smp)."""
+        return [node.beam_pid() or node.proc.pid for node in self.nodes]
+
+    def close(self) -> None:
+        try:
+            for node in reversed(self.nodes):  # the first last: it owns the epmd
+                node.close()
+        finally:
+            shutil.rmtree(self.base, ignore_errors=True)
+
+
 # ---------------------------------------------------------------------------- load runs
 
 def run_load(module: str, spec: dict, timeout: float = 600) -> dict:

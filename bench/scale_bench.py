@@ -28,7 +28,9 @@
 * spread-parts: the spread workload taken apart on one cluster: every client on its queues'
   leader (``local``), only the publishers on another broker (``publishers-remote``: publishes
   forwarded), only the consumers on another broker (``consumers-remote``: served over links),
-  and ``random`` as above; rows: each one's CPU per message / one broker's;
+  every client on a random broker with each client's queues still on one leader (``aligned``: as
+  many messages cross as in ``random``, but no client talks to several leaders), and ``random``
+  as above; rows: each one's CPU per message / one broker's;
 * start-up on a large log (ours only: Tansu keeps nothing on disk): a 1-partition topic filled
   with ``--startup-gb`` GB of 1 KB records (default 1 for CI and a quick manual run; 10 is the
   issue's manual setting), then the time from process start to listening after a clean stop
@@ -39,6 +41,7 @@ Targets (issue 27): spread CPU per message, 3 brokers / 1 <= 1.2; no broker abov
 
     python -m bench scale [--messages 100000] [--startup-gb 1] [--repeat 3] [--only partitions,queues,...]
     python -m bench scale --only spread [--spread-messages 30000] [--spread-brokers 3] [--repeat 3]
+                                        [--spread-rabbitmq]
     python -m bench scale --only spread-parts [--spread-messages 60000] [--repeat 3]
     python -m bench scale --only cores [--messages 100000] [--spread-messages 30000]
 """
@@ -70,6 +73,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--spread-queues", type=int, default=300)
     parser.add_argument("--spread-brokers", type=int, default=3, help="--processes of the spread workload's cluster")
     parser.add_argument("--spread-clients", type=int, default=10, help="publishers (and as many consumers)")
+    parser.add_argument("--spread-rabbitmq", action="store_true",
+                        help="the spread rows' referee: the same workload on a RabbitMQ cluster of --spread-brokers "
+                             "nodes and on one RabbitMQ node (Debian's rabbitmq-server)")
     parser.add_argument("--cluster-args", default="",
                         help="more `gateway serve` options for the clusters of the cores and spread rows, e.g. "
                              "'--amqp-cluster-mode spread'")
@@ -220,6 +226,10 @@ def run(args) -> peers.SuiteResult:
                      f"{args.spread_clients} acking consumers, each on a random broker); CPU = the brokers' "
                      "(ZooKeeper left out) over publish and consume; issue 27's targets: cluster / single <= 1.2, "
                      "max share <= 45%")
+        if args.spread_rabbitmq:
+            notes.append(f"spread rows' rabbitmq column: the same workload on a RabbitMQ cluster of "
+                         f"{args.spread_brokers} nodes (its classic queues spread by its own locator) against one "
+                         "RabbitMQ node, each node with the management plugin; CPU = the nodes' beam.smp")
     if "startup" in only:
         for label, seconds in startup_times(args.startup_gb, args.repeat):
             samples.add(label, "broker", seconds, unit="s", better="lower")
@@ -228,7 +238,9 @@ def run(args) -> peers.SuiteResult:
     notes.append(f"{args.messages:,} messages per scale run ({args.kafka_messages:,} per partitions run); CPU from "
                  f"/proc of the broker process (beam.smp for RabbitMQ); medians of {args.repeat}")
     meta = {"messages": args.messages, "cluster_args": args.cluster_args, "spread_messages": args.spread_messages, "spread_queues": args.spread_queues,
-            "spread_brokers": args.spread_brokers, "spread_clients": args.spread_clients, "kafka_messages": args.kafka_messages, "partitions": args.partitions,
+            "spread_brokers": args.spread_brokers, "spread_clients": args.spread_clients,
+            "spread_rabbitmq": args.spread_rabbitmq, "kafka_messages": args.kafka_messages,
+            "partitions": args.partitions,
             "queues": args.queues, "memory_messages": args.memory_messages, "memory_queues": args.memory_queues,
             "connections": args.connections, "startup_gb": args.startup_gb, "repeat": args.repeat}
     rows = samples.rows()
@@ -356,6 +368,36 @@ def _shares(samples, case: str, cpus: list[float]) -> str:
     return text
 
 
+def _spread_run(label: str, start, args, names, seed: int, arguments: dict | None = None) -> dict | None:
+    """One run of the spread workload on the brokers ``start()`` brings up (closed after it);
+    None, with the failure printed and noted, when they do not start or a confirmed message is
+    not consumed."""
+    n = args.spread_messages
+    try:
+        target = start()
+    except Exception as exc:
+        print(f"  {label:<20} spread run failed to start: {str(exc)[-300:]}", flush=True)
+        _failures.append(f"spread {label}: {str(exc).strip().splitlines()[-1][:200]}")
+        return None
+    try:
+        r = peers.run_load("bench.amqp_load", {
+            "addresses": target.addresses("amqp"), "queue": f"spread-{next(names)}",
+            "mode": "random_brokers", "messages": n, "size": 100, "queues": args.spread_queues,
+            "clients": args.spread_clients, "seed": seed, "pids": target.broker_pids(),
+            "http": target.addresses("http"), "arguments": arguments}, timeout=1800)
+    except Exception as exc:  # a confirmed message not consumed lands here too: loudly, and no row
+        print(f"  {label:<20} spread run FAILED: {str(exc)[-600:]}", flush=True)
+        _failures.append(f"spread {label}: {str(exc).strip().splitlines()[-1][:300]}")
+        return None
+    finally:
+        target.close()
+    print(f"  {label:<20} spread {n:,} messages: {r['cpu_us_per_msg']:8.1f} us/msg, {r['msgs_s']:>8,.0f} msg/s, "
+          f"{r['confirmed']:,} confirmed, {r['consumed']:,} consumed ({r['redelivered']} redelivered), "
+          f"clients per broker {r['clients_per_broker']}, queues led per broker {r['queues_per_broker']}",
+          flush=True)
+    return r
+
+
 def spread_rows(samples, args, names) -> None:
     """Issue 27's spread workload (bench.amqp_load ``random_brokers``): ``--spread-queues`` durable
     queues, ``--spread-clients`` confirming publishers and as many acking consumers, each on a
@@ -363,55 +405,64 @@ def spread_rows(samples, args, names) -> None:
     cluster's nodes, against one broker on the same workload, alternating which goes first. Rows:
     the brokers' CPU per message (summed over the broker processes from /proc, ZooKeeper left out),
     cluster / single from the pair of each repetition, and the largest broker's share of the
-    cluster's CPU (every share in the row's note). A confirmed message not consumed fails the run."""
-    n, brokers = args.spread_messages, args.spread_brokers
+    cluster's CPU (every share in the row's note). A confirmed message not consumed fails the run.
+
+    ``--spread-rabbitmq``: the referee too, each repetition: the same workload on a RabbitMQ
+    cluster of as many nodes (classic queues spread by its own locator) and on one RabbitMQ node;
+    its cluster / single and largest share go in the same rows, as the ``rabbitmq`` column."""
+    brokers = args.spread_brokers
     case = f"spread: amqp CPU/msg, {args.spread_queues} queues, {brokers} brokers"
+    ratio_case = f"spread: CPU/msg {brokers} brokers / 1 (target <= 1.2)"
+    share_case = "spread: max broker CPU share (target <= 45%)"
     for rep in range(args.repeat):
         cost = {}
         for who in (("peer", "broker") if rep % 2 == 0 else ("broker", "peer")):
             label = "1 process" if who == "peer" else f"{brokers} processes"
-            try:
-                target = (peers.OurBroker("scale-spread") if who == "peer" else
-                          peers.OurCluster("scale-spread", brokers, *shlex.split(args.cluster_args)))
-            except Exception as exc:
-                print(f"  {label:<12} spread run failed to start: {str(exc)[-300:]}", flush=True)
-                _failures.append(f"spread {label}: {str(exc).strip().splitlines()[-1][:200]}")
+            r = _spread_run(label, lambda: (peers.OurBroker("scale-spread") if who == "peer" else peers.OurCluster(
+                "scale-spread", brokers, *shlex.split(args.cluster_args))), args, names, rep)
+            if r is None:
                 continue
-            try:
-                r = peers.run_load("bench.amqp_load", {
-                    "addresses": target.addresses("amqp"), "queue": f"spread-{next(names)}",
-                    "mode": "random_brokers", "messages": n, "size": 100, "queues": args.spread_queues,
-                    "clients": args.spread_clients, "seed": rep, "pids": target.broker_pids(),
-                    "http": target.addresses("http")}, timeout=1800)
-            except Exception as exc:  # a confirmed message not consumed lands here too: loudly, and no row
-                print(f"  {label:<12} spread run FAILED: {str(exc)[-600:]}", flush=True)
-                _failures.append(f"spread {label}: {str(exc).strip().splitlines()[-1][:300]}")
-                continue
-            finally:
-                target.close()
             cost[who] = r["cpu_us_per_msg"]
             samples.add(case, who, cost[who], unit="us/msg", better="lower")
-            print(f"  {label:<12} spread {n:,} messages: {cost[who]:8.1f} us/msg, {r['msgs_s']:>8,.0f} msg/s, "
-                  f"{r['confirmed']:,} confirmed, {r['consumed']:,} consumed ({r['redelivered']} redelivered), "
-                  f"clients per broker {r['clients_per_broker']}, queues led per broker {r['queues_per_broker']}",
-                  flush=True)
             if who == "broker":
-                shares = _shares(samples, "spread: max broker CPU share (target <= 45%)",
-                                 r["cpu_seconds_by_broker"])
-                print(f"  {label:<12} spread per-broker CPU shares: {shares}", flush=True)
+                print(f"  {label:<20} spread per-broker CPU shares: "
+                      f"{_shares(samples, share_case, r['cpu_seconds_by_broker'])}", flush=True)
         if "broker" in cost and cost.get("peer"):
             ratio = cost["broker"] / cost["peer"]
-            samples.add(f"spread: CPU/msg {brokers} brokers / 1 (target <= 1.2)", "broker", ratio,
-                        unit="x", better="lower")
+            samples.add(ratio_case, "broker", ratio, unit="x", better="lower")
             print(f"  spread cluster / single CPU per message: {ratio:.2f}", flush=True)
+        if args.spread_rabbitmq:
+            _spread_referee(samples, args, names, rep, ratio_case, share_case)
+
+
+def _spread_referee(samples, args, names, rep: int, ratio_case: str, share_case: str) -> None:
+    """RabbitMQ's own cluster / single on the spread workload (one repetition)."""
+    brokers, cost = args.spread_brokers, {}
+    for nodes in ((1, brokers) if rep % 2 == 0 else (brokers, 1)):
+        label = f"rabbitmq {nodes} node{'s' if nodes > 1 else ''}"
+        r = _spread_run(label, lambda: peers.RabbitMQCluster("spread-ref", nodes), args, names, rep,
+                        peers.RabbitMQCluster.queue_arguments())
+        if r is None:
+            continue
+        cost[nodes] = r["cpu_us_per_msg"]
+        if nodes > 1:
+            shares = [c / sum(r["cpu_seconds_by_broker"]) * 100 for c in r["cpu_seconds_by_broker"]]
+            samples.add(share_case, "rabbitmq", max(shares), unit="%", better="lower")
+            print(f"  {label:<20} spread per-node CPU shares: {' / '.join(f'{x:.0f}%' for x in shares)}", flush=True)
+    if cost.get(1) and cost.get(brokers):
+        ratio = cost[brokers] / cost[1]
+        samples.add(ratio_case, "rabbitmq", ratio, unit="x", better="lower")
+        print(f"  rabbitmq spread cluster / single CPU per message: {ratio:.2f}", flush=True)
 
 
 def spread_parts_rows(samples, args, names) -> None:
     """The spread workload taken apart (bench.amqp_spread_load.PLACEMENTS): one cluster runs it with
     every client on its queues' leader ("local"), with only the publishers on another broker, with
-    only the consumers on another broker, and as the spread row does ("random"); each against one
+    only the consumers on another broker, with every client on a random broker but each client's
+    queues on one leader ("aligned"), and as the spread row does ("random"); each against one
     broker on the same workload. What "publishers-remote" and "consumers-remote" cost above
-    "local" is what forwarding publishes and serving consumers over links add."""
+    "local" is what forwarding publishes and serving consumers over links add; what "random"
+    costs above "aligned", that each client's queues are led by several brokers."""
     from bench.amqp_spread_load import PLACEMENTS
     n, brokers = args.spread_messages, args.spread_brokers
     for rep in range(args.repeat):
