@@ -310,11 +310,15 @@ class RabbitMQCluster:
         return [node.beam_pid() or node.proc.pid for node in self.nodes]
 
     def close(self) -> None:
-        try:
-            for node in reversed(self.nodes):  # the first last: it owns the epmd
+        failures = []
+        for node in reversed(self.nodes):  # the first last: it owns the epmd
+            try:
                 node.close()
-        finally:
-            shutil.rmtree(self.base, ignore_errors=True)
+            except Exception as exc:  # the others still stop
+                failures.append(exc)
+        shutil.rmtree(self.base, ignore_errors=True)
+        if failures:
+            raise failures[0]
 
 
 # ---------------------------------------------------------------------------- load runs
