@@ -184,7 +184,6 @@ class TransactionCoordinator:
         # (single node: it leads everything). Only a led partition's transactions are served here.
         self.leads: Callable[[int], bool] = lambda partition: True
         self.coordinates_all = True  # False in cluster mode
-        self.leads_data: Callable[[str, int], bool] = lambda topic, partition: True
         self.txns: dict[str, Transaction] = {}
         self._by_producer: dict[int, str] = {}
 
@@ -438,15 +437,19 @@ class TransactionCoordinator:
     def _complete(self, txn: Transaction, answer_producer: bool = False) -> Step:
         """Phase two: markers into every partition of the transaction, then Complete*.
 
-        Partitions led here get their marker at once; the others (cluster mode) are returned as
-        ``remote`` for the gateway to send as WriteTxnMarkers. In cluster mode Complete* is
-        written once every marker is durable, so a new coordinator never finds a transaction
-        complete whose marker a failover lost; a single node writes it at once, as before."""
+        A single node marks every partition at once. In cluster mode every partition is returned
+        as ``remote`` for the gateway's marker sender, which writes those led here itself and
+        sends WriteTxnMarkers for the others, and asks again (at the partition's leader then)
+        until each marker is on the in-sync replicas: a marker written here and lost when the
+        partition's leadership moved before its followers had it is written again at the new
+        leader, as Kafka's coordinator retries. Complete* is written once every marker is
+        durable, so a new coordinator never finds a transaction complete whose marker a failover
+        lost."""
         commit = txn.state == PREPARE_COMMIT
         pid, epoch = txn.producer_id, txn.epoch
         durable, remote = [], []
         for topic, partition in sorted(txn.partitions):
-            if not self.leads_data(topic, partition):
+            if not self.coordinates_all:
                 remote.append((topic, partition))
                 continue
             durable_at = self.write_marker(topic, partition, pid, epoch, commit)

@@ -227,7 +227,6 @@ class Broker:
             # transaction coordinators are the leaders of __transaction_state's partitions
             transactions.coordinates_all = False
             transactions.leads = lambda p: self.cluster.replicas.leader_of(TXN_TOPIC, p) is not None
-            transactions.leads_data = lambda t, p: self.cluster.replicas.leader_of(t, p) is not None
         self._apply_limits()
         factories = {
             "kafka": _Gate(KafkaFactory(self.kafka, require_auth=self.settings.kafka_require_auth),

@@ -195,14 +195,16 @@ def test_compaction_never_lets_an_aborted_value_shadow_a_committed_one(tmp_path,
     assert node.offsets.fetch("g")[("t", 0)].offset == 5
 
 
-def test_cluster_mode_leaves_other_leaders_markers_to_write_txn_markers(tmp_path, clock):
-    """A partition led elsewhere is returned as a remote marker; Complete* waits for the next phase,
-    and a broker that does not coordinate the producer's id lets its batches through (the leader
-    fences by epoch); a new leader of the transaction log finishes what was prepared."""
+def test_cluster_mode_leaves_every_marker_to_the_marker_sender(tmp_path, clock):
+    """In cluster mode every partition's marker is returned as remote, one led by the coordinator's
+    own broker too (the gateway's sender writes those led here and asks again at a new leader
+    until each is on the in-sync replicas: a marker written here inline was lost for good when
+    the partition's leadership moved before its followers had it). Complete* waits for the next
+    phase; a broker that does not coordinate the producer's id lets its batches through (the
+    leader fences by epoch); a new leader of the transaction log finishes what was prepared."""
     node = Node(tmp_path, clock)
     node.logs.create_topic("u", 1)
     node.txns.coordinates_all = False
-    node.txns.leads_data = lambda topic, partition: topic != "u"  # "u" is led by another broker
     step = node.txns.init_producer("tid", 60000)
     pid, epoch = step.producer_id, step.epoch
     node.run(node.txns.add_partitions("tid", pid, epoch, [("t", 0), ("u", 0)]))
@@ -210,15 +212,19 @@ def test_cluster_mode_leaves_other_leaders_markers_to_write_txn_markers(tmp_path
     node.produce(pid, epoch, 0, [b"a"])
     prepared = node.txns.end_txn("tid", pid, epoch, commit=True)
     second = prepared.then()
-    assert second.remote is not None and second.remote.partitions == (("u", 0),) and second.remote.commit
-    assert markers(node.logs.get_log("t", 0)) == [(1, True)] and markers(node.logs.get_log("u", 0)) == []
-    assert node.txns.describe("tid").state == PREPARE_COMMIT  # until the remote leader answered
-    # the coordinator dies here; the next leader of __transaction_state-0 reloads it and completes
-    node.txns.leads_data = lambda topic, partition: True
+    assert second.remote is not None and second.remote.partitions == (("t", 0), ("u", 0)) and second.remote.commit
+    assert markers(node.logs.get_log("t", 0)) == [] and markers(node.logs.get_log("u", 0)) == []
+    assert node.txns.describe("tid").state == PREPARE_COMMIT  # until every leader answered
+    # the coordinator dies here; the next leader of __transaction_state-0 reloads it and completes,
+    # its markers again through the sender (here: written as the partitions' leaders would)
     steps = node.txns.load_partition(0)
-    assert len(steps) == 1 and steps[0].remote is None
+    assert len(steps) == 1 and steps[0].remote.partitions == (("t", 0), ("u", 0))
+    remote = steps[0].remote
+    for topic in ("t", "u"):
+        node.txns.write_marker(topic, 0, remote.producer_id, remote.epoch, remote.commit)
     node.run(steps[0])
     assert node.txns.describe("tid").state == COMPLETE_COMMIT
+    assert [m[1] for m in markers(node.logs.get_log("t", 0))] == [True]
     assert [m[1] for m in markers(node.logs.get_log("u", 0))] == [True]
     node.run(second)  # the old step, if it ever goes on, finds the transaction finished
     assert node.txns.describe("tid").state == COMPLETE_COMMIT

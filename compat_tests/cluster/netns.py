@@ -113,6 +113,10 @@ class Network:
         host = Host(name, f"gw{self.idx}-{name}", f"10.78.{self.idx}.{last_octet}")
         veth = f"gwv{self.idx}{name}"[:15]
         _run("ip", "netns", "add", host.netns)
+        # An earlier network of this process's index may still hold the name: a deleted namespace
+        # goes away (with its end of the pair) only once its last process has, and the kernel
+        # finishes that cleanup later. Deleting our end removes the pair at once.
+        _run("ip", "link", "del", veth, check=False)
         _run("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", host.netns)
         _run("ip", "link", "set", veth, "master", self.bridge, "up")
         host.run("ip", "addr", "add", f"{host.ip}/24", "dev", "eth0")
