@@ -202,22 +202,21 @@ def run_random_brokers(addresses: list[str], name: str, n: int, size: int, queue
     slices = [names[i::clients] for i in range(clients)]
     counts = [n // clients + (i < n % clients) for i in range(clients)]
     _serving(addresses, http or [])
+    if placement not in PLACEMENTS:
+        raise ValueError(f"unknown placement {placement!r}: one of {', '.join(PLACEMENTS)}")
+    home = [addresses[i % len(addresses)] for i in range(clients)]
     if placement == "random":
         _declare(addresses, names, BALANCED if arguments is None else arguments, rng)
-        where = {"publishers": [rng.choice(addresses) for _ in range(clients)],
-                 "consumers": [rng.choice(addresses) for _ in range(clients)]}
-    elif placement in PLACEMENTS:
-        home = [addresses[i % len(addresses)] for i in range(clients)]
-        other = [addresses[(i + 1) % len(addresses)] for i in range(clients)]
+    else:
         for i in range(clients):
             _declare([home[i]], slices[i], {"x-queue-leader-locator": "client-local"}, rng)
+    if placement in ("random", "aligned"):
+        where = {"publishers": [rng.choice(addresses) for _ in range(clients)],
+                 "consumers": [rng.choice(addresses) for _ in range(clients)]}
+    else:
+        other = [addresses[(i + 1) % len(addresses)] for i in range(clients)]
         where = {"publishers": other if placement == "publishers-remote" else home,
                  "consumers": other if placement == "consumers-remote" else home}
-        if placement == "aligned":
-            where = {"publishers": [rng.choice(addresses) for _ in range(clients)],
-                     "consumers": [rng.choice(addresses) for _ in range(clients)]}
-    else:
-        raise ValueError(f"unknown placement {placement!r}: one of {', '.join(PLACEMENTS)}")
     known = _known_everywhere(http, set(names)) if http else 0.0
     _settle(pids)
     leaders = _leaders(http[0], set(names)) if http else {}

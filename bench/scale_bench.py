@@ -356,15 +356,17 @@ def core_rows(samples, args, names) -> None:
                 target.close()
 
 
-def _shares(samples, case: str, cpus: list[float]) -> str:
-    """Add the largest broker's share of the brokers' CPU as a row (each run's shares in its note);
-    return the shares as text ("21% / 57% / 22%")."""
+def _shares(samples, case: str, cpus: list[float], who: str = "broker") -> str:
+    """Add the largest broker's share of the brokers' CPU as a row of ``who`` (each run's shares of
+    ours in its note); return the shares as text ("21% / 57% / 22%")."""
     total = sum(cpus)
     shares = [c / total * 100 if total > 0 else float("nan") for c in cpus]
     text = " / ".join(f"{x:.0f}%" for x in shares)
     entry = samples.case(case, unit="%", better="lower")
-    entry["note"] = (f"{entry['note']}; " if entry["note"] else "per-broker CPU shares, node 1 first, by run: ") + text
-    samples.add(case, "broker", max(shares))
+    if who == "broker":
+        entry["note"] = (f"{entry['note']}; " if entry["note"] else
+                         "per-broker CPU shares, node 1 first, by run: ") + text
+    samples.add(case, who, max(shares))
     return text
 
 
@@ -446,9 +448,8 @@ def _spread_referee(samples, args, names, rep: int, ratio_case: str, share_case:
             continue
         cost[nodes] = r["cpu_us_per_msg"]
         if nodes > 1:
-            shares = [c / sum(r["cpu_seconds_by_broker"]) * 100 for c in r["cpu_seconds_by_broker"]]
-            samples.add(share_case, "rabbitmq", max(shares), unit="%", better="lower")
-            print(f"  {label:<20} spread per-node CPU shares: {' / '.join(f'{x:.0f}%' for x in shares)}", flush=True)
+            print(f"  {label:<20} spread per-node CPU shares: "
+                  f"{_shares(samples, share_case, r['cpu_seconds_by_broker'], 'rabbitmq')}", flush=True)
     if cost.get(1) and cost.get(brokers):
         ratio = cost[brokers] / cost[1]
         samples.add(ratio_case, "rabbitmq", ratio, unit="x", better="lower")

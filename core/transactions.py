@@ -447,14 +447,6 @@ class TransactionCoordinator:
         lost."""
         commit = txn.state == PREPARE_COMMIT
         pid, epoch = txn.producer_id, txn.epoch
-        durable, remote = [], []
-        for topic, partition in sorted(txn.partitions):
-            if not self.coordinates_all:
-                remote.append((topic, partition))
-                continue
-            durable_at = self.write_marker(topic, partition, pid, epoch, commit)
-            if durable_at is not None:
-                durable.append(durable_at)
 
         def finish() -> Step:
             if txn.producer_id != pid or txn.epoch != epoch or txn.state not in _PREPARING:
@@ -467,12 +459,19 @@ class TransactionCoordinator:
                 self._bump_epoch(txn)
             return Step(durable=[self._persist(txn)], producer_id=txn.producer_id if answer_producer else -1,
                         epoch=txn.epoch if answer_producer else -1)
-        if not remote and self.coordinates_all:
-            done = finish()
-            done.durable = durable + done.durable
-            return done
-        return Step(durable=durable, then=finish,
-                    remote=RemoteMarkers(pid, epoch, commit, tuple(remote), txn.transactional_id) if remote else None)
+
+        partitions = tuple(sorted(txn.partitions))
+        if not self.coordinates_all:
+            return Step(then=finish, remote=RemoteMarkers(pid, epoch, commit, partitions, txn.transactional_id)
+                        if partitions else None)
+        durable = []
+        for topic, partition in partitions:
+            durable_at = self.write_marker(topic, partition, pid, epoch, commit)
+            if durable_at is not None:
+                durable.append(durable_at)
+        done = finish()
+        done.durable = durable + done.durable
+        return done
 
     def write_marker(self, topic: str, partition: int, producer_id: int, epoch: int,
                      commit: bool) -> DurableAt | None:
