@@ -85,6 +85,7 @@ class PartitionLog:
         self._unflushed_records = 0
         self._last_flush = clock()
         self.dirty: set | None = None  # a LogManager's set of logs written since its last group commit
+        self.became_dirty: Callable[[], None] | None = None  # the LogManager's, told when that set gains a first log
         self.replicated = False  # True: the HW is moved by replication, see advance_high_watermark
         self.dropped = False  # deleted (its topic or queue went): its high watermark moves no more
         self.leader_epoch = 0  # stamped on appended batches unless the caller says otherwise (the leader's epoch)
@@ -220,8 +221,11 @@ class PartitionLog:
     def _written(self, records: int) -> None:
         """An append's records await the next flush; the LogManager's group commit is told."""
         self._unflushed_records += records
-        if self.dirty is not None:
-            self.dirty.add(self)
+        dirty = self.dirty
+        if dirty is not None:
+            if not dirty and self.became_dirty is not None:
+                self.became_dirty()
+            dirty.add(self)
 
     def append_replica(self, records: bytes | bytearray | memoryview) -> LogAppendInfo:
         """A follower's append: the leader's batches, offsets and leader epochs as it stored them.

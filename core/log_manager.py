@@ -86,6 +86,9 @@ class LogManager:
         self.clock = clock
         self.logs: dict[tuple[str, int], PartitionLog] = {}
         self._dirty: set[PartitionLog] = set()  # appended to since the last group commit (flush_dirty)
+        # told (on the owner's thread) when a log is written while none waited for a group commit:
+        # the broker's commit timer runs only while there is something to flush
+        self.on_dirty: Callable[[], None] | None = None
         self._cleaned_upto: dict[tuple[str, int], int] = {}
         self._clean_start = True
         self.hw_checkpoint = HighWatermarkCheckpoint(self.data_dir)  # for readers outside the process
@@ -134,6 +137,7 @@ class LogManager:
         plog = PartitionLog(directory, TopicConfig.from_strings(topic.configs), clock=self.clock, recover=recover)
         plog.replicated = self.replicated
         plog.dirty = self._dirty
+        plog.became_dirty = self._became_dirty
         self.logs[(topic.name, partition)] = plog
         self.hw_checkpoint.layout_changed = True
         return plog
@@ -187,7 +191,12 @@ class LogManager:
             if plog is not None:
                 plog.config = config
                 self._dirty.add(plog)  # a new flush policy may make what it holds due
+                self._became_dirty()
         return topic
+
+    def _became_dirty(self) -> None:
+        if self.on_dirty is not None:
+            self.on_dirty()
 
     def _check_partition_budget(self, adding: int) -> None:
         if not self.max_partitions or adding <= 0:

@@ -425,7 +425,7 @@ class Broker:
         log.info("listening", extra=fields(node_id=self.settings.node_id, **addresses))
         self._kept_ports = dict(self.ports)  # requests still in flight at shutdown advertise these
         self._every(1000, self.users.maybe_reload)  # users added with `gateway users` log in at once
-        self._every(self.settings.flush_interval_ms, self._flush_tick)
+        self.group_commit.start(self.settings.flush_interval_ms)
         self._every(self.settings.maintenance_interval_ms, self._maintenance_tick)
         self._every(GROUP_TICK_S * 1000, self._group_tick)
         if self.settings.kafka_idle_ms:
@@ -475,9 +475,6 @@ class Broker:
     def request_flush(self) -> None:
         """Group commit: one fsync pass for everything appended since the last (gateway.group_commit)."""
         self.group_commit.request()
-
-    def _flush_tick(self) -> None:
-        self.group_commit.tick(self.settings.flush_interval_ms)
 
     def _close_idle_kafka(self) -> None:
         now, limit = time.monotonic(), self.settings.kafka_idle_ms / 1000
