@@ -54,7 +54,7 @@ class GroupCommit:
         self._interval = interval_ms / 1000
         self._last_asked = self._reactor.seconds()
         self._broker.logs.on_dirty = self.wake
-        self._arm(IDLE_TICK_S)
+        self._arm(self._interval if self._broker.logs.has_dirty else IDLE_TICK_S)  # written while starting
 
     def wake(self) -> None:
         """A log was written: tick at the commit cadence again (the timer may be at its idle pace)."""

@@ -11,10 +11,12 @@ from gateway.group_commit import IDLE_TICK_S, GroupCommit
 from tests.logutil import batch
 
 
-def _commit(tmp_path):
+def _commit(tmp_path, written_first: bool = False):
     manager = LogManager(tmp_path, LocalMetadataStore(tmp_path))
     manager.startup()
     manager.create_topic("t", 1)
+    if written_first:
+        manager.get_log("t", 0).append(batch(1))  # while the broker starts: before the timer (no one is told)
     clock = task.Clock()
     commit = GroupCommit(SimpleNamespace(logs=manager))
     commit._reactor = clock  # no fsync thread: the passes the timer asks for are counted instead
@@ -48,4 +50,11 @@ def test_a_write_brings_the_commit_cadence_back_until_nothing_waits(tmp_path):
     # the next tick finds nothing waiting and the timer slows to its idle pace: the heartbeat
     # comes a second after the last pass the timer asked for, and nothing in between
     assert len(asked) == 6 and abs(asked[-1] - (asked[-2] + IDLE_TICK_S)) < 0.011
+    manager.shutdown()
+
+
+def test_logs_written_while_the_broker_started_are_flushed_at_the_cadence(tmp_path):
+    manager, clock, commit, asked = _commit(tmp_path, written_first=True)
+    clock.advance(0.005)
+    assert asked == [0.005]
     manager.shutdown()
