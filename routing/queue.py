@@ -67,6 +67,9 @@ def position_key(topic: str, partition: int) -> str:
 class Queue:
     partition = 0  # the partition of ``topic`` that holds it: 0 but for a super stream's partition streams
     remote = False  # routing.remote_queue.RemoteQueue: led by another broker, no cursor here
+    # its consumers are served from a log on this broker, so the group commits' scan
+    # (Router.log_moved) looks at it; a RemoteQueue's only when it reads a replica here
+    reads_here = True
     def __init__(self, vhost: str, name: str, topic: str, plog: PartitionLog | None, *, durable: bool,
                  exclusive_owner, auto_delete: bool, arguments: dict[str, Any], ack_floor: int = 0,
                  delivered_bound: int | None = None, clock: Callable[[], float] = time.time,
@@ -213,7 +216,7 @@ class Queue:
         self.consumers.append(consumer)
         self.consumers.sort(key=lambda c: -c.priority)
         self.last_used = self.clock()
-        if self.consuming is not None:
+        if self.consuming is not None and self.reads_here:
             self.consuming.add(self)
 
     def remove_consumer(self, consumer: Consumer, auto_delete: bool = True) -> None:

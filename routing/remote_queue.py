@@ -59,7 +59,7 @@ class RemoteQueue(Queue):
             self.plog = _Committed(plog)
             self.reader = LogReader(self.plog)
             if self.consumers and self.consuming is not None:
-                self.consuming.add(self)  # its consumers read here now: the replica's growth lets them
+                self.consuming.add(self)  # its consumers read here now (Queue.reads_here)
 
     @property
     def reads_here(self) -> bool:
@@ -76,10 +76,6 @@ class RemoteQueue(Queue):
         super().add_consumer(consumer)
         if self.link_factory is None or self.reads_here:
             return
-        if self.consuming is not None:
-            # served by its link, whose leader delivers: nothing for Router.log_moved's scan after
-            # every group commit to look at here (two thirds of a 3-broker cluster's queues)
-            self.consuming.discard(self)
         link = self.links[consumer] = self.link_factory(self, consumer)
         link.poke()
 
