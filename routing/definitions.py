@@ -1,8 +1,13 @@
 """Durable AMQP definitions kept one change at a time.
 
 A vhost's durable definitions (what ``VirtualHost.durable_definitions`` reports) are held here as
-entries: ``settings`` (policies, limits, metadata, super streams; its presence is the vhost's),
-``exchange:<name>``, ``queue:<name>`` and one ``binding:[...]`` per binding. A change appends
+entries: ``settings`` (its metadata; its presence is the vhost's), one entry per named thing in
+it (``policy:<name>``, ``operator-policy:<name>``, ``limit:<name>``, ``super-stream:<name>``,
+``exchange:<name>``, ``queue:<name>``) and one ``binding:[...]`` per binding. Brokers of a
+cluster write the same journal, so each named thing is its own entry: a policy set on one broker
+and a limit set on another at the same moment are two entries, and neither write undoes the
+other (older journals kept every policy, limit and super stream inside ``settings``; they are
+still read, and rewritten as entries at the next start). A change appends
 only the entries it touched to the state's journal (routing.state), so declaring the 10,000th
 queue costs what declaring the first did; the whole document is rewritten only when the journal
 outgrows it (a file state) or never (the compacted ``__amqp_state`` topic keeps the latest
@@ -25,7 +30,9 @@ from routing.vhost_definitions import binding_definition
 
 JOURNAL = "definitions"
 SETTINGS = "settings"
-_SETTINGS_PARTS = ("policies", "operator_policies", "limits", "metadata", "super_streams")
+_LISTS = {"policies": "policy:", "operator_policies": "operator-policy:"}  # parts listing {"name": ...}
+_MAPS = {"limits": "limit:", "super_streams": "super-stream:"}  # parts mapping a name to its value
+PART_OF_KIND = {prefix[:-1]: part for part, prefix in (*_LISTS.items(), *_MAPS.items())}  # "policy": "policies"
 
 Change = tuple[str, str, Any]  # (vhost, entry key, value; None: the entry is gone)
 
@@ -79,7 +86,13 @@ def _binding_entry(b: dict) -> tuple[str, dict]:
 
 def entries_of_doc(doc: dict) -> dict[str, Any]:
     """A vhost's (encoded) definitions document as entries."""
-    entries: dict[str, Any] = {SETTINGS: {part: doc[part] for part in _SETTINGS_PARTS if part in doc}}
+    entries: dict[str, Any] = {SETTINGS: {"metadata": doc["metadata"]} if "metadata" in doc else {}}
+    for part, prefix in _LISTS.items():
+        for item in doc.get(part, ()):
+            entries[prefix + item["name"]] = item
+    for part, prefix in _MAPS.items():
+        for name, value in doc.get(part, {}).items():
+            entries[prefix + name] = value
     for e in doc.get("exchanges", ()):
         entries["exchange:" + e["name"]] = e
     for q in doc.get("queues", ()):
@@ -93,8 +106,15 @@ def entries_of_doc(doc: dict) -> dict[str, Any]:
 def doc_of_entries(entries: dict[str, Any], builtin_exchanges: Iterable[str]) -> dict:
     """The document a vhost restores from; bindings whose ends are not stored are left out."""
     exchanges, queues, bindings = [], [], []
+    settings = dict(entries.get(SETTINGS, {}))  # an older journal's settings hold the parts themselves
+    lists = {part: {item["name"]: item for item in settings.get(part, ())} for part in _LISTS}
+    maps = {part: dict(settings.get(part, {})) for part in _MAPS}
     for key, value in entries.items():
-        if key.startswith("exchange:"):
+        kind, _, name = key.partition(":")
+        part = PART_OF_KIND.get(kind)
+        if part is not None:
+            (lists if part in lists else maps)[part][name] = value
+        elif key.startswith("exchange:"):
             exchanges.append(value)
         elif key.startswith("queue:"):
             queues.append(value)
@@ -103,7 +123,8 @@ def doc_of_entries(entries: dict[str, Any], builtin_exchanges: Iterable[str]) ->
     sources = {e["name"] for e in exchanges} | set(builtin_exchanges)
     ends = {("exchange", name) for name in sources} | {("queue", q["name"]) for q in queues}
     bindings = [b for b in bindings if b["source"] in sources and (b["destination_type"], b["destination"]) in ends]
-    return {**entries.get(SETTINGS, {}), "exchanges": exchanges, "queues": queues, "bindings": bindings}
+    settings.update({part: list(items.values()) for part, items in lists.items()}, **maps)
+    return {**settings, "exchanges": exchanges, "queues": queues, "bindings": bindings}
 
 
 def _refs(value: dict) -> tuple[tuple[str, str], ...]:
@@ -192,15 +213,33 @@ def split_transient(entries: DefinitionEntries, node_id: int) -> tuple[list[Chan
     removals and applies the rest after restoring)."""
     own: list[Change] = []
     others: list[Change] = []
-    for vhost, stored in list(entries.vhosts.items()):
-        for key, value in list(stored.items()):
-            if not (isinstance(value, dict) and value.get("durable") is False):
-                continue
-            kind, _, name = key.partition(":")
-            bindings = [(vhost, b, stored.get(b)) for b in entries.named(vhost, kind, name)]
-            if value.get("node") == node_id:
-                own += [(vhost, key, None)] + [(v, b, None) for v, b, _ in bindings]
-            else:
-                others += [(vhost, key, value)] + [b for b in bindings if b[2] is not None]
+    for vhost, key, value, bindings in _transient(entries):
+        if value.get("node") == node_id:
+            own += [(vhost, key, None)] + [(v, b, None) for v, b, _ in bindings]
+        else:
+            others += [(vhost, key, value)] + [b for b in bindings if b[2] is not None]
     entries.apply((v, k, None) for v, k, _ in own + others)
     return own, others
+
+
+def transient_owners(entries: DefinitionEntries) -> set[int]:
+    """The brokers that stored non-durable definitions are tagged with."""
+    return {value.get("node") for _, _, value, _ in _transient(entries)}
+
+
+def removals_of_node(entries: DefinitionEntries, node_id: int) -> list[Change]:
+    """The changes removing a broker's non-durable definitions and the bindings naming them."""
+    out: list[Change] = []
+    for vhost, key, value, bindings in _transient(entries):
+        if value.get("node") == node_id:
+            out += [(vhost, key, None)] + [(v, b, None) for v, b, _ in bindings if (v, b, None) not in out]
+    return out
+
+
+def _transient(entries: DefinitionEntries):
+    """(vhost, key, value, the stored bindings naming it) of each stored non-durable definition."""
+    for vhost, stored in list(entries.vhosts.items()):
+        for key, value in list(stored.items()):
+            if isinstance(value, dict) and value.get("durable") is False:
+                kind, _, name = key.partition(":")
+                yield vhost, key, value, [(vhost, b, stored.get(b)) for b in entries.named(vhost, kind, name)]

@@ -31,17 +31,19 @@ from routing.vhost_definitions import DELAY_LOG_PREFIX, exchange_class
 log = logging.getLogger(__name__)
 
 DEFAULT_VHOST = "/"
-_SETTINGS_PARTS = ("policies", "operator_policies", "limits", "metadata", "super_streams")
 
 
 class DefinitionsFollower:
-    def __init__(self, router, plog: PartitionLog, *, position: int | None = None, own: bytes | None = None):
+    def __init__(self, router, plog: PartitionLog, *, position: int | None = None, own: bytes | None = None,
+                 in_flight: dict[bytes, int] | None = None):
         """``own``: the origin header of this broker's own writes, already applied when made (its
-        router writes through routing.state; without ``own`` it writes nothing: NoState)."""
+        router writes through routing.state; without ``own`` it writes nothing: NoState);
+        ``in_flight``: its state's count of those not read back yet (routing.state.LogState)."""
         self.router = router
         self.plog = plog
         self.position = plog.log_start_offset if position is None else position  # the next offset to apply
         self.own = own
+        self.in_flight = in_flight
         self.applied = 0  # entries applied so far (for logs and tests)
 
     def catch_up(self) -> int:
@@ -52,7 +54,7 @@ class DefinitionsFollower:
         changes: list[definitions.Change] = []
         records = self.plog.replay(self.position, end=end)
         for (_, entry), value in decode_state_records(records, self.position, end, definitions.JOURNAL,
-                                                          self.own):
+                                                          self.own, self.in_flight):
             if entry is not None:
                 vhost, key = json.loads(entry)
                 changes.append((vhost, key, None if value is None else value[2]))
@@ -89,7 +91,9 @@ def apply_changes(router, changes: Iterable[definitions.Change]) -> None:
             vhost = router.vhost_create(vhost_name, persist=False)
         kind, _, name = key.partition(":")
         try:
-            if kind == "exchange":
+            if kind in definitions.PART_OF_KIND:
+                _setting(vhost, definitions.PART_OF_KIND[kind], name, value)
+            elif kind == "exchange":
                 _exchange(vhost, name, value)
             elif kind == "queue":
                 _queue(vhost, name, value)
@@ -100,17 +104,36 @@ def apply_changes(router, changes: Iterable[definitions.Change]) -> None:
 
 
 def _settings(vhost: VirtualHost, value: dict) -> None:
-    vhost.policies.clear()
-    vhost.operator_policies.clear()
-    vhost.limits.clear()
-    vhost._restore_policies(value)
     vhost.metadata = dict(value.get("metadata", {}))
-    vhost.super_streams = {k: list(v) for k, v in value.get("super_streams", {}).items()}
-    for name, partitions in vhost.super_streams.items():  # partition streams applied before their super stream
-        for partition in partitions:
+    # a broker of an older version writes every policy, limit and super stream in this entry
+    for part in definitions.PART_OF_KIND.values():
+        if part in value:
+            items = value[part]
+            if isinstance(items, list):
+                items = {item["name"]: item for item in items}
+            current = getattr(vhost, part)
+            for name in list(current):
+                if name not in items:
+                    _setting(vhost, part, name, None)
+            for name, item in items.items():
+                _setting(vhost, part, name, item)
+
+
+def _setting(vhost: VirtualHost, part: str, name: str, value) -> None:
+    """One policy, operator policy, limit or super stream (``part`` names the vhost's dict of them)."""
+    held = getattr(vhost, part)
+    if value is None:
+        held.pop(name, None)
+    elif part in ("policies", "operator_policies"):
+        held[name] = {k: v for k, v in value.items() if k != "name"}
+    elif part == "super_streams":
+        held[name] = list(value)
+        for partition in value:  # partition streams applied before their super stream
             queue = vhost.queues.get(partition)
             if queue is not None and queue.remote:
                 queue.topic, queue.partition = vhost.backing(partition)
+    else:
+        held[name] = value
 
 
 def _exchange(vhost: VirtualHost, name: str, e: dict | None) -> None:

@@ -108,10 +108,19 @@ class FileState:
 
 
 class LogState:
-    """The documents as the latest record per key of one partition log (read once, at open)."""
+    """The documents as the latest record per key of one partition log (read once, at open).
 
-    def __init__(self, plog: PartitionLog):
+    ``origin`` (cluster mode 'spread', where every broker writes the log): each record carries it
+    in a header, and :attr:`in_flight` counts, per record key, this broker's records not yet read
+    back from the log by its routing.definitions_follower. Until they are, another broker's record
+    of the same key that the follower meets was written before ours (the log's order is the one
+    that counts) and ours, already applied here, supersedes it: so every broker ends with what the
+    log's last record of each key says, its own included."""
+
+    def __init__(self, plog: PartitionLog, origin: bytes | None = None):
         self.plog = plog
+        self.origin = origin
+        self.in_flight: dict[bytes, int] = {}
         self._docs: dict[str, Any] = {}
         self._journals: dict[str, dict[str, list]] = {}  # journal -> entry record key -> change
         self.opened_at = 0  # the log end (or high watermark) that open read up to
@@ -139,7 +148,15 @@ class LogState:
         self._append([Record(0, int(time.time() * 1000), name.encode(), value, [])])
 
     def _append(self, records: list[Record]) -> None:
-        self.plog.append(encode_batch(records))
+        self.plog.append(encode_batch(self._tagged(records)))
+
+    def _tagged(self, records: list[Record]) -> list[Record]:
+        if self.origin is None:
+            return records
+        header, in_flight = (Header(ORIGIN, self.origin),), self.in_flight
+        for record in records:
+            in_flight[record.key] = in_flight.get(record.key, 0) + 1
+        return [Record(r.offset, r.timestamp, r.key, r.value, header) for r in records]
 
     # --- journals: one record per entry (the topic's compaction keeps the latest of each) ---------
     def read_journal(self, name: str) -> tuple[Any, list[list]]:
@@ -178,12 +195,14 @@ ORIGIN = "origin"  # a record header: the node id of the broker that wrote it (c
 
 
 def decode_state_records(batches: Iterable[RecordBatch], start: int = 0, end: int | None = None,
-                         only: str | None = None,
-                         not_from: bytes | None = None) -> Iterator[tuple[tuple[str, str | None], Any]]:
+                         only: str | None = None, not_from: bytes | None = None,
+                         in_flight: dict[bytes, int] | None = None) -> Iterator[tuple[tuple[str, str | None], Any]]:
     """The records of ``__amqp_state`` batches (offsets in [start, end)) as ((document or journal
     name, journal entry key or None), decoded JSON value or None for a deletion); ``only``: of that
     document or journal alone (the ack floors, rewritten every tick, are not even decoded);
-    ``not_from``: leaving out those whose origin header is this (a broker's own writes)."""
+    ``not_from``: leaving out those whose origin header is this (a broker's own writes);
+    ``in_flight``: that broker's LogState.in_flight, counted down as its own records pass, and
+    leaving out the others' records of a key it has written since (see LogState)."""
     for batch in batches:
         if batch.is_control:
             continue
@@ -191,6 +210,12 @@ def decode_state_records(batches: Iterable[RecordBatch], start: int = 0, end: in
             if record.key is None or record.offset < start or (end is not None and record.offset >= end):
                 continue
             if not_from is not None and Header(ORIGIN, not_from) in record.headers:
+                if in_flight is not None and record.key in in_flight:
+                    left = in_flight.pop(record.key) - 1
+                    if left > 0:
+                        in_flight[record.key] = left
+                continue
+            if in_flight and record.key in in_flight:
                 continue
             name = record.key.decode()
             if only is not None and name != only and not name.startswith(only + _ENTRY):

@@ -6,6 +6,7 @@ routes every publish to the same queues; records above the high watermark are no
 """
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -127,3 +128,138 @@ def test_a_followers_partition_streams_are_the_super_streams_partitions(tmp_path
     follower.catch_up()
     backing = {name: (q.topic, q.partition) for name, q in follower.router.vhosts["/"].queues.items()}
     assert backing == {f"invoices-{i}": ("invoices", i) for i in range(3)}
+
+
+# --- several writers (cluster mode 'spread': every broker writes the log and follows the others) -----
+
+class _Replica(LogState):
+    """A broker's state in a spread cluster: its replica is read up to the high watermark, which
+    may lag what the other brokers have written (as SpreadState reads it)."""
+
+    def open(self) -> None:
+        super().open(self.plog.high_watermark)
+
+
+def _broker(tmp_path, logs, plog, node: int):
+    state = _Replica(plog, origin=str(node).encode())
+    router = Router(tmp_path / f"broker-{node}", logs, state=state)
+    router.load()
+    return DefinitionsFollower(router, plog, position=state.opened_at, own=state.origin, in_flight=state.in_flight)
+
+
+def _model(router) -> dict:
+    """The durable definitions, each list in one order (brokers may have learnt them in another)."""
+    return {name: {part: sorted(json.dumps(x, sort_keys=True) for x in value) if isinstance(value, list) else value
+                   for part, value in doc.items()} for name, doc in _durable(router).items()}
+
+
+def _fresh(tmp_path, logs, plog) -> dict:
+    """What a broker starting now reads from the log: the last record of each entry."""
+    router = Router(tmp_path / "fresh", logs, state=LogState(plog))
+    router.load()
+    return _model(router)
+
+
+def _settle(plog, *brokers) -> None:
+    plog.flush()
+    for broker in brokers:
+        broker.catch_up()
+
+
+def test_a_policy_set_while_another_broker_starts_stays_on_every_broker(tmp_path, state_log):
+    """Broker 2 starts on a replica that has not seen broker 1's policy yet and writes the default
+    vhost's settings: the policy is an entry of its own, so that write does not undo it."""
+    logs, plog = state_log
+    one = _broker(tmp_path, logs, plog, 1)
+    one.router.vhosts["/"].set_policy("lazy", "^q", {"max-length": 3}, apply_to="queues")
+    two = _broker(tmp_path, logs, plog, 2)
+    assert "lazy" not in two.router.vhosts["/"].policies  # its replica was behind when it started
+    _settle(plog, one, two)
+    for broker in (one, two):
+        assert broker.router.vhosts["/"].policies["lazy"]["definition"] == {"max-length": 3}
+    assert _model(one.router) == _model(two.router) == _fresh(tmp_path, logs, plog)
+
+
+def test_two_brokers_writing_one_policy_at_once_end_with_the_same_one(tmp_path, state_log):
+    """The log's order decides, on the broker whose write came first too: it does not keep its own
+    value because it applied it first, nor take the other's because it read it last."""
+    logs, plog = state_log
+    one, two = _broker(tmp_path, logs, plog, 1), _broker(tmp_path, logs, plog, 2)
+    _settle(plog, one, two)
+    one.router.vhosts["/"].set_policy("cap", "^q", {"max-length": 1})
+    two.router.vhosts["/"].set_policy("cap", "^q", {"max-length": 2})  # before it has read broker 1's
+    _settle(plog, one, two)
+    for broker in (one, two):
+        assert broker.router.vhosts["/"].policies["cap"]["definition"] == {"max-length": 2}
+    assert _model(one.router) == _model(two.router) == _fresh(tmp_path, logs, plog)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_brokers_changing_definitions_at_once_converge(tmp_path, state_log, seed):
+    """Three brokers change policies, limits, exchanges and bindings between exchanges, each on a
+    model its replica keeps current only now and then; once every replica has everything, the
+    three models are the same and are what the log says."""
+    logs, plog = state_log
+    brokers = [_broker(tmp_path, logs, plog, node) for node in (1, 2, 3)]
+    brokers[0].router.vhost_create("other")
+    _settle(plog, *brokers)
+    rnd = random.Random(seed)
+    exchanges = ["e1", "e2", "e3"]
+    for step in range(300):
+        broker = rnd.choice(brokers)
+        v = broker.router.vhosts[rnd.choice(["/", "other"])]
+        op = rnd.random()
+        try:
+            if op < 0.2:
+                v.set_policy(f"p{rnd.randrange(3)}", rnd.choice(["^q", "^e"]), {"max-length": rnd.randrange(9)})
+            elif op < 0.3:
+                v.clear_policy(f"p{rnd.randrange(3)}")
+            elif op < 0.4:
+                v.set_limit(rnd.choice(["max-queues", "max-connections"]), rnd.randrange(100))
+            elif op < 0.45:
+                v.clear_limit(rnd.choice(["max-queues", "max-connections"]))
+            elif op < 0.6:
+                v.declare_exchange(rnd.choice(exchanges), rnd.choice(["topic", "direct", "fanout"]), durable=True)
+            elif op < 0.7:
+                v.delete_exchange(rnd.choice(exchanges))
+            elif op < 0.9:
+                v.bind_exchange(rnd.choice(exchanges), rnd.choice(exchanges), rnd.choice(["a", "#"]), None)
+            else:
+                v.unbind_exchange(rnd.choice(exchanges), rnd.choice(exchanges), rnd.choice(["a", "#"]), None)
+        except Exception as exc:  # refusals (a missing exchange, another type) are part of the sequence
+            if type(exc).__name__ not in ("ChannelError", "ConnectionError", "ValueError"):
+                raise
+        if rnd.random() < 0.1:
+            plog.flush()
+        if rnd.random() < 0.2:
+            rnd.choice(brokers).catch_up()
+    _settle(plog, *brokers)
+    fresh = _fresh(tmp_path, logs, plog)
+    for broker in brokers:
+        assert _model(broker.router) == fresh, f"broker {broker.own!r}"
+
+
+def test_settings_written_whole_by_an_older_version_are_read_and_rewritten_as_entries(tmp_path, state_log):
+    """Older journals kept a vhost's policies, limits and super streams inside its settings entry:
+    a broker starting on such a log restores them and writes them as entries of their own; a
+    follower applies such a record whole."""
+    from routing import definitions
+    logs, plog = state_log
+    policy = {"name": "cap", "pattern": "^q", "definition": {"max-length": 4}, "priority": 1, "apply-to": "queues"}
+    old = {"policies": [policy], "operator_policies": [], "limits": {"max-queues": 7}, "metadata": {"x": 1},
+           "super_streams": {}}
+    LogState(plog).append_journal(definitions.JOURNAL, [("/", definitions.SETTINGS, old)])
+    plog.flush()
+    follower = DefinitionsFollower(Router(tmp_path / "follower", logs, state=NoState()), plog)
+    follower.catch_up()
+    router = Router(tmp_path / "writer", logs, state=LogState(plog))
+    router.load()
+    for v in (follower.router.vhosts["/"], router.vhosts["/"]):
+        assert v.policies == {"cap": {k: x for k, x in policy.items() if k != "name"}}
+        assert v.limits == {"max-queues": 7} and v.metadata == {"x": 1}
+    stored = router._stored.vhosts["/"]
+    assert stored[definitions.SETTINGS] == {"metadata": {"x": 1}}
+    assert stored["policy:cap"] == policy and stored["limit:max-queues"] == 7
+    plog.flush()
+    follower.catch_up()  # the rewrite as entries changes nothing on a follower
+    assert _model(follower.router) == _model(router)

@@ -397,6 +397,58 @@ def test_a_policy_set_on_one_broker_applies_at_once_at_the_leader_of_its_queue(s
     assert moved
 
 
+def test_policies_and_limits_set_on_every_broker_at_once_all_hold_everywhere(spread):
+    """Each broker gets its own policies, its own vhost limit and one policy all three set, PUT
+    on the three at the same moment (a thread per broker): every broker ends listing every
+    policy and limit, and the shared policy with the same definition on all three."""
+    import threading
+    vhost = "conc"
+    base = [f"http://{b.ip}:{b.ports['http']}/api" for b in spread.brokers]
+    auth = ("guest", "guest")
+    assert requests.put(f"{base[0]}/vhosts/{vhost}", auth=auth, timeout=10).status_code in (201, 204)
+    wait_until(lambda: all(requests.get(f"{u}/vhosts/{vhost}", auth=auth, timeout=5).status_code == 200
+                           for u in base), 30, "every broker knowing the vhost", interval=0.05)
+    limits = ["max-queues", "max-connections", "max-queues"]
+    errors: list[str] = []
+
+    def put(i: int) -> None:
+        for n in range(5):
+            for url, body in ((f"{base[i]}/policies/{vhost}/b{i}-p{n}", {"pattern": f"^b{i}-{n}", "definition":
+                                                                        {"max-length": n}}),
+                              (f"{base[i]}/policies/{vhost}/shared", {"pattern": "^s", "definition":
+                                                                     {"max-length": 10 * i + n}})):
+                answer = requests.put(url, auth=auth, json=body, timeout=10)
+                if answer.status_code not in (201, 204):
+                    errors.append(f"{url}: {answer.status_code} {answer.text}")
+        if i < 2:
+            answer = requests.put(f"{base[i]}/vhost-limits/{vhost}/{limits[i]}", auth=auth, json={"value": 100 + i},
+                                  timeout=10)
+            if answer.status_code not in (201, 204):
+                errors.append(f"limit on broker {i + 1}: {answer.status_code} {answer.text}")
+
+    threads = [threading.Thread(target=put, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    wanted = {f"b{i}-p{n}" for i in range(3) for n in range(5)} | {"shared"}
+
+    def views() -> list:
+        out = []
+        for u in base:
+            policies = requests.get(f"{u}/policies/{vhost}", auth=auth, timeout=5).json()
+            listed = requests.get(f"{u}/vhost-limits/{vhost}", auth=auth, timeout=5).json()
+            out.append(({p["name"]: p["definition"] for p in policies}, listed[0]["value"] if listed else {}))
+        return out
+
+    def settled():
+        seen = views()
+        return seen if all(set(p) == wanted for p, _ in seen) and seen[0] == seen[1] == seen[2] else None
+    seen = wait_until(settled, 30, "every broker listing every policy, with the same definitions", interval=0.1)
+    assert seen[0][1] == {"max-queues": 100, "max-connections": 101}
+
+
 def test_a_broker_whose_state_replica_is_moved_away_and_back_keeps_learning_definitions(spread):
     """Two brokers asking for a replica of the state topic at once: the later reassignment drops
     the earlier one's broker, which asks again and gets a new replica. Forced here with a

@@ -96,10 +96,9 @@ def netcluster(tmp_path):
 
 
 def _mirror_policy(cluster) -> None:
-    """The ha-mode policy, known by every broker before any queue is declared: a policy applies
-    when a queue is declared, on the broker the client declares it at. Set again while some
-    broker lacks it: right after the cluster starts, the broker it was set at can lose it from its
-    model (another broker's first write of the vhost's settings applied after it: a known gap)."""
+    """The ha-mode policy, known by every broker before any queue is declared: a policy's replicas
+    are placed when a queue is declared, on the broker the client declares it at. Set again while
+    some broker lacks it after a while (a PUT answered by a broker that was just cut off)."""
     def put():
         home = amqp_home(cluster)
         if home is None:

@@ -49,8 +49,8 @@ from routing.delayed import DelayLog, RemoteDelayLog
 from routing.definitions_follower import DefinitionsFollower
 from routing.queue import Queue, position_key
 from routing.remote_queue import RemoteQueue
-from routing.state import ORIGIN, STATE_TOPIC, LogState, decode_state_records
-from wire.records import Header, Record, encode_batch
+from routing.state import STATE_TOPIC, LogState, decode_state_records
+from wire.records import Record, encode_batch
 
 log = logging.getLogger(__name__)
 
@@ -62,9 +62,8 @@ class SpreadState(LogState):
     (below the high watermark), writes through the topic's leader, tags what it writes."""
 
     def __init__(self, spread: "AmqpSpread", plog):
-        super().__init__(plog)
+        super().__init__(plog, origin=str(spread.node_id).encode())
         self.spread = spread
-        self.origin = str(spread.node_id).encode()
         self._floors: dict[str, dict] = {}
 
     def open(self) -> None:
@@ -107,8 +106,7 @@ class SpreadState(LogState):
         return f"{name}@{self.spread.node_id}" if name == "transient" else name
 
     def _append(self, records: list[Record]) -> None:
-        tagged = [Record(r.offset, r.timestamp, r.key, r.value, (Header(ORIGIN, self.origin),)) for r in records]
-        self.spread.append_state(encode_batch(tagged))
+        self.spread.append_state(encode_batch(self._tagged(records)))
 
 
 class AmqpSpread(AmqpHome):
@@ -184,7 +182,8 @@ class AmqpSpread(AmqpHome):
                                    self.node_id, self._replicated_here)
         broker.amqp.use_router(router)
         router.load()
-        self.own_follower = DefinitionsFollower(router, plog, position=state.opened_at, own=state.origin)
+        self.own_follower = DefinitionsFollower(router, plog, position=state.opened_at, own=state.origin,
+                                                in_flight=state.in_flight)
         self.opened = self.is_home = True
         self._leadership()
         log.info("AMQP served on this broker (cluster mode 'spread')", extra=fields(
