@@ -250,6 +250,10 @@ OPTIONS: tuple[Option, ...] = (
            "cluster mode 'spread': where a new queue is led unless its x-queue-leader-locator argument or a "
            "queue-leader-locator policy says otherwise: the broker the client is connected to, or the one "
            "leading the fewest partitions"),
+    Option("departed_broker_after_ms", _int_at_least(1000), 60000, "MS",
+           "cluster mode 'spread': a broker gone from the cluster this long has its non-durable queues, exchanges "
+           "and bindings removed by the other brokers, and its non-durable queues' topics deleted (RabbitMQ "
+           "deletes a node's transient queues when it goes down); a broker that starts again removes its own"),
 )
 
 
@@ -340,6 +344,7 @@ class Settings:
     zookeeper_session_timeout_ms: int
     amqp_cluster_mode: str
     queue_leader_locator: str
+    departed_broker_after_ms: int
 
     @property
     def listeners(self) -> dict[str, HostPort]:

@@ -28,7 +28,8 @@ another; a broker's own are removed when it starts again.
 The figures of a queue led elsewhere (declare-ok, delete-ok and its if-empty / if-unused) and its
 purge are asked of the leader and the other brokers (gateway.cluster.amqp_queue_ops).
 
-Not yet: the non-durable definitions of a broker that never comes back.
+The non-durable definitions of a broker that has left the cluster for good are removed by the
+state topic's leader (gateway.cluster.amqp_departed).
 """
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ from twisted.python.failure import Failure
 from core.cluster.view import Reassignment
 from core.replication import LEADER
 from gateway.cluster.amqp_consume import ConsumerLinks, QueueLink
+from gateway.cluster.amqp_departed import DepartedBrokers
 from gateway.cluster.amqp_home import AmqpHome
 from gateway.cluster.amqp_queue_ops import QueueOps
 from gateway.logs import fields
@@ -121,6 +123,7 @@ class AmqpSpread(AmqpHome):
         self._outbox: list[bytes] = []  # state records for the topic's leader, in order
         self._sending = False
         self._asked = False  # a reassignment adding this broker to the state topic's replicas is under way
+        self.departed = DepartedBrokers(self, broker.settings.departed_broker_after_ms / 1000)
 
     # --- opening ---------------------------------------------------------------------------------
     def sync(self) -> None:
@@ -158,6 +161,7 @@ class AmqpSpread(AmqpHome):
     def tick(self) -> None:
         self.sync()
         self._send_state()
+        self.departed.check()
 
     def state_fetched(self) -> None:
         """This broker's replica of the state topic got records or a new high watermark: apply the
