@@ -449,6 +449,57 @@ def test_policies_and_limits_set_on_every_broker_at_once_all_hold_everywhere(spr
     assert seen[0][1] == {"max-queues": 100, "max-connections": 101}
 
 
+def test_an_ha_policy_mirrors_a_classic_queue_that_exists_and_it_fails_over(spread):
+    """A classic queue declared unmirrored on broker 1 gets a replica on every broker once an
+    ``ha-mode: all`` policy matching it is set (as RabbitMQ mirrors a queue when a policy starts to
+    match it); when broker 1 is killed another broker leads it with every confirmed message; when
+    the policy goes, the queue keeps one replica, on its leader."""
+    b1, b2, _ = spread.brokers
+    connection = amqp_connection(b1)
+    ch = connection.channel()
+    ch.queue_declare("mirr.orders", durable=True)  # client-local: led by broker 1, one replica
+    ch.confirm_delivery()
+    for i in range(50):
+        ch.basic_publish("", "mirr.orders", f"m{i}".encode(), pika.BasicProperties(delivery_mode=2))
+    connection.close()
+    assert wait_until(lambda: _leader(spread, "mirr.orders") == 1, 30, "broker 1 leading mirr.orders")
+    api = f"http://{b2.ip}:{b2.ports['http']}/api/policies/%2F/mirror-all"
+    answer = requests.put(api, auth=("guest", "guest"), timeout=10,
+                          json={"pattern": "^mirr\\.", "definition": {"ha-mode": "all"}, "apply-to": "queues"})
+    assert answer.status_code in (201, 204), answer.text
+
+    def view(check):
+        md = metadata(spread.bootstrap())
+        found = partition_view(md, "mirr.orders").get(0) if md is not None and "mirr.orders" in md.topics else None
+        return found if found is not None and check(found) else None
+    wait_until(lambda: view(lambda v: sorted(v[1]) == [1, 2, 3] and sorted(v[2]) == [1, 2, 3]), 60,
+               "mirr.orders with an in-sync replica on every broker")
+
+    spread.by_id(1).kill()
+    wait_until(lambda: view(lambda v: v[0] in (2, 3)), 60, "another broker leading mirr.orders")
+    connection = amqp_connection(b2)
+    ch = connection.channel()
+    got = []
+    deadline = time.monotonic() + 60
+    while len(got) < 50 and time.monotonic() < deadline:
+        try:
+            method, _, body = ch.basic_get("mirr.orders", auto_ack=True)
+        except pika.exceptions.ChannelClosedByBroker:  # the new leader not open for it yet
+            time.sleep(0.2)
+            ch = connection.channel()
+            continue
+        if method is None:
+            time.sleep(0.1)
+            continue
+        got.append(body.decode())
+    connection.close()
+    assert sorted(got) == sorted(f"m{i}" for i in range(50))
+
+    assert requests.delete(api, auth=("guest", "guest"), timeout=10).status_code == 204
+    leader = view(lambda v: True)[0]
+    wait_until(lambda: view(lambda v: v[1] == [leader]), 60, "mirr.orders back to one replica, on its leader")
+
+
 def test_a_broker_whose_state_replica_is_moved_away_and_back_keeps_learning_definitions(spread):
     """Two brokers asking for a replica of the state topic at once: the later reassignment drops
     the earlier one's broker, which asks again and gets a new replica. Forced here with a

@@ -210,3 +210,19 @@ def test_classic_queues_are_mirrored_by_an_ha_policy_and_placed_on_the_home_othe
     mirrored, plain = wait_until(led, timeout=15, what="leaders for ha.orders and plain")
     assert len(mirrored[1]) == 2 and mirrored[0] == home.node_id
     assert plain[1] == [home.node_id] and plain[0] == home.node_id
+
+    # the policies apply to queues that exist too: a new one mirrors plain, removing one unmirrors ha.orders
+    answer = requests.put(f"{api}/policies/%2F/plain-pair", auth=("guest", "guest"), timeout=10,
+                          json={"pattern": "^plain$", "definition": {"ha-mode": "exactly", "ha-params": 2},
+                                "apply-to": "queues"})
+    assert answer.status_code in (201, 204), answer.text
+    assert requests.delete(f"{api}/policies/%2F/mirror", auth=("guest", "guest"), timeout=10).status_code == 204
+
+    def replicas():
+        md = metadata(cluster.bootstrap())
+        views = partition_view(md, "ha.orders").get(0), partition_view(md, "plain").get(0)
+        if not all(views) or len(views[0][1]) != 1 or len(views[1][1]) != 2 or len(views[1][2]) != 2:
+            return None
+        return views
+    mirrored, plain = wait_until(replicas, timeout=60, what="ha.orders unmirrored and plain with 2 in-sync replicas")
+    assert mirrored[1] == [home.node_id] and plain[0] == home.node_id

@@ -12,7 +12,8 @@ Replication per queue, RabbitMQ's way of asking for it:
 * ``x-queue-type: quorum`` (and streams): ``x-quorum-initial-group-size`` replicas, default
   ``--default-replication-factor``;
 * a classic queue matching a policy with ``ha-mode`` ``all`` (every broker) or ``exactly``
-  (``ha-params`` replicas);
+  (``ha-params`` replicas), also when the policy comes after the queue
+  (gateway.cluster.amqp_mirrors);
 * any other classic queue: one replica, on the home (as a non-mirrored RabbitMQ queue lives on
   one node).
 Publisher confirms wait for the high watermark, that is for every in-sync replica.
@@ -40,6 +41,7 @@ from core.replication import LEADER
 from routing.broker import Router
 from routing.definitions_follower import DefinitionsFollower
 from routing.state import STATE_TOPIC, STATE_TOPIC_CONFIGS, LogState, NoState
+from gateway.cluster.amqp_mirrors import MirrorKeeper
 from gateway.logs import fields
 
 log = logging.getLogger(__name__)
@@ -55,6 +57,7 @@ class AmqpHome:
         self.is_home = False
         self.waiting = False  # leads __amqp_state, waiting to lead its queues before opening
         self.follower: DefinitionsFollower | None = None  # not the home: the model, followed from the state log
+        self.mirrors = MirrorKeeper(self)  # ha-mode policies: classic queues' replicas follow them
 
     # --- which broker is home ------------------------------------------------------------
     def home_id(self) -> int:
@@ -96,6 +99,15 @@ class AmqpHome:
     def tick(self) -> None:
         if not self.is_home:
             self.sync()  # a home waiting to lead its queues re-checks without a new view
+        else:
+            self.mirrors.check(self.local_queues())
+
+    def local_queues(self):
+        """The queues whose delivery state this broker holds (it leads their topics)."""
+        for vhost in self.broker.amqp.router.vhosts.values():
+            for queue in vhost.queues.values():
+                if not queue.remote:
+                    yield queue
 
     def _follow(self) -> None:
         """Bring this broker's copy of the model up to the state log's high watermark."""
