@@ -25,12 +25,16 @@ from routing.state import STATE_TOPIC
 log = logging.getLogger(__name__)
 
 
+LOOK_EVERY_S = 5.0  # the stored definitions are walked this often, not at every tick
+
+
 class DepartedBrokers:
     def __init__(self, spread, after_s: float, clock=time.monotonic):
         self.spread = spread  # gateway.cluster.amqp_spread.AmqpSpread
         self.after_s = after_s
         self.clock = clock
         self.missing_since: dict[int, float] = {}  # broker -> when this broker first saw it gone
+        self._looked = float("-inf")
 
     def check(self) -> None:
         """At each tick: remove what brokers gone long enough left behind (on the state topic's leader)."""
@@ -38,6 +42,9 @@ class DepartedBrokers:
         if not spread.opened or spread.node.replicas.leader_of(STATE_TOPIC, 0) is None:
             self.missing_since.clear()  # another broker decides; a new leader starts its clock afresh
             return
+        if self.clock() - self._looked < LOOK_EVERY_S:
+            return
+        self._looked = self.clock()
         router = spread.broker.amqp.router
         gone = definitions.transient_owners(router._stored) - set(spread.node.view.brokers) - {None}
         now = self.clock()

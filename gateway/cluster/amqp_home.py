@@ -100,7 +100,7 @@ class AmqpHome:
         if not self.is_home:
             self.sync()  # a home waiting to lead its queues re-checks without a new view
         else:
-            self.mirrors.check(self.local_queues())
+            self.mirrors.check(self.broker.amqp.router.vhosts, self.local_queues)
 
     def local_queues(self):
         """The queues whose delivery state this broker holds (it leads their topics)."""

@@ -12,6 +12,7 @@ declared with, as in RabbitMQ.
 """
 from __future__ import annotations
 
+import json
 import logging
 
 from twisted.internet import threads
@@ -29,13 +30,20 @@ class MirrorKeeper:
     def __init__(self, home):
         self.home = home  # gateway.cluster.amqp_home.AmqpHome (or its spread successor)
         self.asking: set[tuple[str, int]] = set()  # reassignments being written to ZooKeeper
+        self._seen = None  # what the last full look saw: nothing changed, no need to look again
 
-    def check(self, queues) -> None:
-        """``queues``: the classic queues whose topics this broker leads."""
+    def check(self, vhosts, queues) -> None:
+        """``vhosts``: the model's; ``queues()``: the queues whose topics this broker leads. They
+        are looked at only when the cluster's view, a vhost's policies or its queues changed (10,000
+        queues each tick would cost a few per cent of a core)."""
         home, view = self.home, self.home.node.view
+        seen = (view, [(v.name, len(v.queues), json.dumps(v.policies, sort_keys=True)) for v in vhosts.values()])
+        if self._seen is not None and self._seen[0] is view and self._seen[1] == seen[1]:
+            return
+        self._seen = seen
         live = sorted(view.brokers)
         wanted_moves = []
-        for queue in queues:
+        for queue in queues():
             if queue.args.queue_type != "classic":
                 continue
             arguments = queue.arguments or {}
@@ -54,6 +62,7 @@ class MirrorKeeper:
             if target != current:
                 wanted_moves.append(Reassignment(queue.topic, queue.partition, target, current))
             if len(wanted_moves) >= MAX_PER_TICK:
+                self._seen = None  # the rest at the next tick
                 break
         if wanted_moves:
             keys = {(r.topic, r.partition) for r in wanted_moves}
@@ -65,6 +74,7 @@ class MirrorKeeper:
     def _asked(self, result, keys: set) -> None:
         self.asking -= keys
         if isinstance(result, Failure):
+            self._seen = None
             log.warning("replicas of %d classic queue(s) not reassigned: %s; asked again at the next tick",
                         len(keys), result.getErrorMessage())
 

@@ -163,7 +163,7 @@ class AmqpSpread(AmqpHome):
         self._send_state()
         self.departed.check()
         if self.opened:
-            self.mirrors.check(list(self.local_queues()))
+            self.mirrors.check(self.broker.amqp.router.vhosts, self.local_queues)
 
     def state_fetched(self) -> None:
         """This broker's replica of the state topic got records or a new high watermark: apply the
