@@ -111,15 +111,17 @@ class LogState:
     """The documents as the latest record per key of one partition log (read once, at open).
 
     ``origin`` (cluster mode 'spread', where every broker writes the log): each record carries it
-    in a header, and :attr:`in_flight` counts, per record key, this broker's records not yet read
-    back from the log by its routing.definitions_follower. Until they are, another broker's record
-    of the same key that the follower meets was written before ours (the log's order is the one
-    that counts) and ours, already applied here, supersedes it: so every broker ends with what the
-    log's last record of each key says, its own included."""
+    in a header, and :attr:`in_flight` counts, per record key of the journal ``track`` (the
+    definitions), this broker's records not yet read back from the log by its
+    routing.definitions_follower. Until they are, another broker's record of the same key that the
+    follower meets was written before ours (the log's order is the one that counts) and ours,
+    already applied here, supersedes it: so every broker ends with what the log's last record of
+    each key says, its own included."""
 
-    def __init__(self, plog: PartitionLog, origin: bytes | None = None):
+    def __init__(self, plog: PartitionLog, origin: bytes | None = None, track: str | None = None):
         self.plog = plog
         self.origin = origin
+        self._tracked = None if track is None else (track + _ENTRY).encode()
         self.in_flight: dict[bytes, int] = {}
         self._docs: dict[str, Any] = {}
         self._journals: dict[str, dict[str, list]] = {}  # journal -> entry record key -> change
@@ -153,9 +155,10 @@ class LogState:
     def _tagged(self, records: list[Record]) -> list[Record]:
         if self.origin is None:
             return records
-        header, in_flight = (Header(ORIGIN, self.origin),), self.in_flight
+        header, in_flight, tracked = (Header(ORIGIN, self.origin),), self.in_flight, self._tracked
         for record in records:
-            in_flight[record.key] = in_flight.get(record.key, 0) + 1
+            if tracked is not None and record.key.startswith(tracked):
+                in_flight[record.key] = in_flight.get(record.key, 0) + 1
         return [Record(r.offset, r.timestamp, r.key, r.value, header) for r in records]
 
     # --- journals: one record per entry (the topic's compaction keeps the latest of each) ---------

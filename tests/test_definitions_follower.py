@@ -13,6 +13,7 @@ import pytest
 
 from core.log_manager import LogManager
 from core.metadata import LocalMetadataStore
+from routing import definitions
 from routing.broker import Router
 from routing.definitions_follower import DefinitionsFollower
 from routing.state import STATE_TOPIC, LogState, NoState
@@ -141,7 +142,7 @@ class _Replica(LogState):
 
 
 def _broker(tmp_path, logs, plog, node: int):
-    state = _Replica(plog, origin=str(node).encode())
+    state = _Replica(plog, origin=str(node).encode(), track=definitions.JOURNAL)
     router = Router(tmp_path / f"broker-{node}", logs, state=state)
     router.load()
     return DefinitionsFollower(router, plog, position=state.opened_at, own=state.origin, in_flight=state.in_flight)
@@ -243,7 +244,6 @@ def test_settings_written_whole_by_an_older_version_are_read_and_rewritten_as_en
     """Older journals kept a vhost's policies, limits and super streams inside its settings entry:
     a broker starting on such a log restores them and writes them as entries of their own; a
     follower applies such a record whole."""
-    from routing import definitions
     logs, plog = state_log
     policy = {"name": "cap", "pattern": "^q", "definition": {"max-length": 4}, "priority": 1, "apply-to": "queues"}
     old = {"policies": [policy], "operator_policies": [], "limits": {"max-queues": 7}, "metadata": {"x": 1},

@@ -46,6 +46,7 @@ from gateway.cluster.amqp_departed import DepartedBrokers
 from gateway.cluster.amqp_home import AmqpHome
 from gateway.cluster.amqp_queue_ops import QueueOps
 from gateway.logs import fields
+from routing import definitions
 from routing.broker import Router
 from routing.delayed import DelayLog, RemoteDelayLog
 from routing.definitions_follower import DefinitionsFollower
@@ -64,7 +65,7 @@ class SpreadState(LogState):
     (below the high watermark), writes through the topic's leader, tags what it writes."""
 
     def __init__(self, spread: "AmqpSpread", plog):
-        super().__init__(plog, origin=str(spread.node_id).encode())
+        super().__init__(plog, origin=str(spread.node_id).encode(), track=definitions.JOURNAL)
         self.spread = spread
         self._floors: dict[str, dict] = {}
 
