@@ -189,6 +189,17 @@ class Cluster:
             _live.discard(b)
 
 
+def running(c: Cluster, request):
+    """A fixture's body: start the cluster, hand it over, close it (``request.node.cluster``: on
+    failure conftest's report hook adds the brokers' log tails)."""
+    request.node.cluster = c
+    try:
+        c.start()
+        yield c
+    finally:
+        c.close()
+
+
 def make_cluster(base: Path, zk_connect: str, n: int = 3, extra_args: tuple[str, ...] = (),
                  hosts: list | None = None, listeners: tuple[str, ...] = LISTENERS) -> Cluster:
     """``hosts`` (netns.Host per broker) puts each broker in its own network namespace; ``listeners``

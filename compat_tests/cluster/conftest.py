@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from compat_tests.cluster.cluster import LISTENERS, Cluster, make_cluster
+from compat_tests.cluster.cluster import LISTENERS, Cluster, make_cluster, running
 from gateway.zookeeper_node import ZooKeeperNode, ensure_chroot
 
 
@@ -37,26 +37,14 @@ def zk_connect(zookeeper, request) -> str:
 
 @pytest.fixture
 def cluster(zk_connect, tmp_path, request) -> Cluster:
-    c = make_cluster(tmp_path, zk_connect, n=3)
-    request.node.cluster = c  # for the report hook below
-    try:
-        c.start()
-        yield c
-    finally:
-        c.close()
+    yield from running(make_cluster(tmp_path, zk_connect, n=3), request)
 
 
 @pytest.fixture
 def spread(zk_connect, tmp_path, request) -> Cluster:
     """Three brokers in AMQP cluster mode 'spread' (every broker serves AMQP; queues led anywhere)."""
-    c = make_cluster(tmp_path, zk_connect, n=3, extra_args=("--amqp-cluster-mode", "spread"),
-                     listeners=(*LISTENERS, "stream"))  # stream clients keep their address across restarts
-    request.node.cluster = c
-    try:
-        c.start()
-        yield c
-    finally:
-        c.close()
+    yield from running(make_cluster(tmp_path, zk_connect, n=3, extra_args=("--amqp-cluster-mode", "spread"),
+                                    listeners=(*LISTENERS, "stream")), request)  # stream clients keep their address
 
 
 @pytest.hookimpl(hookwrapper=True)

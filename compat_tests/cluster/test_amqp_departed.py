@@ -14,7 +14,7 @@ import pytest
 import requests
 
 from compat_tests.cluster.clients import amqp_connection, amqp_knows
-from compat_tests.cluster.cluster import make_cluster, metadata
+from compat_tests.cluster.cluster import make_cluster, metadata, running
 from compat_tests.support import wait_until
 from core.names import queue_topic
 
@@ -23,14 +23,8 @@ AFTER_MS = 3000
 
 @pytest.fixture
 def spread_departing(zk_connect, tmp_path, request):
-    c = make_cluster(tmp_path, zk_connect, n=3, extra_args=(
-        "--amqp-cluster-mode", "spread", "--departed-broker-after-ms", str(AFTER_MS)))
-    request.node.cluster = c
-    try:
-        c.start()
-        yield c
-    finally:
-        c.close()
+    yield from running(make_cluster(tmp_path, zk_connect, n=3, extra_args=(
+        "--amqp-cluster-mode", "spread", "--departed-broker-after-ms", str(AFTER_MS))), request)
 
 
 def _listed_queues(broker) -> set[str]:

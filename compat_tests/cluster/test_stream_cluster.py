@@ -22,7 +22,8 @@ from rstream import (AMQPMessage, ConfirmationStatus, Consumer, ConsumerOffsetSp
                      OffsetSpecification, OffsetType, Producer, SuperStreamConsumer, amqp_decoder)
 from rstream.exceptions import OffsetNotFound, StreamDoesNotExist, StreamNotAvailable
 
-from compat_tests.cluster.cluster import LISTENERS, Cluster, free_port, make_cluster, metadata, partition_view
+from compat_tests.cluster.cluster import (LISTENERS, Cluster, free_port, make_cluster, metadata, partition_view,
+                                          running)
 from compat_tests.security.certs import make_certs
 from compat_tests.security.test_stream_security import tls_context
 from compat_tests.stream.helpers import numbered, run
@@ -39,12 +40,7 @@ def spread_tls(zk_connect, tmp_path, request) -> Cluster:
         broker.tls_port = free_port()
         broker.extra_args += ("--stream-tls-listen", f"{broker.ip}:{broker.tls_port}")
     c.certs = certs
-    request.node.cluster = c
-    try:
-        c.start()
-        yield c
-    finally:
-        c.close()
+    yield from running(c, request)
 
 def _args(broker, **kw) -> dict:
     return {"host": broker.ip, "port": broker.ports["stream"], "username": "guest", "password": "guest", **kw}
