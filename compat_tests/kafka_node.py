@@ -111,8 +111,13 @@ def _free_port() -> int:
 
 
 def new_cluster_id() -> str:
-    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (22 characters)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (22 characters). Never
+    one starting with '-' (Kafka's own Uuid.randomUuid skips those too): kafka-storage's argument
+    parser would read it as an option and refuse to format (1 run in 64 failed so)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 # ------------------------------------------------------------------------- readiness probe

@@ -581,7 +581,12 @@ def test_any_record_is_deliverable(headers, key):
     exchange, routing_key, raw = mapping.amqp_from_record(record)
     assert len(exchange.encode()) <= 255 and len(routing_key.encode()) <= 255
     properties = Basic.Properties()
-    properties.unmarshal(struct.unpack(">H", raw[:2])[0], raw[2:])
+    try:
+        properties.unmarshal(struct.unpack(">H", raw[:2])[0], raw[2:])
+    except ValueError as exc:
+        # junk bytes given as a field array or table may hold a timestamp after year 9999: well formed
+        # AMQP, relayed as RabbitMQ relays it, but past the end of pamqp's datetime
+        assert "out of range" in str(exc) and b"T" in raw, exc
     message_fields.headers_table(record)
     for accessor in (message_fields.priority, message_fields.delivery_mode, message_fields.expiration):
         assert accessor(record) == accessor(raw)
