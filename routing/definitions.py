@@ -211,12 +211,10 @@ def split_transient(entries: DefinitionEntries, node_id: int) -> tuple[list[Chan
     with its last run; the other brokers' and their bindings, to apply as they are), and takes
     both out of ``entries``' documents by removing them from ``entries`` (the caller stores the
     removals and applies the rest after restoring)."""
-    own: list[Change] = []
+    own = removals_of_node(entries, node_id)
     others: list[Change] = []
     for vhost, key, value, bindings in _transient(entries):
-        if value.get("node") == node_id:
-            own += [(vhost, key, None)] + [(v, b, None) for v, b, _ in bindings]
-        else:
+        if value.get("node") != node_id:
             others += [(vhost, key, value)] + [b for b in bindings if b[2] is not None]
     entries.apply((v, k, None) for v, k, _ in own + others)
     return own, others
@@ -229,11 +227,12 @@ def transient_owners(entries: DefinitionEntries) -> set[int]:
 
 def removals_of_node(entries: DefinitionEntries, node_id: int) -> list[Change]:
     """The changes removing a broker's non-durable definitions and the bindings naming them."""
-    out: list[Change] = []
+    out: dict[tuple[str, str], Change] = {}  # a binding naming two of them is removed once
     for vhost, key, value, bindings in _transient(entries):
         if value.get("node") == node_id:
-            out += [(vhost, key, None)] + [(v, b, None) for v, b, _ in bindings if (v, b, None) not in out]
-    return out
+            out[(vhost, key)] = (vhost, key, None)
+            out.update(((v, b), (v, b, None)) for v, b, _ in bindings)
+    return list(out.values())
 
 
 def _transient(entries: DefinitionEntries):

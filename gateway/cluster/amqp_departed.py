@@ -61,9 +61,9 @@ class DepartedBrokers:
         topics = []
         for vhost_name, key, _ in changes:
             kind, _, name = key.partition(":")
-            queue = router.vhosts[vhost_name].queues.get(name) if vhost_name in router.vhosts else None
-            if kind == "queue" and queue is not None:
-                topics.append(queue.topic)
+            vhost = router.vhosts.get(vhost_name)
+            if kind == "queue" and vhost is not None and name in vhost.queues:
+                topics.append(vhost.queues[name].topic)
         apply_changes(router, changes)  # here, as the other brokers will from the log
         router.state.append_journal(definitions.JOURNAL, changes)
         log.warning("broker %d has been gone from the cluster for %.0f s: its non-durable AMQP definitions are "
