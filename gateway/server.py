@@ -27,7 +27,7 @@ import time
 import uuid
 from pathlib import Path
 
-from twisted.internet import defer, error, task, threads
+from twisted.internet import defer, error, threads
 
 from core.checkpoint import write_atomic
 from core.cluster.view import BrokerInfo
@@ -43,6 +43,7 @@ from routing.deprecated import FEATURES as DEPRECATED, DeprecatedFeatures
 from routing.state import NoState
 from gateway import http
 from gateway.alarms import Alarms
+from gateway.duties import Duties
 from gateway.amqp.connection import AmqpFactory
 from gateway.amqp.service import AmqpService
 from gateway.stream.cluster import StreamCluster
@@ -77,6 +78,7 @@ LISTENERS_FILE = "listeners.json"
 LOCK_FILE = ".lock"
 CLUSTER_ID_FILE = "cluster-id"
 GROUP_TICK_S = 0.1
+GROUP_IDLE_TICK_S = 0.5  # while no group has members or deadlines to watch
 TXN_TICK_S = 1.0  # how often open transactions are checked against their timeout
 AMQP_TICK_S = 0.25
 MAX_NODES = 1024  # node ids of a cluster are below this
@@ -126,7 +128,7 @@ class Broker:
         self.started_at = time.monotonic()
         self._lock_fd: int | None = None
         self._kept_ports: dict[str, object] = {}
-        self._loops: list[task.LoopingCall] = []
+        self.duties: Duties | None = None  # the periodic duties, from when the logs are open
         self.group_commit = GroupCommit(self)  # its fsync thread starts with the logs
         self.kafka: KafkaContext | None = None
         self.amqp: AmqpService | None = None
@@ -424,20 +426,21 @@ class Broker:
         self.ready = True
         log.info("listening", extra=fields(node_id=self.settings.node_id, **addresses))
         self._kept_ports = dict(self.ports)  # requests still in flight at shutdown advertise these
-        self._every(1000, self.users.maybe_reload)  # users added with `gateway users` log in at once
+        duties = self.duties = Duties(self.reactor)
+        duties.every(1.0, self.users.maybe_reload)  # users added with `gateway users` log in at once
         self.group_commit.start(self.settings.flush_interval_ms)
-        self._every(self.settings.maintenance_interval_ms, self._maintenance_tick)
-        self._every(GROUP_TICK_S * 1000, self._group_tick)
+        duties.every(self.settings.maintenance_interval_ms / 1000, self._maintenance_tick)
+        duties.every(lambda: GROUP_TICK_S if self.kafka.groups.watching() else GROUP_IDLE_TICK_S, self._group_tick)
         if self.settings.kafka_idle_ms:
-            self._every(min(1000, self.settings.kafka_idle_ms), self._close_idle_kafka)
-        self._every(history.SAMPLE_S * 1000, self.management_history.sample)
-        self._every(TXN_TICK_S * 1000, self._txn_tick)
-        self._every(AMQP_TICK_S * 1000, self.amqp.tick)
+            duties.every(min(1000, self.settings.kafka_idle_ms) / 1000, self._close_idle_kafka)
+        duties.every(history.SAMPLE_S, self.management_history.sample)
+        duties.every(TXN_TICK_S, self._txn_tick)
+        duties.every(AMQP_TICK_S, self.amqp.tick)
         if self.cluster is not None:
             self.cluster.activate()
-            self._every(CLUSTER_TICK_S * 1000, self.cluster.tick)
+            duties.every(CLUSTER_TICK_S, self.cluster.tick)
         if self.kafka.stream_consumers is not None:
-            self._every(CLUSTER_TICK_S * 1000, self.kafka.stream_consumers.tick)
+            duties.every(CLUSTER_TICK_S, self.kafka.stream_consumers.tick)
 
     def _load_definitions(self, path: Path) -> None:
         if self.cluster is not None:  # the AMQP model lives on the elected AMQP home, not loaded yet here
@@ -448,13 +451,6 @@ class Broker:
             definitions.load_file(self, path)
         except ValueError as exc:
             raise StartupError(str(exc)) from None
-
-    def _every(self, interval_ms: int, fn) -> None:
-        loop = task.LoopingCall(fn)
-        loop.clock = self.reactor
-        loop.start(interval_ms / 1000, now=False).addErrback(
-            lambda f: log.error("background task %s stopped: %s", fn.__name__, f.getErrorMessage()))
-        self._loops.append(loop)
 
     def addresses(self) -> dict[str, str]:
         out = {}
@@ -512,9 +508,8 @@ class Broker:
             self.streams.stop()
             self.amqp.stop()
         yield self._close_ports()
-        for loop in self._loops:
-            if loop.running:
-                loop.stop()
+        if self.duties is not None:
+            self.duties.stop()
         if self._starting is not None and not self._starting.called:
             yield _settled(self._starting)
         running = self.group_commit.close()  # logs.shutdown() below flushes everything

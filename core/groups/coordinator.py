@@ -520,6 +520,15 @@ class GroupCoordinator(OffsetCommits, GroupAdmin):
         self._maybe_complete_join(group)
 
     # --- timers -----------------------------------------------------------------------
+    def watching(self) -> bool:
+        """Whether a group has members or deadlines that :meth:`tick` must watch closely (the
+        broker ticks slowly while none has: only offset retention is left, on its own interval)."""
+        for group in self._groups.values():
+            if group.members or group.pending_members or group.join_deadline is not None \
+                    or group.sync_deadline is not None:
+                return True
+        return any(g.members for kind in (self.consumer, self.streams, self.share) for g in kind.groups.values())
+
     def tick(self) -> None:
         """Expire sessions, pending member ids and late syncs; end join phases whose time is up;
         expire committed offsets when the retention check is due."""
