@@ -79,15 +79,25 @@ class PoliciesMixin:
             raise ChannelError(PRECONDITION_FAILED, f"cannot declare queue '{queue_name}': queue limit in vhost "
                                                     f"'{self.name}' ({limit}) is reached")
 
+    def effective_policy(self, queue_name: str) -> dict | None:
+        """The definition of the policy that applies to a queue, by RabbitMQ's rule: of the policies
+        for queues whose pattern finds its name, the one of highest priority (the first by name
+        between equals, so that every broker picks the same). Only that one applies: the keys of
+        lower-priority policies are not merged in."""
+        best, best_name = None, ""
+        for name, policy in self.policies.items():
+            if policy.get("apply-to", "all") not in ("all", "queues") or not re.search(policy["pattern"], queue_name):
+                continue
+            priority = policy.get("priority", 0)
+            if best is None or priority > best.get("priority", 0) or (priority == best.get("priority", 0)
+                                                                         and name < best_name):
+                best, best_name = policy, name
+        return best["definition"] if best is not None else None
+
     def _policy_value(self, queue_name: str, key: str, kind: type = int):
-        """``key`` of the highest-priority policy (RabbitMQ's rule) that applies to a queue, or None
-        if there is none or it is not a ``kind``."""
-        best = None
-        for policy in self.policies.values():
-            if policy["apply-to"] in ("all", "queues") and key in policy["definition"] and \
-                    re.search(policy["pattern"], queue_name) and (best is None or policy["priority"] > best["priority"]):
-                best = policy
-        value = best["definition"][key] if best is not None else None
+        """``key`` of the policy that applies to a queue, or None if there is none, it has no such
+        key or the value is not a ``kind``."""
+        value = (self.effective_policy(queue_name) or {}).get(key)
         return value if isinstance(value, kind) and not isinstance(value, bool) else None
 
     def _policy_definitions(self) -> dict:

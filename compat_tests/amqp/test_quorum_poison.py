@@ -96,16 +96,38 @@ def test_delivery_limit_from_a_policy(amqp_broker, channel):
         undo()
 
 
-def _set_policy(amqp_broker, name: str, pattern: str, definition: dict):
+def test_only_the_highest_priority_policy_applies(amqp_broker, channel):
+    """Two policies find the queue: the higher one has no delivery limit, so none applies (policies
+    are not merged: the lower one's delivery-limit is not taken)."""
+    dlx, dlq = _dead_letter_target(channel)
+    q = unique("polq")
+    _quorum(channel, q, dlx)
+    undo_low = _set_policy(amqp_broker, f"dl-{q}", f"^{q}$", {"delivery-limit": 1})
+    undo_high = _set_policy(amqp_broker, f"len-{q}", f"^{q}", {"max-length": 1000}, priority=5)
+    try:
+        channel.basic_publish("", q, b"p")
+        for _ in range(3):
+            method, props, _ = _get(channel, q)
+            assert method is not None, "the message was dead-lettered by the lower-priority policy's limit"
+            channel.basic_reject(method.delivery_tag, requeue=True)
+        assert _get(channel, q)[2] == b"p"
+        assert _get(channel, dlq, tries=10)[2] is None
+    finally:
+        undo_high()
+        undo_low()
+
+
+def _set_policy(amqp_broker, name: str, pattern: str, definition: dict, priority: int = 0):
     """A queue policy set with the broker's own tool (rabbitmqctl, or our management API); returns the undo."""
     if amqp_broker.target == "rabbitmq":
         node = amqp_broker.node
-        node.ctl("set_policy", "--apply-to", "queues", name, pattern, json.dumps(definition))
+        node.ctl("set_policy", "--apply-to", "queues", "--priority", str(priority), name, pattern,
+                 json.dumps(definition))
         time.sleep(1)  # quorum queues pick up a policy change asynchronously
         return lambda: node.ctl("clear_policy", name)
     url = f"{amqp_broker.process.http_url}/api/policies/%2F/{name}"
-    r = requests.put(url, json={"pattern": pattern, "definition": definition, "apply-to": "queues"},
-                     auth=("guest", "guest"), timeout=10)
+    body = {"pattern": pattern, "definition": definition, "apply-to": "queues", "priority": priority}
+    r = requests.put(url, json=body, auth=("guest", "guest"), timeout=10)
     assert r.status_code in (201, 204), r.text
     if amqp_broker.target == "cluster":
         time.sleep(1)  # the queue's leader is another broker: it applies the policy asynchronously, as RabbitMQ's do

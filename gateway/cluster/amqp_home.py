@@ -31,7 +31,6 @@ again, flagged redelivered. Clients of the old home reconnect (to any broker).
 from __future__ import annotations
 
 import logging
-import re
 
 from twisted.internet import protocol
 from twisted.protocols.portforward import ProxyFactory
@@ -190,12 +189,7 @@ class AmqpHome:
         vhost = self.broker.amqp.router.vhosts.get(arguments.get("x-vhost", "/"))
         if name is None or vhost is None:
             return None
-        best = None
-        for policy in getattr(vhost, "policies", {}).values():
-            if policy.get("apply-to", "all") in ("all", "queues") and re.search(policy["pattern"], name):
-                if best is None or policy.get("priority", 0) > best.get("priority", 0):
-                    best = policy
-        return best["definition"] if best else None
+        return vhost.effective_policy(name)
 
     def available(self, topic: str) -> bool:
         """Whether the home may append to a queue's topic: it leads it (or just created it, first replica)."""
