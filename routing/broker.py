@@ -552,6 +552,7 @@ class Router:
         self.shares.expire_locks()
         self.shares.sync_remote()
         for vhost in self.vhosts.values():
+            vhost.refresh_policies()
             for queue in list(vhost.queues.values()):
                 if queue.remote:
                     continue  # its leader expires its messages and the queue itself

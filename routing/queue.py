@@ -85,7 +85,8 @@ class Queue(QueueHead):
         self.exclusive_owner = exclusive_owner  # the connection that owns an exclusive queue, or None
         self.auto_delete = auto_delete
         self.arguments = dict(arguments)
-        self.args = QueueArguments(self.arguments, name, vhost)
+        self.declared_args = QueueArguments(self.arguments, name, vhost)
+        self.args = self.declared_args  # with its policies applied (apply_policy)
         self.dedup = Deduplicator.from_arguments(self.arguments, f"queue '{name}' in vhost '{vhost}'")
         self.clock = clock
         self._ack_floor = ack_floor
@@ -414,6 +415,11 @@ class Queue(QueueHead):
         mine = self.cursor.owned_by(owner)
         self._return(mine)
         return mine
+
+    def apply_policy(self, policy: dict | None, operator: dict | None) -> None:
+        """The queue's policy and operator policy (definitions, or None) changed: its effective
+        arguments follow; a lower length limit drops or dead-letters at the next publish."""
+        self.args = self.declared_args.merged(policy, operator)
 
     @property
     def counts_deliveries(self) -> bool:

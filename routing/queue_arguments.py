@@ -2,6 +2,7 @@
 naming the argument and the bad value), and RabbitMQ's stream interval syntax."""
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from routing import dead_letter
@@ -60,6 +61,7 @@ class QueueArguments:
         self.max_length = _int_arg(args, "x-max-length", queue, vhost)
         self.max_length_bytes = _int_arg(args, "x-max-length-bytes", queue, vhost)
         self.overflow = _str_arg(args, "x-overflow", queue, vhost, OVERFLOW) or "drop-head"
+        self.overflow_given = args.get("x-overflow") is not None
         self.dead_letter_exchange = _str_arg(args, "x-dead-letter-exchange", queue, vhost)
         self.dead_letter_routing_key = _str_arg(args, "x-dead-letter-routing-key", queue, vhost)
         max_priority = _int_arg(args, "x-max-priority", queue, vhost)
@@ -91,3 +93,47 @@ class QueueArguments:
                                                     f"vhost '{vhost}': {{value_too_large,{initial},"
                                                     f"{STREAM_INITIAL_OFFSET_MAX}}}")
         self.stream_initial_offset = initial
+
+    def merged(self, policy: dict | None, operator: dict | None) -> "QueueArguments":
+        """These arguments as a queue's policy and operator policy make them, by RabbitMQ's rules:
+        of a limit (message-ttl, expires, max-length, max-length-bytes) set in more than one of
+        the three, the lowest holds; dead-lettering and overflow come from the policy only where
+        the queue's own arguments do not set them. Values of the wrong type are ignored (the
+        broker refuses them when a policy is set)."""
+        if not policy and not operator:
+            return self
+        policy, operator = policy or {}, operator or {}
+        out = copy.copy(self)
+        for attr, key in _LIMIT_KEYS:
+            values = [v for v in (getattr(self, attr), _int(policy.get(key)), _int(operator.get(key))) if v is not None]
+            setattr(out, attr, min(values) if values else None)
+        for attr, key in (("dead_letter_exchange", "dead-letter-exchange"),
+                          ("dead_letter_routing_key", "dead-letter-routing-key")):
+            if getattr(self, attr) is None and isinstance(policy.get(key), str):
+                setattr(out, attr, policy[key])
+        if not self.overflow_given and policy.get("overflow") in OVERFLOW:
+            out.overflow = policy["overflow"]
+        return out
+
+
+_LIMIT_KEYS = (("message_ttl", "message-ttl"), ("expires", "expires"), ("max_length", "max-length"),
+               ("max_length_bytes", "max-length-bytes"))
+
+
+def _int(value) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def check_policy_definition(name: str, definition: dict) -> str | None:
+    """What is wrong with a policy's queue keys (RabbitMQ refuses such a policy), or None."""
+    for key in ("message-ttl", "max-length", "max-length-bytes", "expires"):
+        if key in definition and _int(definition[key]) is None:
+            return f"policy '{name}': {key} must be a non-negative whole number, not {definition[key]!r}"
+    if definition.get("expires") == 0:
+        return f"policy '{name}': expires must be at least 1 (milliseconds)"
+    if "overflow" in definition and definition["overflow"] not in OVERFLOW:
+        return f"policy '{name}': overflow must be one of {', '.join(OVERFLOW)}, not {definition['overflow']!r}"
+    for key in ("dead-letter-exchange", "dead-letter-routing-key"):
+        if key in definition and not isinstance(definition[key], str):
+            return f"policy '{name}': {key} must be a string, not {definition[key]!r}"
+    return None

@@ -72,7 +72,8 @@ class VirtualHost(PoliciesMixin, DefinitionsMixin):
         self.share_transient = False
         self.node_id = -1
         self.policies: dict[str, dict] = {}  # name -> {"pattern", "definition", "apply-to", "priority"}
-        self.operator_policies: dict[str, dict] = {}  # the same shape; kept and listed, as RabbitMQ's
+        self.operator_policies: dict[str, dict] = {}  # the same shape; they cap the queues' limits
+        self._policies_seen: str | None = None  # the policies last applied to the queues (refresh_policies)
         self.limits: dict[str, int] = {}  # "max-connections", "max-queues" (RabbitMQ's vhost limits)
         self.metadata: dict[str, Any] = {}  # description, tags, default_queue_type (RabbitMQ's vhost metadata)
         # super streams (routing.super_streams): name -> its partition streams, in partition order;
@@ -318,6 +319,8 @@ class VirtualHost(PoliciesMixin, DefinitionsMixin):
         queue.policy_dead_letter_strategy = lambda: self._policy_value(queue.name, "dead-letter-strategy", str)
         queue.policy_value = lambda key, kind=int: self._policy_value(queue.name, key, kind)
         queue.consuming = self.consuming
+        if not queue.is_stream:
+            queue.apply_policy(self.effective_policy(queue.name), self.effective_operator_policy(queue.name))
         self.queues[queue.name] = queue
 
     def _auto_delete_queue(self, queue: Queue) -> None:

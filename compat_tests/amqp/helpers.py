@@ -6,12 +6,14 @@ frames, for the tests that must send what no well-behaved client would.
 """
 from __future__ import annotations
 
+import json
 import socket
 import struct
 import time
 import uuid
 
 import pika
+import requests
 from pamqp import commands, frame as pframe
 from pamqp.body import ContentBody
 from pamqp.header import ContentHeader
@@ -30,6 +32,27 @@ def unique(prefix: str = "t") -> str:
     return f"{clean}-{uuid.uuid4().hex[:8]}"
 
 
+
+
+def set_policy(amqp_broker, name: str, pattern: str, definition: dict, priority: int = 0,
+               operator: bool = False):
+    """A queue policy (``operator``: an operator policy) set with the broker's own tool
+    (rabbitmqctl, or our management API); returns the undo. A policy reaches the queues a moment
+    later on RabbitMQ and on another broker of a cluster than the queue's leader: this waits."""
+    kind = "operator_policy" if operator else "policy"
+    if amqp_broker.target == "rabbitmq":
+        node = amqp_broker.node
+        node.ctl(f"set_{kind}", "--apply-to", "queues", "--priority", str(priority), name, pattern,
+                 json.dumps(definition))
+        time.sleep(1)
+        return lambda: node.ctl(f"clear_{kind}", name)
+    url = f"{amqp_broker.process.http_url}/api/{'operator-policies' if operator else 'policies'}/%2F/{name}"
+    body = {"pattern": pattern, "definition": definition, "apply-to": "queues", "priority": priority}
+    r = requests.put(url, json=body, auth=("guest", "guest"), timeout=10)
+    assert r.status_code in (201, 204), r.text
+    if amqp_broker.target == "cluster":
+        time.sleep(1)
+    return lambda: requests.delete(url, auth=("guest", "guest"), timeout=10)
 
 
 # ----------------------------------------------------------------------------- pika

@@ -19,8 +19,7 @@ import pika
 import pika.exceptions
 import pytest
 
-from .helpers import connect, unique, wait_until
-from .test_quorum_poison import _set_policy
+from .helpers import connect, set_policy, unique, wait_until
 
 ALO = {"x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"}
 
@@ -266,7 +265,7 @@ def test_the_dead_letter_routing_key_is_used(channel):
 
 def test_a_policy_turns_it_on(amqp_broker, channel):
     dlx, q = _source(channel, **{"x-overflow": "reject-publish"})
-    undo = _set_policy(amqp_broker, f"dls-{q}", f"^{q}$", {"dead-letter-strategy": "at-least-once"})
+    undo = set_policy(amqp_broker, f"dls-{q}", f"^{q}$", {"dead-letter-strategy": "at-least-once"})
     try:
         _reject_one(channel, q)
         _held(channel, q)

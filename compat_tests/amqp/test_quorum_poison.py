@@ -5,14 +5,12 @@ expectations run against RabbitMQ (``[rabbitmq]``).
 """
 from __future__ import annotations
 
-import json
 import time
 
 import pika
 import pytest
-import requests
 
-from .helpers import connect, unique
+from .helpers import connect, set_policy, unique
 
 
 def _quorum(ch, name: str, dlx: str | None = None, **arguments) -> None:
@@ -85,7 +83,7 @@ def test_delivery_limit_from_a_policy(amqp_broker, channel):
     dlx, dlq = _dead_letter_target(channel)
     q = unique("polq")
     _quorum(channel, q, dlx)
-    undo = _set_policy(amqp_broker, f"dl-{q}", f"^{q}$", {"delivery-limit": 1})
+    undo = set_policy(amqp_broker, f"dl-{q}", f"^{q}$", {"delivery-limit": 1})
     try:
         channel.basic_publish("", q, b"p")
         for _ in range(2):
@@ -102,8 +100,8 @@ def test_only_the_highest_priority_policy_applies(amqp_broker, channel):
     dlx, dlq = _dead_letter_target(channel)
     q = unique("polq")
     _quorum(channel, q, dlx)
-    undo_low = _set_policy(amqp_broker, f"dl-{q}", f"^{q}$", {"delivery-limit": 1})
-    undo_high = _set_policy(amqp_broker, f"len-{q}", f"^{q}", {"max-length": 1000}, priority=5)
+    undo_low = set_policy(amqp_broker, f"dl-{q}", f"^{q}$", {"delivery-limit": 1})
+    undo_high = set_policy(amqp_broker, f"len-{q}", f"^{q}", {"max-length": 1000}, priority=5)
     try:
         channel.basic_publish("", q, b"p")
         for _ in range(3):
@@ -115,23 +113,6 @@ def test_only_the_highest_priority_policy_applies(amqp_broker, channel):
     finally:
         undo_high()
         undo_low()
-
-
-def _set_policy(amqp_broker, name: str, pattern: str, definition: dict, priority: int = 0):
-    """A queue policy set with the broker's own tool (rabbitmqctl, or our management API); returns the undo."""
-    if amqp_broker.target == "rabbitmq":
-        node = amqp_broker.node
-        node.ctl("set_policy", "--apply-to", "queues", "--priority", str(priority), name, pattern,
-                 json.dumps(definition))
-        time.sleep(1)  # quorum queues pick up a policy change asynchronously
-        return lambda: node.ctl("clear_policy", name)
-    url = f"{amqp_broker.process.http_url}/api/policies/%2F/{name}"
-    body = {"pattern": pattern, "definition": definition, "apply-to": "queues", "priority": priority}
-    r = requests.put(url, json=body, auth=("guest", "guest"), timeout=10)
-    assert r.status_code in (201, 204), r.text
-    if amqp_broker.target == "cluster":
-        time.sleep(1)  # the queue's leader is another broker: it applies the policy asynchronously, as RabbitMQ's do
-    return lambda: requests.delete(url, auth=("guest", "guest"), timeout=10)
 
 
 @pytest.mark.restarts_broker
