@@ -103,6 +103,10 @@ class PoliciesMixin:
         """The operator policy that applies to a queue, by the same rule; it caps the queue's limits."""
         return _best(self.operator_policies, queue_name)
 
+    def policy_names(self, queue_name: str) -> tuple[str | None, str | None]:
+        """The names of the policy and the operator policy that apply to a queue (None: none)."""
+        return _best_name(self.policies, queue_name), _best_name(self.operator_policies, queue_name)
+
     def apply_policies(self) -> None:
         """Each queue's arguments as the policies now make them (routing.queue_arguments.merged): a
         changed policy applies to the queues it finds at once, as in RabbitMQ. Streams keep theirs."""
@@ -141,7 +145,12 @@ class PoliciesMixin:
 
 
 def _best(policies: dict[str, dict], queue_name: str) -> dict | None:
-    best, best_name = None, ""
+    name = _best_name(policies, queue_name)
+    return policies[name]["definition"] if name is not None else None
+
+
+def _best_name(policies: dict[str, dict], queue_name: str) -> str | None:
+    best, best_name = None, None
     for name, policy in policies.items():
         if policy.get("apply-to", "all") not in ("all", "queues") or not re.search(policy["pattern"], queue_name):
             continue
@@ -149,4 +158,4 @@ def _best(policies: dict[str, dict], queue_name: str) -> dict | None:
         if best is None or priority > best.get("priority", 0) or (priority == best.get("priority", 0)
                                                                      and name < best_name):
             best, best_name = policy, name
-    return best["definition"] if best is not None else None
+    return best_name

@@ -133,3 +133,22 @@ def test_a_policy_with_a_bad_value_is_refused(amqp_broker):
                      auth=("guest", "guest"), timeout=10)
     assert r.status_code == 400 and "message-ttl" in r.text, (r.status_code, r.text)
     assert requests.get(url, auth=("guest", "guest"), timeout=10).status_code == 404
+
+
+def test_the_queue_listing_names_the_policy_that_applies(amqp_broker, confirm_channel):
+    q = unique("pname")
+    confirm_channel.queue_declare(q)
+    undo_low = set_policy(amqp_broker, f"a-{q}", f"^{q}", {"max-length": 9})
+    undo_high = set_policy(amqp_broker, f"b-{q}", f"^{q}$", {"max-length": 7}, priority=3)
+    try:
+        if amqp_broker.target == "rabbitmq":
+            out = amqp_broker.node.ctl("list_queues", "name", "policy", "--no-table-headers", "--quiet").stdout
+            rows = dict(line.split("\t")[:2] for line in out.splitlines() if "\t" in line)
+            assert rows[q].strip() == f"b-{q}"
+            return
+        r = requests.get(f"{amqp_broker.process.http_url}/api/queues/%2F/{q}", auth=("guest", "guest"), timeout=10)
+        doc = r.json()
+        assert doc["policy"] == f"b-{q}" and doc["effective_policy_definition"] == {"max-length": 7}, doc
+    finally:
+        undo_high()
+        undo_low()

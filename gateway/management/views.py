@@ -46,6 +46,8 @@ def queue(broker, q, figures=None) -> dict:
     if figures is not None:
         ready, unacked, consumers = figures.ready, figures.unacked, figures.consumers
     publish = getattr(q, "stats", None)
+    vhost = broker.amqp.router.vhosts.get(q.vhost)
+    policy, operator = vhost.policy_names(q.name) if vhost is not None and not q.is_stream else (None, None)
     return {
         "name": q.name, "vhost": q.vhost, "durable": q.durable, "auto_delete": q.auto_delete,
         "exclusive": q.exclusive_owner is not None, "arguments": jsonable(q.arguments),
@@ -54,6 +56,8 @@ def queue(broker, q, figures=None) -> dict:
         "node": node_name(leader_of(broker, q)) if q.remote else _node(broker),
         "messages": ready + unacked, "messages_ready": ready, "messages_unacknowledged": unacked,
         "consumers": consumers, "topic": q.topic,
+        "policy": policy, "operator_policy": operator,
+        "effective_policy_definition": vhost.effective_policy(q.name) or {} if policy is not None else {},
         "message_stats": publish.as_json() if publish is not None else {},
     }
 
