@@ -55,6 +55,15 @@ def set_policy(amqp_broker, name: str, pattern: str, definition: dict, priority:
     return lambda: requests.delete(url, auth=("guest", "guest"), timeout=10)
 
 
+def dead_letter_target(channel) -> tuple[str, str]:
+    """A fanout exchange and the queue bound to it: (exchange, queue), for dead letters."""
+    exchange, queue = unique("dlx"), unique("dlq")
+    channel.exchange_declare(exchange, "fanout")
+    channel.queue_declare(queue)
+    channel.queue_bind(queue, exchange)
+    return exchange, queue
+
+
 # ----------------------------------------------------------------------------- pika
 
 def parameters(broker, **overrides) -> pika.ConnectionParameters:

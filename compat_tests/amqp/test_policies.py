@@ -12,7 +12,7 @@ import time
 import pytest
 import requests
 
-from .helpers import set_policy, unique, wait_until
+from .helpers import dead_letter_target, set_policy, unique, wait_until
 
 
 def _count(channel, queue: str) -> int:
@@ -22,14 +22,6 @@ def _count(channel, queue: str) -> int:
 def _publish(channel, queue: str, n: int) -> None:
     for i in range(n):
         channel.basic_publish("", queue, f"m{i}".encode())
-
-
-def _dead_letter_queue(channel) -> tuple[str, str]:
-    dlx, dlq = unique("dlx"), unique("dlq")
-    channel.exchange_declare(dlx, "fanout")
-    channel.queue_declare(dlq)
-    channel.queue_bind(dlq, dlx)
-    return dlx, dlq
 
 
 def test_message_ttl_from_a_policy(amqp_broker, confirm_channel):
@@ -94,7 +86,7 @@ def test_overflow_reject_publish_from_a_policy(amqp_broker, confirm_channel):
 
 
 def test_dead_letter_exchange_from_a_policy(amqp_broker, confirm_channel):
-    dlx, dlq = _dead_letter_queue(confirm_channel)
+    dlx, dlq = dead_letter_target(confirm_channel)
     q = unique("pdlx")
     undo = set_policy(amqp_broker, f"dl-{q}", f"^{q}$", {"dead-letter-exchange": dlx, "message-ttl": 50})
     try:
@@ -108,8 +100,8 @@ def test_dead_letter_exchange_from_a_policy(amqp_broker, confirm_channel):
 
 
 def test_the_queue_argument_wins_over_the_policy_dead_letter_exchange(amqp_broker, confirm_channel):
-    own, own_q = _dead_letter_queue(confirm_channel)
-    other, other_q = _dead_letter_queue(confirm_channel)
+    own, own_q = dead_letter_target(confirm_channel)
+    other, other_q = dead_letter_target(confirm_channel)
     q = unique("pown")
     undo = set_policy(amqp_broker, f"dl-{q}", f"^{q}$", {"dead-letter-exchange": other})
     try:

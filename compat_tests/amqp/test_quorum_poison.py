@@ -10,7 +10,7 @@ import time
 import pika
 import pytest
 
-from .helpers import connect, set_policy, unique
+from .helpers import connect, dead_letter_target, set_policy, unique
 
 
 def _quorum(ch, name: str, dlx: str | None = None, **arguments) -> None:
@@ -18,14 +18,6 @@ def _quorum(ch, name: str, dlx: str | None = None, **arguments) -> None:
     if dlx is not None:
         args["x-dead-letter-exchange"] = dlx
     ch.queue_declare(name, durable=True, arguments=args)
-
-
-def _dead_letter_target(ch) -> tuple[str, str]:
-    dlx, dlq = unique("dlx"), unique("dlq")
-    ch.exchange_declare(dlx, "fanout")
-    ch.queue_declare(dlq)
-    ch.queue_bind(dlq, dlx)
-    return dlx, dlq
 
 
 def _get(ch, queue: str, tries: int = 200):
@@ -44,7 +36,7 @@ def channel(confirm_channel):
 
 
 def test_delivery_limit_dead_letters_a_poison_message(channel):
-    dlx, dlq = _dead_letter_target(channel)
+    dlx, dlq = dead_letter_target(channel)
     q = unique("qq")
     _quorum(channel, q, dlx, **{"x-delivery-limit": 2})
     channel.basic_publish("", q, b"poison", pika.BasicProperties(headers={"a": 1}))
@@ -80,7 +72,7 @@ def test_a_consumer_that_dies_holding_it_counts_too(amqp_broker, channel):
 
 
 def test_delivery_limit_from_a_policy(amqp_broker, channel):
-    dlx, dlq = _dead_letter_target(channel)
+    dlx, dlq = dead_letter_target(channel)
     q = unique("polq")
     _quorum(channel, q, dlx)
     undo = set_policy(amqp_broker, f"dl-{q}", f"^{q}$", {"delivery-limit": 1})
@@ -97,7 +89,7 @@ def test_delivery_limit_from_a_policy(amqp_broker, channel):
 def test_only_the_highest_priority_policy_applies(amqp_broker, channel):
     """Two policies find the queue: the higher one has no delivery limit, so none applies (policies
     are not merged: the lower one's delivery-limit is not taken)."""
-    dlx, dlq = _dead_letter_target(channel)
+    dlx, dlq = dead_letter_target(channel)
     q = unique("polq")
     _quorum(channel, q, dlx)
     undo_low = set_policy(amqp_broker, f"dl-{q}", f"^{q}$", {"delivery-limit": 1})
