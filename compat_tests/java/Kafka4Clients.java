@@ -242,9 +242,16 @@ public class Kafka4Clients extends JsonLines {
         try {
             admin.incrementalAlterConfigs(Map.of(resource, List.of(new AlterConfigOp(
                 new ConfigEntry("share.auto.offset.reset", "earliest"), AlterConfigOp.OpType.SET)))).all().get();
-            ConfigEntry e = admin.describeConfigs(List.of(resource)).all().get().get(resource)
-                .get("share.auto.offset.reset");
-            value = e == null ? null : e.value();
+            // Apache Kafka applies a group config from its metadata log a moment after the alter
+            // answers: read it back until it shows (10 s at most), as the share consumers need it
+            long deadline = System.currentTimeMillis() + 10_000;
+            do {
+                ConfigEntry e = admin.describeConfigs(List.of(resource)).all().get().get(resource)
+                    .get("share.auto.offset.reset");
+                value = e == null ? null : e.value();
+                if ("earliest".equals(value)) break;
+                Thread.sleep(100);
+            } while (System.currentTimeMillis() < deadline);
         } catch (ExecutionException e) {
             error = describe(e);
         }
