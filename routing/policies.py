@@ -112,8 +112,12 @@ class PoliciesMixin:
         changed policy applies to the queues it finds at once, as in RabbitMQ. Streams keep theirs."""
         self._policies_seen = self._policies_stamp()
         for queue in self.queues.values():
-            if not queue.is_stream:
-                queue.apply_policy(self.effective_policy(queue.name), self.effective_operator_policy(queue.name))
+            self.apply_policies_to(queue)
+
+    def apply_policies_to(self, queue) -> None:
+        """One queue's arguments as its policy and operator policy make them (not a stream's)."""
+        if not queue.is_stream:
+            queue.apply_policy(self.effective_policy(queue.name), self.effective_operator_policy(queue.name))
 
     def refresh_policies(self) -> None:
         """Apply the policies again if they changed by another way than :meth:`set_policy` (another

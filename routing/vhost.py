@@ -319,8 +319,7 @@ class VirtualHost(PoliciesMixin, DefinitionsMixin):
         queue.policy_dead_letter_strategy = lambda: self._policy_value(queue.name, "dead-letter-strategy", str)
         queue.policy_value = lambda key, kind=int: self._policy_value(queue.name, key, kind)
         queue.consuming = self.consuming
-        if not queue.is_stream:
-            queue.apply_policy(self.effective_policy(queue.name), self.effective_operator_policy(queue.name))
+        self.apply_policies_to(queue)
         self.queues[queue.name] = queue
 
     def _auto_delete_queue(self, queue: Queue) -> None:

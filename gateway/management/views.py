@@ -57,7 +57,7 @@ def queue(broker, q, figures=None) -> dict:
         "messages": ready + unacked, "messages_ready": ready, "messages_unacknowledged": unacked,
         "consumers": consumers, "topic": q.topic,
         "policy": policy, "operator_policy": operator,
-        "effective_policy_definition": (vhost.effective_policy(q.name) if policy is not None else None) or {},
+        "effective_policy_definition": vhost.policies[policy]["definition"] if policy is not None else {},
         "message_stats": publish.as_json() if publish is not None else {},
     }
 
