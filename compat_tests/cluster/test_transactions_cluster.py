@@ -180,7 +180,9 @@ def test_consume_transform_produce_survives_kill_9(cluster, protocol, kills):
     deadline = time.monotonic() + 60 + 60 * len(victims)
     try:
         while progress["done"] < RECORDS:
-            assert time.monotonic() < deadline, f"only {progress} of {RECORDS} records through"
+            assert time.monotonic() < deadline, (f"only {progress} of {RECORDS} records through; {loop.committed} "
+                                                 f"transactions committed, {loop.aborted} aborted, "
+                                                 f"{len(loop.abandoned)} producers stuck in the client")
             progress["done"] += loop.step()
     finally:
         finished.set()

@@ -8,6 +8,7 @@ new producer. Shared by the single-broker and the cluster tests.
 """
 from __future__ import annotations
 
+import threading
 import time
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -15,6 +16,13 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 COORDINATOR_MOVED = (KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE,
                      KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError._TIMED_OUT, KafkaError._TRANSPORT)
 COMMON = {"socket.timeout.ms": 10000, "reconnect.backoff.max.ms": 1000, "topic.metadata.refresh.interval.ms": 2000}
+SEND_OFFSETS_S = 30
+# librdkafka up to 2.16 can block in send_offsets_to_transaction past its timeout, for good, when
+# the group coordinator it cached left the metadata (a killed broker) and came back: it waits for
+# a state change of that broker's thread, which it already ended (librdkafka issues 5456, 5511;
+# Apache Kafka's brokers also drop a dead broker from Metadata). An application can only give up
+# on that producer and start another with the same transactional.id, which fences the stuck one.
+STUCK_S = SEND_OFFSETS_S + 15
 
 
 def transform(value: bytes) -> bytes:
@@ -35,6 +43,7 @@ class EosLoop:
         self.producer = self._new_producer()
         self.committed = 0  # transactions committed
         self.aborted = 0
+        self.abandoned: list[Producer] = []  # stuck in librdkafka: kept, so nothing frees them under it
 
     def _new_producer(self) -> Producer:
         producer = Producer({"bootstrap.servers": self.bootstrap, "transactional.id": self.tid,
@@ -52,13 +61,37 @@ class EosLoop:
             for m in messages:
                 self.producer.produce(self.sink, key=m.key(), value=transform(m.value()))
             positions = self.consumer.position(self.consumer.assignment())
-            self.producer.send_offsets_to_transaction(positions, self.consumer.consumer_group_metadata(), 30)
+            if not self._send_offsets(positions):
+                self.abandoned.append(self.producer)
+                self.producer = self._new_producer()
+                self._rewind()
+                return 0
             self._commit()
             self.committed += 1
             return len(messages)
         except KafkaException as exc:
             self._recover(exc.args[0])
             return 0
+
+    def _send_offsets(self, positions) -> bool:
+        """The positions into the transaction; False if librdkafka is stuck in the call (see STUCK_S)."""
+        outcome: list = []
+        producer, group = self.producer, self.consumer.consumer_group_metadata()
+
+        def call() -> None:
+            try:
+                producer.send_offsets_to_transaction(positions, group, SEND_OFFSETS_S)
+                outcome.append(None)
+            except BaseException as exc:  # handed to the loop's thread
+                outcome.append(exc)
+        worker = threading.Thread(target=call, daemon=True)
+        worker.start()
+        worker.join(STUCK_S)
+        if not outcome:
+            return False
+        if outcome[0] is not None:
+            raise outcome[0]
+        return True
 
     def _commit(self) -> None:
         deadline = time.monotonic() + 60
