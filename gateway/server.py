@@ -309,6 +309,12 @@ class Broker:
         if self.kafka.stream_consumers is not None:  # its streams' consumers register again here
             self.kafka.stream_consumers.took_over(topic, partition)
 
+    def stopped_leading(self, topic: str, partition: int) -> None:
+        """A partition is followed here (or offline), however it was before: coordinators drop the
+        state they hold from it, as its leader serves it now."""
+        if topic == OFFSETS_TOPIC:
+            self.kafka.groups.unload(partition)
+
     def _leader_of(self, topic: str, partition: int) -> int:
         state = self.cluster.view.state(topic, partition)
         return state.leader if state is not None and state.leader in self.cluster.view.brokers else -1

@@ -531,6 +531,27 @@ def test_load_replays_after_compaction(tmp_path, clock):
     logs.shutdown()
 
 
+def test_an_offsets_partition_led_elsewhere_unloads_its_groups_and_comes_back_on_reload(gc, clock):
+    """Cluster mode: a broker that stops leading a group's offsets partition drops the group
+    (parked joins answered NOT_COORDINATOR); when it leads it again, the group comes back from
+    the partition, Empty with its offsets."""
+    a, b = stable_group(gc, clock, 2)
+    gc.commit_offsets("g", 1, a.member_id, None, {("t", 0): (7, -1, None)})
+    gc.commit_offsets("other", -1, "", None, {("t", 1): (3, -1, None)})
+    parked = join(gc, a.member_id, protocols=[("range", b"new-meta")])  # a rebalance: a's rejoin waits
+    assert parked == []
+    partition = gc.group_partition("g")
+    assert gc.unload(partition + 1) == 0  # another partition: nothing of these groups
+    assert gc.unload(partition) == (2 if gc.group_partition("other") == partition else 1)
+    assert parked.one.error == E.not_coordinator
+    assert "g" not in {x.group_id for x in gc.list_groups()}
+    advance(gc, clock, SESSION_MS / 1000 + 1)  # nothing left to time out
+    gc.reload(partition)
+    assert ("g", "Empty") in {(x.group_id, x.state) for x in gc.list_groups()}
+    assert gc.describe_group("g").state == "Empty"
+    assert gc.fetch_offsets("g", None) == {("t", 0): (7, -1, "")}
+
+
 # --- admin ------------------------------------------------------------------------------
 
 def test_delete_groups(gc, clock):

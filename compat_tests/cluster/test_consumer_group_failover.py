@@ -5,15 +5,21 @@ The coordinator keeps the group's members, epochs and assignments in ``__consume
 replica, so members heartbeating to it go on with their member ids, epochs and partitions: no
 partition is revoked or lost, and consumption goes on. Without that state the new coordinator
 would answer UNKNOWN_MEMBER_ID and every member would lose its partitions and join again.
+
+Groups are listed by their coordinator only (an admin client asks every broker with ListGroups
+and merges the answers): after a failover the new coordinator lists the classic groups that only
+have committed offsets, as Empty, and once the old coordinator leads the partition again the
+interim one lists nothing of it.
 """
 from __future__ import annotations
 
 import time
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from compat_tests.cluster.cluster import create_topic
-from compat_tests.cluster.test_transactions_cluster import coordinator
+from compat_tests.cluster.test_transactions_cluster import call, coordinator
 from compat_tests.kafka.helpers import wait_until
 
 PARTITIONS = 4
@@ -73,3 +79,49 @@ def test_a_consumer_group_keeps_its_members_across_the_kill_of_its_coordinator(c
     finally:
         for c in consumers:
             c.close()
+
+
+def _listed(cluster) -> dict[int, dict[str, str]]:
+    """Each live broker's ListGroups answer: group id -> state."""
+    return {b.node_id: {g.group_id: g.group_state for g in call(b.bootstrap, 16, 4, {"states_filter": []}).groups}
+            for b in cluster.live()}
+
+
+def test_groups_are_listed_by_their_coordinator_only(cluster):
+    topic = "listed-groups"
+    create_topic(cluster.bootstrap(), topic, 1, 3)
+    cluster.wait_isr_full("__consumer_offsets", 60)
+    classic = [f"offsets-only-{i}" for i in range(3)]
+    for group in classic:  # no member left: only committed offsets make these groups
+        c = Consumer({"bootstrap.servers": cluster.bootstrap(), "group.id": group})
+        c.commit(offsets=[TopicPartition(topic, 0, 1)], asynchronous=False)
+        c.close()
+    live = Consumer({"bootstrap.servers": cluster.bootstrap(), "group.id": "listed-kip848", "group.protocol": "consumer",
+                     "topic.metadata.refresh.interval.ms": 1000})
+    live.subscribe([topic])
+    expected = {**{g: "Empty" for g in classic}, "listed-kip848": "Stable"}
+
+    def listed_only_by(node: int):
+        live.poll(0.2)
+        listed = _listed(cluster)
+        return listed.get(node) == expected and not any(v for n, v in listed.items() if n != node)
+
+    try:
+        home = coordinator(cluster, "listed-kip848", 0)
+        assert {coordinator(cluster, g, 0) for g in classic} == {home}  # one offsets partition here
+        wait_until(lambda: listed_only_by(home), 30, f"the groups listed by broker {home} alone")
+        victim = cluster.by_id(home)
+        victim.kill()
+        interim = wait_until(lambda: (lambda n: n if n != home else None)(coordinator(cluster, "listed-kip848", 0)),
+                             60, "a new group coordinator")
+        wait_until(lambda: listed_only_by(interim), 30, f"the groups listed by the new coordinator {interim} alone")
+        victim.start()
+        wait_until(lambda: (live.poll(0.2), coordinator(cluster, "listed-kip848", 0) == home)[1], 90,
+                   f"broker {home} leading the offsets partition again")
+        wait_until(lambda: listed_only_by(home), 30, f"the groups listed by broker {home} alone again")
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap()})
+        result = admin.list_consumer_groups().result(30)
+        assert not result.errors, result.errors
+        assert sorted(g.group_id for g in result.valid) == sorted(expected)
+    finally:
+        live.close()

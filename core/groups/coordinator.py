@@ -38,11 +38,12 @@ from typing import Callable
 
 from kio.schema.errors import ErrorCode
 
-from core.groups.consumer_state import keep as keep_consumer_group, restore_groups as restore_consumer_groups
+from core.groups.consumer_state import keep as keep_consumer_group
 from core.groups.consumer_group import ConsumerGroups
 from core.groups.group_admin import GroupAdmin
+from core.groups.partition_load import PartitionLoading
 from core.groups.streams_group import StreamsGroups
-from core.groups.streams_state import keep as keep_streams_group, restore_groups as restore_streams_groups
+from core.groups.streams_state import keep as keep_streams_group
 from core.groups.migration import Migration
 from core.groups.share_group import ShareGroups
 from core.groups.group import Group, GroupState, Member
@@ -63,7 +64,7 @@ JoinCallback = Callable[[JoinResult], None]
 SyncCallback = Callable[[SyncResult], None]
 
 
-class GroupCoordinator(OffsetCommits, GroupAdmin):
+class GroupCoordinator(OffsetCommits, GroupAdmin, PartitionLoading):
     def __init__(self, logs: LogManager, clock: Callable[[], float] = time.time, *,
                  initial_rebalance_delay_ms: int = 3000, min_session_timeout_ms: int = 6000,
                  max_session_timeout_ms: int = 1_800_000, offsets_partitions: int = 1,
@@ -113,26 +114,6 @@ class GroupCoordinator(OffsetCommits, GroupAdmin):
                                          check_interval_ms=offsets_retention_check_interval_ms)
 
     # --- life cycle -------------------------------------------------------------------
-    def load(self) -> None:
-        """Create ``__consumer_offsets`` if missing and replay it; classic groups with offsets come
-        back Empty, KIP-848 groups with their members (core.groups.consumer_state)."""
-        replayed = self.offsets.load()
-        for group_id in self.offsets.groups():
-            if not is_share_state(group_id):  # share groups' start offsets are not a group
-                self._groups.setdefault(group_id, Group(group_id))
-        restore_consumer_groups(self.consumer.groups, self._groups, self.offsets, None, self.clock())
-        restore_streams_groups(self.streams.groups, self._groups, self.offsets, None, self.clock())
-        self._loaded = True
-        log.info("loaded %d offset record(s) of %d group(s)", replayed, len(self.offsets.groups()))
-
-    def reload(self, partition: int) -> int:
-        """Cluster mode: this broker leads an offsets partition now; its offsets and KIP-848 groups
-        come back from its replica, so members go on with their ids and epochs."""
-        replayed = self.offsets.reload(partition)
-        restore_consumer_groups(self.consumer.groups, self._groups, self.offsets, partition, self.clock())
-        restore_streams_groups(self.streams.groups, self._groups, self.offsets, partition, self.clock())
-        return replayed
-
     def _consumer_group_changed(self, group_id: str) -> None:
         """Keep a KIP-848 group's newest state in __consumer_offsets (only where it is coordinated)."""
         if self.retention.leads(self.offsets.partition_for(group_id)):

@@ -100,6 +100,8 @@ class ClusterNode:
                 self._unfollow(rep.topic, rep.partition)
             if change.role == LEADER:
                 self.broker.became_leader(rep.topic, rep.partition)
+            else:
+                self.broker.stopped_leading(rep.topic, rep.partition)
         home = self.broker.amqp_home
         if home is not None:
             home.ensure_state_topic()
