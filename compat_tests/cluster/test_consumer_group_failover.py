@@ -13,6 +13,9 @@ interim one lists nothing of it.
 """
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -21,6 +24,7 @@ from confluent_kafka.admin import AdminClient
 from compat_tests.cluster.cluster import create_topic
 from compat_tests.cluster.test_transactions_cluster import call, coordinator
 from compat_tests.kafka.helpers import wait_until
+from tests.brokerproc import ROOT
 
 PARTITIONS = 4
 
@@ -123,5 +127,10 @@ def test_groups_are_listed_by_their_coordinator_only(cluster):
         result = admin.list_consumer_groups().result(30)
         assert not result.errors, result.errors
         assert sorted(g.group_id for g in result.valid) == sorted(expected)
+        other = next(b for b in cluster.live() if b.node_id != home)  # the CLI asks every broker too
+        cli = subprocess.run([sys.executable, "-m", "gateway", "groups", "list", "--json", "--bootstrap",
+                              other.bootstrap], cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert cli.returncode == 0, cli.stderr
+        assert {g["group"]: g["state"] for g in json.loads(cli.stdout)} == expected
     finally:
         live.close()

@@ -50,7 +50,7 @@ def add_commands(commands) -> None:
 
     groups = commands.add_parser("groups", help="list and describe consumer groups (with lag); reset offsets")
     sub = groups.add_subparsers(dest="groups_command", metavar="ACTION", required=True)
-    _common(sub.add_parser("list", help="every group and its state"), True)
+    _common(sub.add_parser("list", help="every group and its state (in a cluster, from every broker)"), True)
     p = sub.add_parser("describe", help="a group's committed offsets and lag per partition")
     p.add_argument("group")
     _common(p, True)

@@ -83,6 +83,13 @@ class KafkaAdmin:
                 out[p.partition_index] = self.node(p.leader_id, *address) if address else self
         return out
 
+    def brokers(self) -> list["KafkaAdmin"]:
+        """A client for every live broker of the cluster (this one alone on a single broker)."""
+        answer = self.call(3, {"topics": [], "allow_auto_topic_creation": False,
+                               "include_topic_authorized_operations": False})
+        return [self.node(b.node_id, b.host, b.port) for b in sorted(answer.brokers, key=lambda b: b.node_id)] \
+            or [self]
+
     def coordinator(self, group: str) -> "KafkaAdmin":
         answer = self.call(10, {"key": group, "key_type": 0, "coordinator_keys": [group]})
         found = answer.coordinators[0] if getattr(answer, "coordinators", None) else answer

@@ -142,11 +142,14 @@ def _committed(admin: KafkaAdmin, group: str) -> dict[tuple[str, int], int]:
 def groups(args, admin: KafkaAdmin) -> int:
     action = args.groups_command
     if action == "list":
-        answer = admin.call(LIST_GROUPS, {"states_filter": []})
-        _check(answer.error_code, "list groups")
+        listed = {}
+        for broker in admin.brokers():  # in a cluster each broker lists the groups it coordinates, as in Kafka
+            answer = broker.call(LIST_GROUPS, {"states_filter": []})
+            _check(answer.error_code, f"list groups of the broker at {broker.address[0]}:{broker.address[1]}")
+            listed.update((g.group_id, g) for g in answer.groups)
         rows = [{"group": g.group_id, "state": g.group_state, "protocol_type": g.protocol_type,
                  "protocol": getattr(g, "group_type", "classic")}  # ListGroups v5: classic or consumer (KIP-848)
-                for g in sorted(answer.groups, key=lambda g: g.group_id)]
+                for _, g in sorted(listed.items())]
         emit(rows, ["group", "state", "protocol_type", "protocol"], args.json)
         return 0
     coordinator = admin.coordinator(args.group)  # in a cluster, the group's state lives on one broker
