@@ -2,9 +2,9 @@
 
 :class:`PartitionLoading` is mixed into ``GroupCoordinator`` (core.groups.coordinator), whose
 state it fills and empties: the classic group table ``_groups``, ``consumer``, ``streams``,
-``share`` and ``offsets``. On one broker everything is loaded once at start-up. In cluster mode a broker
-coordinates the groups of the offsets partitions it leads, as in Kafka: when it becomes a
-partition's leader the partition is replayed (its offsets, and its groups as they were written
+``share`` and ``offsets``. On one broker everything is loaded once at start-up. In cluster mode
+a broker coordinates the groups of the offsets partitions it leads, as in Kafka: when it becomes
+a partition's leader the partition is replayed (its offsets, and its groups as they were written
 last), and when another broker leads it, or this one only follows it, its groups leave memory
 (Kafka's resignation), so no broker lists, ticks or times out a group it does not coordinate.
 Thread-safety: none; the owner's thread (the reactor) only.
