@@ -188,16 +188,22 @@ class ReplicaManager:
         return moved
 
     def shrink_isr(self) -> bool:
-        """Drop followers that have not caught up for the lag time; return True if any HW moved."""
+        """Drop followers that have not caught up for the lag time, and brokers that are no
+        longer replicas (a reassignment's old replica can catch up with a new leader that has not
+        seen the move end yet); return True if any HW moved."""
         now = self.clock()
         moved = False
         for rep in list(self.leaders()):
-            stale = [b for b in rep.state.isr if b != self.node_id
+            gone = [b for b in rep.state.isr if b != self.node_id and b not in rep.replicas]
+            stale = [b for b in rep.state.isr if b != self.node_id and b not in gone
                      and now - rep.caught_up_at.get(b, now) > self.lag_time_max_s]
-            if stale:
-                isr = tuple(b for b in rep.state.isr if b not in stale)
-                if self._change_isr(rep, isr, f"replica(s) {stale} lagging more than "
-                                              f"{int(self.lag_time_max_s * 1000)} ms"):
+            if gone or stale:
+                isr = tuple(b for b in rep.state.isr if b not in stale and b not in gone)
+                reasons = [f"replica(s) {stale} lagging more than {int(self.lag_time_max_s * 1000)} ms"] if stale else []
+                if gone:
+                    reasons.append(f"broker(s) {gone} no longer replicas")
+                why = "; ".join(reasons)
+                if self._change_isr(rep, isr, why):
                     moved |= self.update_hw(rep)
         return moved
 
