@@ -400,10 +400,19 @@ def _group_member(bootstrap, topic, group, log: ConsumerLog, stop: threading.Eve
         consumer = make_consumer(bootstrap, group_id=group, client_id=log.name, enable_auto_commit=True,
                                  auto_commit_interval_ms=500, session_timeout_ms=30000,
                                  heartbeat_interval_ms=1000, max_poll_records=2000)
+        # the topic's partitions known before the join: a leader whose first assignment missed them
+        # re-joins when they arrive, and kafka-python 3.0 then stopped heartbeating after the next
+        # assignment (removed by Apache Kafka after the session timeout; seen with a new topic)
+        deadline = time.monotonic() + 30
+        while not consumer.partitions_for_topic(topic) and time.monotonic() < deadline:
+            time.sleep(0.1)
         consumer.subscribe([topic], listener=_Listener(log))
         try:
             while not stop.is_set():
-                for tp, recs in consumer.poll(timeout_ms=200).items():
+                # 1 s, not less: kafka-python 3.0 gives its auto-commit before a rejoin the poll's
+                # time; at 200 ms a loaded machine's commit timed out at every poll, and the member
+                # never rejoined (removed after the rebalance timeout)
+                for tp, recs in consumer.poll(timeout_ms=1000).items():
                     for m in recs:
                         log.record(tp.partition, m.offset, m.key, m.value)
         finally:
