@@ -199,7 +199,9 @@ class ReplicaManager:
                      and now - rep.caught_up_at.get(b, now) > self.lag_time_max_s]
             if gone or stale:
                 isr = tuple(b for b in rep.state.isr if b not in stale and b not in gone)
-                reasons = [f"replica(s) {stale} lagging more than {int(self.lag_time_max_s * 1000)} ms"] if stale else []
+                reasons = []
+                if stale:
+                    reasons.append(f"replica(s) {stale} lagging more than {int(self.lag_time_max_s * 1000)} ms")
                 if gone:
                     reasons.append(f"broker(s) {gone} no longer replicas")
                 why = "; ".join(reasons)
