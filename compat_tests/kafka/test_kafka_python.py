@@ -403,9 +403,8 @@ def _group_member(bootstrap, topic, group, log: ConsumerLog, stop: threading.Eve
         # the topic's partitions known before the join: a leader whose first assignment missed them
         # re-joins when they arrive, and kafka-python 3.0 then stopped heartbeating after the next
         # assignment (removed by Apache Kafka after the session timeout; seen with a new topic)
-        deadline = time.monotonic() + 30
-        while not consumer.partitions_for_topic(topic) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_until(lambda: consumer.partitions_for_topic(topic), 30, f"{topic}'s partitions known to {log.name}",
+                   interval=0.1)
         consumer.subscribe([topic], listener=_Listener(log))
         try:
             while not stop.is_set():
