@@ -78,7 +78,7 @@ def add_arguments(parser) -> None:
                              "nodes and on one RabbitMQ node (Debian's rabbitmq-server)")
     parser.add_argument("--cluster-args", default="",
                         help="more `gateway serve` options for the clusters of the cores and spread rows, e.g. "
-                             "'--amqp-cluster-mode spread'")
+                             "'--queue-leader-locator client-local'")
     parser.add_argument("--startup-gb", type=float, default=1.0, help="log size for the start-up rows (10: manual)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--only", default=",".join(PARTS), help=f"comma-separated subset of {','.join(PARTS)}")

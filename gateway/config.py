@@ -242,10 +242,10 @@ OPTIONS: tuple[Option, ...] = (
            "cluster mode: a follower that has not caught up for this long leaves the in-sync replicas"),
     Option("zookeeper_session_timeout_ms", _int_at_least(1000), 6000, "MS",
            "cluster mode: a broker silent this long loses its ZooKeeper session and its partitions move"),
-    Option("amqp_cluster_mode", _choice("home", "spread"), "home", "MODE",
-           "cluster mode: 'home' runs every AMQP queue on one broker and relays AMQP connections to it; "
-           "'spread' (in development) leads each queue where its placement puts it and routes publishes "
-           "where they arrive"),
+    Option("amqp_cluster_mode", _choice("home", "spread"), "spread", "MODE",
+           "cluster mode: 'spread' leads each queue where its placement puts it and serves every AMQP client on "
+           "the broker it connected to, as RabbitMQ's cluster does; 'home' runs every AMQP queue on one broker and "
+           "relays AMQP connections to it. Every broker of a cluster must run the same mode"),
     Option("queue_leader_locator", _choice("client-local", "balanced"), "client-local", "NAME",
            "cluster mode 'spread': where a new queue is led unless its x-queue-leader-locator argument or a "
            "queue-leader-locator policy says otherwise: the broker the client is connected to, or the one "

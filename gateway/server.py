@@ -286,11 +286,20 @@ class Broker:
         stream = HostPort(*self._stream_advertised()) if "stream" in self.ports else HostPort("", -1)
         tls = HostPort(*self._stream_advertised("stream_tls")) if "stream_tls" in self.ports else HostPort("", -1)
         self.cluster.agent.me = BrokerInfo(s.node_id, kafka.host, kafka.port, amqp.host, amqp.port, s.rack or None,
-                                           stream.host, stream.port, tls.host, tls.port)
+                                           stream.host, stream.port, tls.host, tls.port, s.amqp_cluster_mode)
         try:
             self.kafka.cluster_id = self.cluster.start()
         except ZkError as exc:
             raise StartupError(str(exc)) from None
+        # the two modes place and serve queues differently: one cluster cannot run both
+        others = {b.node_id: b.amqp_mode for b in self.cluster.view.brokers.values()
+                  if b.node_id != s.node_id and b.amqp_mode and b.amqp_mode != s.amqp_cluster_mode}
+        if others:
+            self.cluster.stop()
+            raise StartupError(
+                f"this broker runs AMQP cluster mode '{s.amqp_cluster_mode}' but broker(s) "
+                f"{', '.join(f'{n} run(s) {m!r}' for n, m in sorted(others.items()))}: every broker of a cluster must "
+                f"run the same mode; start this one with --amqp-cluster-mode {next(iter(others.values()))}")
         self.kafka.cluster = self.cluster
         self.kafka.share_remote = RemoteShareState(self.kafka, on_read=self.kafka.waiters.notify)
         log.info("joined the cluster", extra=fields(node_id=s.node_id, zookeeper=s.zookeeper,

@@ -1,11 +1,12 @@
 """The controller's pure decisions: replica placement and leader election (core.cluster.view)."""
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import pytest
 
-from core.cluster.view import NO_LEADER, NotEnoughBrokersError, PartitionState, assign_replicas, elect
+from core.cluster.view import NO_LEADER, BrokerInfo, NotEnoughBrokersError, PartitionState, assign_replicas, elect
 
 
 def test_replicas_and_leaders_spread_evenly():
@@ -69,3 +70,10 @@ def test_preferred_leader_is_chosen_only_when_in_sync():
 def test_nothing_to_do_gives_none():
     state = PartitionState(leader=1, leader_epoch=0, isr=(1, 2, 3))
     assert elect(state, (1, 2, 3), live={1, 2, 3}, unclean=False, controller_epoch=1) is None
+
+
+def test_a_brokers_registration_carries_its_amqp_cluster_mode():
+    me = BrokerInfo(2, "h", 9093, "h", 5673, None, amqp_mode="spread")
+    assert BrokerInfo.from_json(2, json.loads(json.dumps(me.to_json()))) == me
+    older = {k: v for k, v in me.to_json().items() if k != "amqp_cluster_mode"}  # a broker that does not say
+    assert BrokerInfo.from_json(2, older).amqp_mode == ""

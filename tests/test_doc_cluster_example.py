@@ -97,6 +97,7 @@ def test_cluster_block_runs_as_written(tmp_path):
                 break
             time.sleep(0.5)
         assert sorted(brokers) == [1, 2, 3], f"brokers in the cluster's metadata: {sorted(brokers)}"
+        _amqp_spreads()
     finally:
         try:
             os.killpg(shell.pid, signal.SIGTERM)  # the brokers kept the shell's process group
@@ -111,3 +112,45 @@ def test_cluster_block_runs_as_written(tmp_path):
             pass
         log.close()
         zk.close()
+
+
+def _amqp_spreads() -> None:
+    """AMQP on the cluster the block started (its default mode, spread): a queue declared through
+    a broker is led there (client-local), and a client of the next broker gets what was published
+    to it."""
+    import base64
+    import json
+    import urllib.request
+
+    import pika
+    import pika.exceptions
+
+    def channel(port: int):
+        conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port, connection_attempts=120,
+                                                                 retry_delay=0.5))  # AMQP opens with the model
+        return conn, conn.channel()
+
+    login = "Basic " + base64.b64encode(b"guest:guest").decode()
+    for node in (1, 2, 3):
+        conn, ch = channel(5671 + node)
+        ch.queue_declare(f"doc-example-{node}", durable=True)
+        ch.confirm_delivery()
+        ch.basic_publish("", f"doc-example-{node}", f"hello from broker {node}".encode(),
+                         pika.BasicProperties(delivery_mode=2))
+        conn.close()
+        request = urllib.request.Request(f"http://127.0.0.1:{15671 + node}/api/queues/%2F/doc-example-{node}",
+                                         headers={"Authorization": login})
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            assert json.load(answer)["node"] == f"gateway@{node}"
+    for node in (1, 2, 3):
+        conn, ch = channel(5672 + node % 3)
+        deadline, body = time.monotonic() + 30, None
+        while body is None and time.monotonic() < deadline:
+            try:
+                body = ch.basic_get(f"doc-example-{node}", auto_ack=True)[2]
+            except pika.exceptions.ChannelClosedByBroker:  # 404 until this broker has learnt the declaration
+                ch = conn.channel()
+            if body is None:
+                time.sleep(0.2)
+        conn.close()
+        assert body == f"hello from broker {node}".encode()

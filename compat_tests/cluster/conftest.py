@@ -37,7 +37,14 @@ def zk_connect(zookeeper, request) -> str:
 
 @pytest.fixture
 def cluster(zk_connect, tmp_path, request) -> Cluster:
+    """Three brokers on their defaults (AMQP cluster mode 'spread')."""
     yield from running(make_cluster(tmp_path, zk_connect, n=3), request)
+
+
+@pytest.fixture
+def home_cluster(zk_connect, tmp_path, request) -> Cluster:
+    """Three brokers in AMQP cluster mode 'home' (one broker runs AMQP, the others relay to it)."""
+    yield from running(make_cluster(tmp_path, zk_connect, n=3, extra_args=("--amqp-cluster-mode", "home")), request)
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """AMQP publishers with confirms against a cluster that keeps losing brokers.
 
-A pika publisher (confirms on, persistent messages, a quorum queue) connects to any live
+In AMQP cluster mode 'home'. A pika publisher (confirms on, persistent messages, a quorum queue) connects to any live
 broker, records the id of every message the broker confirmed, and reconnects elsewhere when
 its connection drops. A nemesis kills (-9) the AMQP home or another broker, restarts it, and
 repeats for ``GATEWAY_AMQP_FAULT_CYCLES`` cycles (8 in CI; more by hand). At the end every
@@ -23,7 +23,8 @@ QUEUE = "ledger"
 
 
 @pytest.mark.timeout(300 + CYCLES * 60)
-def test_confirmed_messages_survive_broker_kills(cluster):
+def test_confirmed_messages_survive_broker_kills(home_cluster):
+    cluster = home_cluster  # AMQP cluster mode 'home'
     wait_until(lambda: amqp_home(cluster), timeout=30, what="an AMQP home")
     publisher = ConfirmingPublisher(cluster, QUEUE, {"x-queue-type": "quorum"})
     publisher.start()

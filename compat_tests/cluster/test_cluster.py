@@ -19,8 +19,9 @@ from collections import Counter
 from confluent_kafka import Consumer, KafkaError
 
 from compat_tests.cluster.clients import AckedProducer, produce_one
-from compat_tests.cluster.cluster import LAG_MS, brokers_of, create_topic, metadata, partition_view
+from compat_tests.cluster.cluster import LAG_MS, ClusterBroker, brokers_of, create_topic, metadata, partition_view
 from compat_tests.support import wait_until
+from tests.brokerproc import spawn
 
 
 def topic_name() -> str:
@@ -243,3 +244,26 @@ def test_reassignment_may_forbid_a_replication_factor_change(cluster):
     result = wait_until(ask, 15, f"broker 1 to know {topic}")
     assert result.error_code == ErrorCode.invalid_replication_factor, result
     assert result.error_message == "The replication factor is changed from 3 to 2"
+
+
+def test_a_broker_in_the_other_amqp_cluster_mode_is_refused(cluster, tmp_path):
+    """Every broker of a cluster runs the same --amqp-cluster-mode ('spread' by default): one
+    started with 'home' next to them exits at once, saying which mode to give it, and leaves the
+    cluster as it was."""
+    newcomer = ClusterBroker(4, tmp_path / "broker4", cluster.zk_connect,
+                             extra_args=("--amqp-cluster-mode", "home"))
+    newcomer.data_dir.mkdir(parents=True)
+    proc, log_path = spawn(newcomer.data_dir, *newcomer.argv())
+    try:
+        code = proc.wait(120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    output = log_path.read_text(errors="replace")
+    assert code != 0, output[-2000:]
+    assert "every broker of a cluster must run the same mode" in output, output[-2000:]
+    assert "--amqp-cluster-mode spread" in output, output[-2000:]
+    def three() -> bool:
+        md = metadata(cluster.bootstrap(), timeout=3)
+        return md is not None and sorted(brokers_of(md)) == [1, 2, 3]
+    wait_until(three, timeout=30, what="the three brokers, and only them, in Metadata")

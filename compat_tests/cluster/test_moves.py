@@ -4,7 +4,7 @@
   ``gateway admin reassign --wait`` (the KIP-455 APIs), while an acks=all producer runs;
 * the group coordinator's broker dies: the group's committed offsets come back on the new
   leader of its ``__consumer_offsets`` partition;
-* AMQP: any broker serves any queue (forwarded to the AMQP home), a quorum queue's confirmed
+* AMQP in cluster mode 'home': any broker serves any queue (forwarded to the AMQP home), a quorum queue's confirmed
   messages and acks survive a kill -9 of the home.
 
 The brokers are real processes on loopback (see cluster.py); the clients are confluent-kafka,
@@ -142,7 +142,8 @@ def _drain(broker, queue: str, ack: bool = True, idle: float = 3) -> list[bytes]
     return got
 
 
-def test_any_broker_serves_any_queue(cluster):
+def test_any_broker_serves_any_queue(home_cluster):
+    cluster = home_cluster  # AMQP cluster mode 'home'
     home = _amqp_home(cluster)
     others = [b for b in cluster.brokers if b.node_id != home]
     conn, ch = _channel(others[0])
@@ -156,7 +157,8 @@ def test_any_broker_serves_any_queue(cluster):
     assert len(view[0][1]) == 3 and view[0][0] == home  # a quorum queue: 3 replicas, led by the home
 
 
-def test_quorum_queue_keeps_confirmed_messages_and_acks_when_the_home_dies(cluster):
+def test_quorum_queue_keeps_confirmed_messages_and_acks_when_the_home_dies(home_cluster):
+    cluster = home_cluster  # AMQP cluster mode 'home'
     home = _amqp_home(cluster)
     entry = next(b for b in cluster.brokers if b.node_id != home)
     conn, ch = _channel(entry)
@@ -181,7 +183,8 @@ def test_quorum_queue_keeps_confirmed_messages_and_acks_when_the_home_dies(clust
     assert rest == [f"o{i}".encode() for i in range(100, 300)]
 
 
-def test_classic_queues_are_mirrored_by_an_ha_policy_and_placed_on_the_home_otherwise(cluster):
+def test_classic_queues_are_mirrored_by_an_ha_policy_and_placed_on_the_home_otherwise(home_cluster):
+    cluster = home_cluster  # AMQP cluster mode 'home'
     import requests
     home = cluster.by_id(_amqp_home(cluster))
     api = f"http://127.0.0.1:{home.ports['http']}/api"

@@ -31,18 +31,20 @@ class BrokerInfo:
     stream_port: int = -1
     stream_tls_host: str = ""  # the advertised stream-over-TLS listener (-1: none), told to TLS clients
     stream_tls_port: int = -1
+    amqp_mode: str = ""  # its --amqp-cluster-mode ("" from a broker that does not say)
 
     def to_json(self) -> dict:
         return {"host": self.host, "port": self.port, "amqp_host": self.amqp_host, "amqp_port": self.amqp_port,
                 "stream_host": self.stream_host, "stream_port": self.stream_port,
                 "stream_tls_host": self.stream_tls_host, "stream_tls_port": self.stream_tls_port,
-                "rack": self.rack, "version": 1}
+                "rack": self.rack, "amqp_cluster_mode": self.amqp_mode, "version": 1}
 
     @classmethod
     def from_json(cls, node_id: int, doc: Mapping) -> "BrokerInfo":
         return cls(node_id, doc["host"], int(doc["port"]), doc.get("amqp_host", ""), int(doc.get("amqp_port", -1)),
                    doc.get("rack"), doc.get("stream_host", ""), int(doc.get("stream_port", -1)),
-                   doc.get("stream_tls_host", ""), int(doc.get("stream_tls_port", -1)))
+                   doc.get("stream_tls_host", ""), int(doc.get("stream_tls_port", -1)),
+                   str(doc.get("amqp_cluster_mode") or ""))
 
 
 @dataclass(frozen=True, slots=True)
