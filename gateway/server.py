@@ -57,6 +57,7 @@ from gateway.cluster.amqp_spread import AmqpSpread
 from gateway.cluster.node import ClusterNode
 from gateway.cluster.peers import PeerClients
 from gateway.cluster.share_state import RemoteShareState
+from gateway.cluster import shared_docs
 from gateway.config import HostPort, Settings
 from gateway.group_commit import GroupCommit
 from gateway.kafka.apis import share_groups
@@ -302,6 +303,10 @@ class Broker:
                 f"run the same mode; start this one with --amqp-cluster-mode {next(iter(others.values()))}")
         self.kafka.cluster = self.cluster
         self.kafka.share_remote = RemoteShareState(self.kafka, on_read=self.kafka.waiters.notify)
+        # users, permissions and ACLs are the cluster's, as Kafka's and RabbitMQ's are
+        self.users.share(shared_docs.SharedDocument(self.cluster, shared_docs.USERS))
+        if self._authorizer is not None:
+            self._authorizer.share(shared_docs.SharedDocument(self.cluster, shared_docs.ACLS))
         log.info("joined the cluster", extra=fields(node_id=s.node_id, zookeeper=s.zookeeper,
                                                     brokers=sorted(self.cluster.view.brokers),
                                                     controller=self.cluster.view.controller_id))

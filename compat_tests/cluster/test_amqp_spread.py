@@ -517,3 +517,50 @@ def test_a_broker_whose_state_replica_is_moved_away_and_back_keeps_learning_defi
     amqp_connection(b1).channel().queue_declare("after-the-move", durable=True)
     wait_until(lambda: _knows_queue(b3, "after-the-move"), timeout=30,
                what="broker 3 knowing a queue declared on broker 1 after its replica came back")
+
+
+def test_definitions_imported_through_one_broker_hold_on_every_broker(spread):
+    """RabbitMQ's ``POST /api/definitions`` on one node defines for the whole cluster: so here,
+    through broker 1's API, and broker 3 exports them, routes through them and serves the queue."""
+    b1, b2, b3 = spread.brokers
+    doc = {"vhosts": [{"name": "imported"}],
+           "permissions": [{"user": "guest", "vhost": "imported", "configure": ".*", "write": ".*", "read": ".*"}],
+           "exchanges": [{"name": "orders", "vhost": "imported", "type": "topic", "durable": True,
+                          "auto_delete": False, "internal": False, "arguments": {}}],
+           "queues": [{"name": "eu-orders", "vhost": "imported", "durable": True, "auto_delete": False,
+                       "arguments": {"x-queue-type": "quorum"}}],
+           "bindings": [{"source": "orders", "vhost": "imported", "destination": "eu-orders",
+                         "destination_type": "queue", "routing_key": "eu.#", "arguments": {}}]}
+    answer = requests.post(f"http://{b1.ip}:{b1.ports['http']}/api/definitions", json=doc, auth=("guest", "guest"),
+                           timeout=60)
+    assert answer.status_code in (200, 201, 204), answer.text
+
+    def exported(broker) -> dict | None:
+        url = f"http://{broker.ip}:{broker.ports['http']}/api/definitions/imported"
+        try:
+            got = requests.get(url, auth=("guest", "guest"), timeout=5)
+        except requests.RequestException:
+            return None
+        if got.status_code != 200:
+            return None
+        body = got.json()
+        routes = {(b["source"], b["destination"], b["routing_key"]) for b in body.get("bindings", [])}
+        return body if ("orders", "eu-orders", "eu.#") in routes else None
+
+    body = wait_until(lambda: exported(b3), timeout=30, what="broker 3 exporting the imported definitions")
+    assert [q["name"] for q in body["queues"]] == ["eu-orders"]
+    assert body["queues"][0]["arguments"].get("x-queue-type") == "quorum"
+
+    params = lambda b: pika.ConnectionParameters(b.ip, b.ports["amqp"], virtual_host="imported",  # noqa: E731
+                                                 connection_attempts=20, retry_delay=0.5)
+    publisher = pika.BlockingConnection(params(b2))
+    ch = publisher.channel()
+    ch.confirm_delivery()
+    ch.basic_publish("orders", "eu.paris", b"order 1", pika.BasicProperties(delivery_mode=2))
+    publisher.close()
+    consumer = pika.BlockingConnection(params(b3))
+    ch = consumer.channel()
+    method, _props, body = wait_until(lambda: (lambda got: got if got[0] is not None else None)(
+        ch.basic_get("eu-orders", auto_ack=True)), timeout=30, what="the routed message on broker 3")
+    consumer.close()
+    assert body == b"order 1"

@@ -10,7 +10,7 @@ Layout, Kafka's own (under the chroot of ``--zookeeper host:port/chroot``)::
 
     /brokers/ids/<id>                          ephemeral  {"host", "port", "amqp_host", "amqp_port",
                                                             "stream_host", "stream_port", "stream_tls_host",
-                                                            "stream_tls_port", "rack"}
+                                                            "stream_tls_port", "rack", "amqp_cluster_mode"}
     /brokers/topics/<topic>                               {"partitions": {"0": [1, 2, 3]}, "configs", "topic_id"}
     /brokers/topics/<topic>/partitions/<p>/state          {"leader", "leader_epoch", "isr", "controller_epoch"}
     /controller                                ephemeral  {"brokerid": <id>}
@@ -19,6 +19,8 @@ Layout, Kafka's own (under the chroot of ``--zookeeper host:port/chroot``)::
     /cluster/id                                           the cluster id
     /config/client-quotas                                 {"version", "entities"} (core.quotas), every broker's
     /config/group-configs                                 {"version", "groups"} (core.group_configs), every broker's
+    /config/gateway-users                                 {"format", "users"} (gateway.security.users), every broker's
+    /config/gateway-acls                                  {"version", "bindings"} (gateway.security.acl), every broker's
 
 Fencing: every state change the controller makes is a ZooKeeper transaction that also checks
 the version of ``/controller_epoch`` it wrote when it won, so a controller that was replaced
@@ -46,7 +48,8 @@ log = logging.getLogger(__name__)
 
 IDS, TOPICS, CONTROLLER, CONTROLLER_EPOCH = "/brokers/ids", "/brokers/topics", "/controller", "/controller_epoch"
 REASSIGN, CLUSTER_ID = "/admin/reassign_partitions", "/cluster/id"
-SHARED_DOCS = ("/config/client-quotas", "/config/group-configs")  # read into ClusterView.configs
+SHARED_DOCS = ("/config/client-quotas", "/config/group-configs", "/config/gateway-users",  # read into
+               "/config/gateway-acls")  # ClusterView.configs
 LOOP_S = 0.2  # the agent's pace when nothing wakes it
 PREFERRED_ELECTION_S = 10.0  # how often the controller moves leadership back to preferred replicas
 

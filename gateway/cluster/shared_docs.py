@@ -1,10 +1,12 @@
-"""Cluster mode: client quotas and group configs are the cluster's, not one broker's.
+"""Cluster mode: client quotas, group configs, users and ACLs are the cluster's, not one broker's.
 
-Kafka keeps both in its metadata (ZooKeeper's ``/config/...`` nodes before KRaft), so an
-AlterClientQuotas or IncrementalAlterConfigs answered by one broker holds on every broker. Here
-each is one JSON document in ZooKeeper (core.cluster.zk SHARED_DOCS), in the form the single-node
-file has. A broker's store (core.quotas.ClientQuotaStore, core.group_configs.GroupConfigs) reads
-it from the cluster view, writes it back conditionally on the version it read (two brokers
+Kafka keeps all four in its metadata (ZooKeeper's ``/config/...`` and ``/kafka-acl`` nodes before
+KRaft), so an AlterClientQuotas, IncrementalAlterConfigs, AlterUserScramCredentials or CreateAcls
+answered by one broker holds on every broker, and RabbitMQ's users and permissions are its
+cluster's too. Here each is one JSON document in ZooKeeper (core.cluster.zk SHARED_DOCS), in the
+form the single-node file has. A broker's store (core.quotas.ClientQuotaStore,
+core.group_configs.GroupConfigs, gateway.security.users.UserStore, gateway.security.acl.Authorizer)
+reads it from the cluster view, writes it back conditionally on the version it read (two brokers
 altering at once: the second is told to try again, nothing is lost), and reloads it when a view
 shows another broker's write.
 """
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 from core.cluster.zk import SHARED_DOCS, ZkError
 
-QUOTAS, GROUP_CONFIGS = SHARED_DOCS
+QUOTAS, GROUP_CONFIGS, USERS, ACLS = SHARED_DOCS
 
 
 class SharedDocument:
@@ -37,9 +39,18 @@ class SharedDocument:
             raise OSError(str(exc)) from None
 
     def stale(self) -> bool:
-        """Whether the view holds a version this broker has not read (another broker's write)."""
+        """Whether the view holds a newer version than this broker last read or wrote (another
+        broker's write; a view older than this broker's own last write is not)."""
         found = self.node.view.configs.get(self.path)
-        return (-1 if found is None else found[1]) != self.version
+        return found is not None and found[1] > self.version
+
+    def newer(self):
+        """The view's copy if it is newer than the one this broker last read or wrote, else None."""
+        found = self.node.view.configs.get(self.path)
+        if found is None or found[1] <= self.version:
+            return None
+        doc, self.version = found
+        return doc
 
 
 def document(ctx, path: str) -> SharedDocument | None:
@@ -55,3 +66,9 @@ def refresh(ctx) -> None:
         doc = getattr(store, "document", None)
         if doc is not None and doc.stale():
             store.reload()
+    users = getattr(ctx, "users", None)
+    if getattr(users, "document", None) is not None:
+        users.maybe_reload()
+    authorizer = getattr(ctx, "authorizer", None)
+    if getattr(authorizer, "document", None) is not None:
+        authorizer.refresh()

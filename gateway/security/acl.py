@@ -13,7 +13,10 @@ Kafka's ``AclAuthorizer``'s:
   ``--allow-everyone-if-no-acl-found``.
 
 ``<data-dir>/acls.json`` holds the bindings as a JSON list (written atomically on every
-CreateAcls/DeleteAcls). The ids below are the wire values of Kafka's enums.
+CreateAcls/DeleteAcls). In cluster mode they are the cluster's, as Kafka keeps ACLs in ZooKeeper:
+one JSON document there (:meth:`Authorizer.share`) that every change replaces conditionally on
+the version it read, seeded by the first broker with its own file's bindings. The ids below are
+the wire values of Kafka's enums.
 """
 from __future__ import annotations
 
@@ -119,15 +122,46 @@ class Authorizer:
         self.super_users = {u if u.startswith("User:") else f"User:{u}" for u in super_users}
         self.allow_if_no_acl = allow_if_no_acl
         self.bindings: list[AclBinding] = []
+        self.document = None  # cluster mode: the cluster's bindings (see share)
         if self.path is not None and self.path.exists():
             try:
                 self.bindings = [AclBinding(**b) for b in json.loads(self.path.read_bytes())]
             except (ValueError, TypeError) as exc:
                 raise ValueError(f"ACL file {self.path} cannot be read: {exc}") from None
 
-    def _save(self) -> None:
-        if self.path is not None:
-            write_atomic(self.path, json.dumps([asdict(b) for b in self.bindings], indent=1).encode())
+    def _save(self, bindings: list[AclBinding]) -> None:
+        """Keep ``bindings`` (cluster mode: OSError if another broker changed them at the same moment)."""
+        if self.document is not None:
+            self.document.write({"version": 1, "bindings": [asdict(b) for b in bindings]})
+        elif self.path is not None:
+            write_atomic(self.path, json.dumps([asdict(b) for b in bindings], indent=1).encode())
+        self.bindings = bindings
+
+    # --- cluster mode ---------------------------------------------------------------------
+    def share(self, document) -> None:
+        """Make the bindings the cluster's: ``document`` (gateway.cluster.shared_docs.SharedDocument)
+        holds them; if no broker wrote it yet, this broker's own become the cluster's."""
+        self.document = document
+        doc = document.read()
+        if doc is not None:
+            self._adopt(doc)
+            return
+        try:
+            self._save(list(self.bindings))
+        except OSError:  # another broker seeded it at this very moment: its copy comes with the next view
+            pass
+
+    def refresh(self) -> None:
+        """Cluster mode: take the cluster's bindings if another broker changed them."""
+        newer = self.document.newer()
+        if newer is not None:
+            self._adopt(newer)
+
+    def _adopt(self, doc) -> None:
+        try:
+            self.bindings = [AclBinding(**b) for b in doc["bindings"]]
+        except (KeyError, TypeError, ValueError) as exc:
+            log.error("the cluster's ACLs cannot be read, keeping the previous ones: %r", exc)
 
     def authorize(self, principal: str, host: str, operation: str, resource_type: str, name: str) -> bool:
         if principal in self.super_users:
@@ -150,19 +184,25 @@ class Authorizer:
         return False
 
     def create(self, bindings: list[AclBinding]) -> None:
+        """Raises OSError if they could not be kept (nothing changed then)."""
+        if self.document is not None:
+            self.refresh()
+        new = list(self.bindings)
         for b in bindings:
-            if b not in self.bindings:
-                self.bindings.append(b)
-        self._save()
+            if b not in new:
+                new.append(b)
+        self._save(new)
 
     def describe(self, f: AclFilter) -> list[AclBinding]:
         return [b for b in self.bindings if f.matches(b)]
 
     def delete(self, filters: list[AclFilter]) -> list[list[AclBinding]]:
-        """The bindings each filter deleted."""
+        """The bindings each filter deleted; raises OSError if that could not be kept (nothing
+        changed then)."""
+        if self.document is not None:
+            self.refresh()
         deleted = [[b for b in self.bindings if f.matches(b)] for f in filters]
         gone = {b for group in deleted for b in group}
         if gone:
-            self.bindings = [b for b in self.bindings if b not in gone]
-            self._save()
+            self._save([b for b in self.bindings if b not in gone])
         return deleted

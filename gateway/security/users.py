@@ -22,6 +22,14 @@ Readers never lock: the broker notices a new file by its (inode, mtime, size) an
 (:meth:`UserStore.maybe_reload`, called before each authentication and once a second), so a
 user added with the CLI can log in at once, without a restart. A file that does not parse is
 logged and the previous contents are kept.
+
+Cluster mode: the users are the cluster's, as Kafka keeps SCRAM credentials in ZooKeeper and
+RabbitMQ keeps users in its cluster-wide metadata. They are one JSON document in ZooKeeper (the
+file's form; :meth:`UserStore.share`), which every edit replaces conditionally on the version it
+read; the first broker of a cluster seeds it with its own users. Each broker writes its copy to
+its ``users.json`` too, so ``gateway users`` on any broker's data directory lists the cluster's
+users, and an edit the CLI makes there reaches the cluster's document at the broker's next reload,
+merged user by user with what other brokers changed meanwhile.
 """
 from __future__ import annotations
 
@@ -157,6 +165,8 @@ class UserStore:
         self.loopback_users = set(loopback_users)
         self.users: dict[str, User] = {}
         self._stamp: tuple | None = None
+        self.document = None  # cluster mode: the cluster's users (see share)
+        self._base: dict[str, dict] = {}  # cluster mode: the users file as this broker last read or wrote it
         self.load()
 
     @classmethod
@@ -178,21 +188,21 @@ class UserStore:
         stamp = self._file_stamp()
         self.users = self._read() if stamp is not None else default_users()
         self._stamp = stamp
+        self._base = _snapshot(self.users)
 
     def _read(self) -> dict[str, User]:
         try:
-            doc = json.loads(self.path.read_bytes())
-            if doc.get("format") != FORMAT:
-                raise ValueError(f"unknown format {doc.get('format')!r}")
-            return {name: User.from_json(name, u) for name, u in doc["users"].items()}
+            return _parse(json.loads(self.path.read_bytes()))
         except FileNotFoundError:
             return default_users()
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        except (OSError, ValueError) as exc:
             raise UserStoreError(f"users file {self.path} cannot be read: {exc}") from None
 
     def maybe_reload(self) -> bool:
         """Reload if the file changed since it was read; True if it did. Keeps the old users
-        (and logs) if the new file is broken."""
+        (and logs) if the new file is broken. Cluster mode: also takes the cluster's newer users."""
+        if self.document is not None:
+            return self._sync()
         stamp = self._file_stamp()
         if stamp == self._stamp:
             return False
@@ -239,7 +249,21 @@ class UserStore:
     # --- editing -------------------------------------------------------------------------
     @contextlib.contextmanager
     def editing(self):
-        """Lock the file, re-read it, yield the users dict to change, write it back."""
+        """Lock the file, re-read it, yield the users dict to change, write it back (cluster mode:
+        to the cluster's document, refused with UserStoreError if another broker changed it at the
+        same moment)."""
+        if self.document is not None:
+            newer = self.document.newer()
+            if newer is not None:
+                self._adopt(newer)
+            users = {name: User.from_json(name, doc) for name, doc in _snapshot(self.users).items()}  # a copy
+            yield users
+            try:
+                self.document.write(_doc(users))
+            except OSError as exc:
+                raise UserStoreError(f"users not changed: {exc}") from None
+            self._set(users)
+            return
         if self.path is None:
             yield self.users
             return
@@ -256,8 +280,91 @@ class UserStore:
             os.close(lock_fd)
 
     def _write(self, users: dict[str, User]) -> None:
-        doc = {"format": FORMAT, "users": {name: u.to_json() for name, u in sorted(users.items())}}
-        write_atomic(self.path, json.dumps(doc, indent=1, sort_keys=True).encode(), mode=0o600)
+        write_atomic(self.path, json.dumps(_doc(users), indent=1, sort_keys=True).encode(), mode=0o600)
+
+    @contextlib.contextmanager
+    def _locked(self):
+        lock_fd = os.open(str(self.path) + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(lock_fd)
+
+    # --- cluster mode ---------------------------------------------------------------------
+    def share(self, document) -> None:
+        """Make the users the cluster's: ``document`` (gateway.cluster.shared_docs.SharedDocument)
+        holds them; if no broker wrote it yet, this broker's own users become the cluster's."""
+        self.document = document
+        doc = document.read()
+        if doc is not None:
+            self._adopt(doc)
+            return
+        try:
+            document.write(_doc(self.users))
+        except OSError:  # another broker seeded it at this very moment: its copy comes with the next view
+            return
+        log.info("users of this broker are the cluster's now", extra={"fields": {"users": len(self.users)}})
+        self._set(self.users)
+
+    def _sync(self) -> bool:
+        changed = False
+        stamp = self._file_stamp()
+        if stamp is not None and stamp != self._stamp:  # edited by the CLI: to the cluster
+            changed = self._upload(stamp)
+        newer = self.document.newer()
+        if newer is not None:
+            self._adopt(newer)
+            changed = True
+        return changed
+
+    def _upload(self, stamp: tuple) -> bool:
+        """The users file changed here: apply what it changed (against the file as this broker last
+        saw it) to the cluster's users, user by user, and write those back."""
+        try:
+            local = self._read()
+        except UserStoreError as exc:
+            log.error("users file not taken, keeping the cluster's users: %s", exc)
+            self._stamp = stamp
+            return False
+        newer = self.document.newer()
+        merged = dict(_parse(newer) if newer is not None else self.users)
+        for name, doc in _snapshot(local).items():
+            if self._base.get(name) != doc:
+                merged[name] = local[name]
+        for name in self._base.keys() - local.keys():
+            merged.pop(name, None)
+        try:
+            self.document.write(_doc(merged))
+        except OSError as exc:  # the file stays changed: the next reload tries again
+            log.warning("users edited in %s not given to the cluster yet: %s", self.path, exc)
+            return False
+        self._stamp, self._base = stamp, _snapshot(local)  # the file as read: what the mirror may replace
+        log.info("users edited in the users file are the cluster's now", extra={"fields": {"users": len(merged)}})
+        self._set(merged)
+        return True
+
+    def _adopt(self, doc) -> None:
+        try:
+            users = _parse(doc)
+        except ValueError as exc:
+            log.error("the cluster's users cannot be read, keeping the previous ones: %s", exc)
+            return
+        self._set(users)
+
+    def _set(self, users: dict[str, User]) -> None:
+        """The cluster's users as this broker knows them now, also written to its users file
+        (unless the CLI changed the file since this broker last saw it: that edit goes first)."""
+        self.users = users
+        if self.path is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self._locked():
+            current = self._file_stamp()
+            if current is not None and current != self._stamp:
+                return
+            self._write(users)
+            self._stamp, self._base = self._file_stamp(), _snapshot(users)
 
     def add_user(self, name: str, password: str | None, iterations: int = 4096) -> None:
         check_user_name(name)
@@ -297,6 +404,24 @@ class UserStore:
     def set_tags(self, name: str, tags: list[str]) -> None:
         with self.editing() as users:
             _existing(users, name).tags = list(tags)
+
+
+def _snapshot(users: dict[str, User]) -> dict[str, dict]:
+    return {name: user.to_json() for name, user in users.items()}
+
+
+def _doc(users: dict[str, User]) -> dict:
+    return {"format": FORMAT, "users": {name: u.to_json() for name, u in sorted(users.items())}}
+
+
+def _parse(doc) -> dict[str, User]:
+    """The users of a users document (the file's form); ValueError if it is not one."""
+    try:
+        if doc.get("format") != FORMAT:
+            raise ValueError(f"unknown format {doc.get('format')!r}")
+        return {name: User.from_json(name, u) for name, u in doc["users"].items()}
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"not a users document: {exc!r}") from None
 
 
 def _existing(users: dict[str, User], name: str) -> User:

@@ -73,7 +73,13 @@ def create_acls(ctx, conn, h, req):
             if problem is None:
                 valid.append(binding)
         if valid:
-            authorizer.create(valid)
+            try:
+                authorizer.create(valid)
+            except OSError as exc:  # cluster mode: another broker changed the ACLs at the same moment
+                for result in results:
+                    if result["error_code"] == ErrorCode.none:
+                        result.update(error_code=ErrorCode.unknown_server_error, error_message=str(exc))
+                return respond(h, {"throttle_time": 0, "results": results})
             for b in valid:
                 log.info("ACL created", extra=fields(principal=f"User:{conn.principal_name}", acl=str(_wire(b))))
     return respond(h, {"throttle_time": 0, "results": results})
@@ -113,7 +119,12 @@ def delete_acls(ctx, conn, h, req):
             {"error_code": code, "error_message": message, "matching_acls": []} for _ in req.filters]})
     filters = [_filter(f) for f in req.filters]
     problems = [_filter_problem(f) for f in filters]
-    deleted = authorizer.delete([f for f, p in zip(filters, problems) if p is None])
+    try:
+        deleted = authorizer.delete([f for f, p in zip(filters, problems) if p is None])
+    except OSError as exc:  # cluster mode: another broker changed the ACLs at the same moment
+        return respond(h, {"throttle_time": 0, "filter_results": [
+            {"error_code": ErrorCode.invalid_request if p else ErrorCode.unknown_server_error,
+             "error_message": p or str(exc), "matching_acls": []} for p in problems]})
     results, it = [], iter(deleted)
     for problem in problems:
         if problem:
