@@ -463,8 +463,9 @@ class Broker:
             duties.every(CLUSTER_TICK_S, self.kafka.stream_consumers.tick)
 
     def _load_definitions(self, path: Path) -> None:
-        if self.cluster is not None:  # the AMQP model lives on the elected AMQP home, not loaded yet here
-            log.warning("--definitions is ignored in cluster mode: import the file through the AMQP home's "
+        if self.cluster is not None:  # the AMQP model is the cluster's, not open yet here
+            where = "any broker's" if self.settings.amqp_cluster_mode == "spread" else "the AMQP home's"
+            log.warning(f"--definitions is ignored in cluster mode: import the file through {where} "
                         "management API (POST /api/definitions)", extra=fields(file=str(path)))
             return
         try:

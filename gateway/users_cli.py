@@ -20,8 +20,9 @@ def add_parser(commands) -> None:
     users = commands.add_parser(
         "users", help="manage users, passwords and AMQP permissions",
         description="Manage the users of both protocols in <data-dir>/users.json (safe while the broker "
-                    "runs: it reloads the file within a second). Without the file the only user is "
-                    "guest/guest, allowed from loopback addresses only.")
+                    "runs: it reloads the file within a second; in a cluster the file is the broker's copy of "
+                    "the cluster's users, and what is changed there reaches every broker). Without the file the "
+                    "only user is guest/guest, allowed from loopback addresses only.")
     users.add_argument("--data-dir", metavar="DIR", help="the broker's data directory "
                                                          "(env GATEWAY_DATA_DIR, default ./gateway-data)")
     users.add_argument("--config", metavar="FILE", help="read data_dir from this TOML file (env GATEWAY_CONFIG)")
