@@ -7,6 +7,7 @@ import copy
 
 import pytest
 
+from gateway.cluster.shared_docs import SharedDocument
 from gateway.security.users import UserStore, UserStoreError
 
 
@@ -15,8 +16,8 @@ class Zk:
         self.doc, self.at = None, -1
 
 
-class Doc:
-    """One broker's handle on the shared document (gateway.cluster.shared_docs.SharedDocument)."""
+class Doc(SharedDocument):
+    """One broker's handle on the shared document, on the Zk above instead of a cluster view."""
     name = "the users document"
 
     def __init__(self, zk: Zk):

@@ -44,6 +44,19 @@ class SharedDocument:
         found = self.node.view.configs.get(self.path)
         return found is not None and found[1] > self.version
 
+    def join(self, adopt, seed) -> bool:
+        """A broker's store starts sharing: ``adopt(doc)`` the cluster's copy if there is one, else
+        write ``seed()`` (this broker's own, as a document) as the cluster's; True if it did."""
+        doc = self.read()
+        if doc is not None:
+            adopt(doc)
+            return False
+        try:
+            self.write(seed())
+        except OSError:  # another broker seeded it at this very moment: its copy comes with the next view
+            return False
+        return True
+
     def newer(self):
         """The view's copy if it is newer than the one this broker last read or wrote, else None."""
         found = self.node.view.configs.get(self.path)

@@ -132,7 +132,7 @@ class Authorizer:
     def _save(self, bindings: list[AclBinding]) -> None:
         """Keep ``bindings`` (cluster mode: OSError if another broker changed them at the same moment)."""
         if self.document is not None:
-            self.document.write({"version": 1, "bindings": [asdict(b) for b in bindings]})
+            self.document.write(_document(bindings))
         elif self.path is not None:
             write_atomic(self.path, json.dumps([asdict(b) for b in bindings], indent=1).encode())
         self.bindings = bindings
@@ -142,14 +142,7 @@ class Authorizer:
         """Make the bindings the cluster's: ``document`` (gateway.cluster.shared_docs.SharedDocument)
         holds them; if no broker wrote it yet, this broker's own become the cluster's."""
         self.document = document
-        doc = document.read()
-        if doc is not None:
-            self._adopt(doc)
-            return
-        try:
-            self._save(list(self.bindings))
-        except OSError:  # another broker seeded it at this very moment: its copy comes with the next view
-            pass
+        document.join(self._adopt, lambda: _document(self.bindings))
 
     def refresh(self) -> None:
         """Cluster mode: take the cluster's bindings if another broker changed them."""
@@ -206,3 +199,8 @@ class Authorizer:
         if gone:
             self._save([b for b in self.bindings if b not in gone])
         return deleted
+
+
+def _document(bindings: list[AclBinding]) -> dict:
+    """The cluster's bindings as kept in ZooKeeper."""
+    return {"version": 1, "bindings": [asdict(b) for b in bindings]}

@@ -296,16 +296,9 @@ class UserStore:
         """Make the users the cluster's: ``document`` (gateway.cluster.shared_docs.SharedDocument)
         holds them; if no broker wrote it yet, this broker's own users become the cluster's."""
         self.document = document
-        doc = document.read()
-        if doc is not None:
-            self._adopt(doc)
-            return
-        try:
-            document.write(_doc(self.users))
-        except OSError:  # another broker seeded it at this very moment: its copy comes with the next view
-            return
-        log.info("users of this broker are the cluster's now", extra={"fields": {"users": len(self.users)}})
-        self._set(self.users)
+        if document.join(self._adopt, lambda: _doc(self.users)):
+            log.info("users of this broker are the cluster's now", extra={"fields": {"users": len(self.users)}})
+            self._set(self.users)
 
     def _sync(self) -> bool:
         changed = False
