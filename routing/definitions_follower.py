@@ -75,6 +75,7 @@ def apply_changes(router, changes: Iterable[definitions.Change]) -> None:
     (its record of what is stored learns them too, so that it never writes them again)."""
     changes = list(changes)
     router._stored.apply(changes)
+    deferred = []
     for vhost_name, key, value in changes:
         value = None if value is None else definitions.decode(value)
         vhost = router.vhosts.get(vhost_name)
@@ -98,9 +99,16 @@ def apply_changes(router, changes: Iterable[definitions.Change]) -> None:
             elif kind == "queue":
                 _queue(vhost, name, value)
             elif kind == "binding":
-                _binding(vhost, definitions.decode(json.loads(name)), value)
+                if not _binding(vhost, definitions.decode(json.loads(name)), value) and value is not None:
+                    deferred.append((vhost, key, name))
         except (ChannelError, KeyError, TypeError, ValueError) as exc:
             log.warning("AMQP definition %r of vhost %r not applied here: %s", key, vhost_name, exc)
+    # The entries of one write come in no set order (a definitions import is one diff of a whole
+    # vhost): a binding that came before its exchange is bound now, if the write still keeps it.
+    for vhost, key, name in deferred:
+        value = router._stored.vhosts.get(vhost.name, {}).get(key)
+        if value is not None:
+            _binding(vhost, definitions.decode(json.loads(name)), definitions.decode(value))
 
 
 def _settings(vhost: VirtualHost, value: dict) -> None:
@@ -185,12 +193,14 @@ def _queue(vhost: VirtualHost, name: str, q: dict | None) -> None:
     vhost._install(queue)
 
 
-def _binding(vhost: VirtualHost, key: list, b: dict | None) -> None:
+def _binding(vhost: VirtualHost, key: list, b: dict | None) -> bool:
+    """False if its exchange is not here (gone first, with its bindings; or not come yet)."""
     source, kind, destination, routing_key, arguments = key
     exchange = vhost.exchanges.get(source)
     if exchange is None:
-        return  # the exchange went first; its bindings went with it
+        return False
     if b is None:
         exchange.unbind((kind, destination), routing_key, arguments)
     else:
         exchange.bind((kind, destination), routing_key, arguments)
+    return True

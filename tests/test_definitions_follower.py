@@ -263,3 +263,20 @@ def test_settings_written_whole_by_an_older_version_are_read_and_rewritten_as_en
     plog.flush()
     follower.catch_up()  # the rewrite as entries changes nothing on a follower
     assert _model(follower.router) == _model(router)
+
+
+def test_a_binding_that_comes_before_its_exchange_is_bound_when_the_exchange_arrives(tmp_path, state_log):
+    """The entries of one write come in no set order (a definitions import writes a whole vhost's
+    diff): a binding applied before its exchange exists must not be lost."""
+    from routing.definitions_follower import apply_changes
+    logs, plog = state_log
+    follower = Router(tmp_path, logs, state=NoState())
+    exchange = {"name": "orders", "type": "topic", "durable": True, "auto_delete": False, "internal": False,
+                "arguments": {}}
+    queue = {"name": "eu-orders", "durable": True, "auto_delete": False, "arguments": {}}
+    binding = {"source": "orders", "vhost": "/", "destination": "eu-orders", "destination_type": "queue",
+               "routing_key": "eu.#", "arguments": {}}
+    entries = definitions.entries_of_doc({"exchanges": [exchange], "queues": [queue], "bindings": [binding]})
+    order = sorted(entries, key=lambda key: not key.startswith("binding:"))  # the binding first
+    apply_changes(follower, [("/", key, entries[key]) for key in order])
+    assert [q.name for q in follower.vhosts["/"].route("orders", "eu.paris", {})] == ["eu-orders"]

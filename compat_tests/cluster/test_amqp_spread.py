@@ -543,11 +543,15 @@ def test_definitions_imported_through_one_broker_hold_on_every_broker(spread):
             return None
         if got.status_code != 200:
             return None
-        body = got.json()
+        body = last[broker.node_id] = got.json()
         routes = {(b["source"], b["destination"], b["routing_key"]) for b in body.get("bindings", [])}
         return body if ("orders", "eu-orders", "eu.#") in routes else None
 
-    body = wait_until(lambda: exported(b3), timeout=30, what="broker 3 exporting the imported definitions")
+    last: dict[int, dict] = {}
+    try:
+        body = wait_until(lambda: exported(b3), timeout=30, what="broker 3 exporting the imported definitions")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; its last export: {last.get(3)}") from None
     assert [q["name"] for q in body["queues"]] == ["eu-orders"]
     assert body["queues"][0]["arguments"].get("x-queue-type") == "quorum"
 
