@@ -87,3 +87,16 @@ def test_an_edit_based_on_an_old_copy_is_refused_not_lost(tmp_path):
     with pytest.raises(UserStoreError, match="try again"):
         b.add_user("bob", "y")
     assert set(zk.doc["users"]) == {"guest", "alice"}
+
+
+def test_a_cli_edit_made_while_the_broker_was_down_is_merged_when_it_starts(tmp_path):
+    zk = Zk()
+    a, b = _broker(tmp_path, "a", zk), _broker(tmp_path, "b", zk, "carol")
+    assert set(b.users) == {"guest"}  # b joined a's cluster: its own carol gave way
+    cli = UserStore.in_data_dir(tmp_path / "b")  # b is stopped; `gateway users` on its directory
+    cli.add_user("erin", "x")
+    a.add_user("dave", "y")  # meanwhile, through broker a
+    restarted = UserStore.in_data_dir(tmp_path / "b")
+    restarted.share(Doc(zk))
+    assert set(zk.doc["users"]) == set(restarted.users) == {"guest", "erin", "dave"}
+    assert set(UserStore.in_data_dir(tmp_path / "b").users) == {"guest", "erin", "dave"}

@@ -296,7 +296,15 @@ class UserStore:
         """Make the users the cluster's: ``document`` (gateway.cluster.shared_docs.SharedDocument)
         holds them; if no broker wrote it yet, this broker's own users become the cluster's."""
         self.document = document
-        if document.join(self._adopt, lambda: _doc(self.users)):
+        local, mirrored = self.users, self._mirrored()
+
+        def adopt(doc) -> None:
+            if mirrored is not None and _snapshot(local) != mirrored:  # `gateway users` ran while this broker was down
+                self._base = mirrored
+                self._merge(local, _parse(doc), self._stamp)
+            else:
+                self._adopt(doc)
+        if document.join(adopt, lambda: _doc(self.users)):
             log.info("users of this broker are the cluster's now", extra={"fields": {"users": len(self.users)}})
             self._set(self.users)
 
@@ -321,7 +329,12 @@ class UserStore:
             self._stamp = stamp
             return False
         newer = self.document.newer()
-        merged = dict(_parse(newer) if newer is not None else self.users)
+        return self._merge(local, _parse(newer) if newer is not None else self.users, stamp)
+
+    def _merge(self, local: dict[str, User], remote: dict[str, User], stamp: tuple | None) -> bool:
+        """Write the cluster's users ``remote`` with what the users file (``local``, read at
+        ``stamp``) changed since this broker last wrote it (``_base``), user by user."""
+        merged = dict(remote)
         for name, doc in _snapshot(local).items():
             if self._base.get(name) != doc:
                 merged[name] = local[name]
@@ -357,7 +370,18 @@ class UserStore:
             if current is not None and current != self._stamp:
                 return
             self._write(users)
+            write_atomic(self._mirror_path(), json.dumps(_doc(users), sort_keys=True).encode(), mode=0o600)
             self._stamp, self._base = self._file_stamp(), _snapshot(users)
+
+    def _mirror_path(self) -> Path:
+        return self.path.with_name(self.path.name + ".cluster")  # the file as this broker last wrote it
+
+    def _mirrored(self) -> dict[str, dict] | None:
+        """The users file as this broker last wrote it in cluster mode (None: it never did)."""
+        try:
+            return _snapshot(_parse(json.loads(self._mirror_path().read_bytes())))
+        except (OSError, ValueError, AttributeError):
+            return None
 
     def add_user(self, name: str, password: str | None, iterations: int = 4096) -> None:
         check_user_name(name)
