@@ -267,23 +267,23 @@ class UserStore:
         if self.path is None:
             yield self.users
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        lock_fd = os.open(str(self.path) + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(lock_fd, fcntl.LOCK_EX)
+        with self._locked():
             users = self._read()
             yield users
             self._write(users)
             self.users = users
             self._stamp = self._file_stamp()
-        finally:
-            os.close(lock_fd)
 
-    def _write(self, users: dict[str, User]) -> None:
-        write_atomic(self.path, json.dumps(_doc(users), indent=1, sort_keys=True).encode(), mode=0o600)
+    def _write(self, users: dict[str, User]) -> dict:
+        """Write the users file; returns the document written."""
+        doc = _doc(users)
+        write_atomic(self.path, json.dumps(doc, indent=1, sort_keys=True).encode(), mode=0o600)
+        return doc
 
     @contextlib.contextmanager
     def _locked(self):
+        """The users file's lock (``flock`` on ``users.json.lock``), the CLI's and the broker's."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         lock_fd = os.open(str(self.path) + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(lock_fd, fcntl.LOCK_EX)
@@ -364,14 +364,13 @@ class UserStore:
         self.users = users
         if self.path is None:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._locked():
             current = self._file_stamp()
             if current is not None and current != self._stamp:
                 return
-            self._write(users)
-            write_atomic(self._mirror_path(), json.dumps(_doc(users), sort_keys=True).encode(), mode=0o600)
-            self._stamp, self._base = self._file_stamp(), _snapshot(users)
+            doc = self._write(users)
+            write_atomic(self._mirror_path(), json.dumps(doc, sort_keys=True).encode(), mode=0o600)
+            self._stamp, self._base = self._file_stamp(), doc["users"]
 
     def _mirror_path(self) -> Path:
         return self.path.with_name(self.path.name + ".cluster")  # the file as this broker last wrote it
