@@ -429,8 +429,8 @@ class TransactionCoordinator:
         durable_at = self._persist(txn)
 
         def complete() -> Step:
-            if not self.coordinates(txn.transactional_id):
-                return Step(ErrorCode.not_coordinator)  # deposed meanwhile: the new leader finishes it
+            if not self.coordinates(txn.transactional_id) or self.txns.get(txn.transactional_id) is not txn:
+                return Step(ErrorCode.not_coordinator)  # deposed or reloaded meanwhile: the leader's load finishes it
             return self._complete(txn, answer_producer)
         return Step(durable=[durable_at], then=complete)
 
@@ -449,7 +449,8 @@ class TransactionCoordinator:
         pid, epoch = txn.producer_id, txn.epoch
 
         def finish() -> Step:
-            if txn.producer_id != pid or txn.epoch != epoch or txn.state not in _PREPARING:
+            if txn.producer_id != pid or txn.epoch != epoch or txn.state not in _PREPARING \
+                    or self.txns.get(txn.transactional_id) is not txn:
                 return Step(producer_id=pid, epoch=epoch)  # finished meanwhile (reloaded after a move)
             if not self.coordinates(txn.transactional_id):
                 return Step(ErrorCode.not_coordinator)  # its log is a follower's now: never append to it

@@ -30,19 +30,27 @@ from gateway.cluster import txn_markers
 log = logging.getLogger(__name__)
 
 DURABLE_WAIT_S = 30.0
+LATE_ROUNDS = 20  # a step's rest waits this many DURABLE_WAIT_S more after its answer timed out
 
 
-def run(ctx, step: Step) -> defer.Deferred:
-    """Fires with the last Step once every phase's appends are durable (error REQUEST_TIMED_OUT if not).
+def run(ctx, step: Step, timed_out: ErrorCode = ErrorCode.coordinator_not_available) -> defer.Deferred:
+    """Fires with the last Step once every phase's appends are durable.
 
     Cluster mode: a step's markers for partitions led elsewhere are sent (WriteTxnMarkers)
-    and answered before its next phase."""
+    and answered before its next phase.
+
+    The errors are Kafka's coordinator's, which clients retry: an append not durable in time
+    answers ``timed_out`` (COORDINATOR_NOT_AVAILABLE; librdkafka takes REQUEST_TIMED_OUT on
+    EndTxn as a failed transaction and aborts it, while the commit goes on here), and markers
+    left to a new coordinator answer NOT_COORDINATOR. A step whose record is already in the log
+    is not dropped by a timeout: its next phase runs once the record is durable, so a prepared
+    transaction is completed and the client's retry finds it so."""
     if step.remote is not None:
         remote, step.remote = step.remote, None
 
-        def unsent(failure):
-            log.warning("transaction markers not delivered: %s", failure.getErrorMessage())
-            return Step(ErrorCode.request_timed_out)
+        def unsent(failure):  # the sender gives up only once this broker stopped coordinating the id
+            log.warning("transaction markers left to the new coordinator: %s", failure.getErrorMessage())
+            return Step(ErrorCode.not_coordinator)
         return txn_markers.send(ctx, remote).addCallbacks(lambda _: run(ctx, step), unsent)
     if not step.durable:
         return run(ctx, step.then()) if step.then else defer.succeed(step)
@@ -51,13 +59,33 @@ def run(ctx, step: Step) -> defer.Deferred:
     ctx.request_flush()
     ctx.waiters.notify()  # a marker may have moved a last stable offset: parked read_committed fetches look again
 
+    def written() -> bool:
+        return all(plog.high_watermark > last for plog, last in logs)
+
     def durable(in_time: bool):
         if not in_time:
-            log.warning("transaction step not durable within %.0f s", DURABLE_WAIT_S)
-            return Step(ErrorCode.request_timed_out)
+            log.warning("transaction step not durable within %.0f s: answered %s", DURABLE_WAIT_S, timed_out.name)
+            if step.then:
+                _go_on_when_durable(ctx, step, written)
+            return Step(timed_out)
         return run(ctx, step.then()) if step.then else step
-    return ctx.waiters.wait(lambda: all(plog.high_watermark > last for plog, last in logs),
-                            DURABLE_WAIT_S).addCallback(durable)
+    return ctx.waiters.wait(written, DURABLE_WAIT_S).addCallback(durable)
+
+
+def _go_on_when_durable(ctx, step: Step, written, rounds: int = LATE_ROUNDS) -> None:
+    """The rest of a step whose answer timed out, once its appends are durable (the core's next
+    phase checks that this broker still coordinates the id). Given up after ``rounds`` waits:
+    by then the log's leadership has moved and the new coordinator finishes what was prepared."""
+    def again(in_time: bool):
+        if in_time:
+            return run(ctx, step.then()).addErrback(lambda f: log.error("late transaction step failed: %s",
+                                                                          f.getErrorMessage()))
+        if rounds > 1:
+            _go_on_when_durable(ctx, step, written, rounds - 1)
+        else:
+            log.warning("transaction step still not durable after %d waits: left to the log's next leader",
+                        LATE_ROUNDS)
+    ctx.waiters.wait(written, DURABLE_WAIT_S).addCallback(again)
 
 ADD_PARTITIONS_TO_TXN = 24
 BROKER_VERSION = 5  # v4+ is the brokers' form: many transactions per request, verify_only per transaction

@@ -150,7 +150,8 @@ def write_txn_markers(ctx, conn, h, req):
                 {"partition_index": index,
                  "error_code": final.error if (pid, name, index) in written and final.error else error}
                 for index, error in parts]} for name, parts in topics]} for pid, topics in results]})
-    return run(ctx, Step(durable=durable)).addCallback(answer)
+    # a partition leader's answer, as to acks=all: the coordinator's sender asks again
+    return run(ctx, Step(durable=durable), timed_out=ErrorCode.request_timed_out).addCallback(answer)
 
 
 @handles(65)
