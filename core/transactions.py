@@ -405,7 +405,9 @@ class TransactionCoordinator:
         if not v2 and txn.state == (COMPLETE_COMMIT if commit else COMPLETE_ABORT):
             return Step()  # a retry of an end that already happened
         if txn.state != ONGOING:
-            if not v2 or commit:
+            if not v2 or commit:  # Kafka's answer too; the client fails for good, so say why here
+                log.warning("EndTxn (%s) of %r refused: its transaction is %s (producer %d, epoch %d)",
+                            "commit" if commit else "abort", transactional_id, txn.state, producer_id, epoch)
                 return Step(ErrorCode.invalid_txn_state)
             txn.partitions = set()  # v2: an abort with nothing open still fences the epoch (Kafka's rule)
         if v2:
