@@ -43,7 +43,14 @@ def _discard(producer: Producer | None) -> None:
     garbage collector, a transactional producer's handle went on retrying after the test."""
     if producer is not None:
         producer.purge()
-        threading.Thread(target=producer.close, daemon=True).start()
+        threading.Thread(target=_close, args=(producer,), daemon=True).start()
+
+
+def _close(producer: Producer) -> None:
+    try:
+        producer.close()
+    except KafkaException:
+        pass  # a producer replaced after a fatal error raises it again here; the workload counted it
 
 
 class TransactionalWorkload(threading.Thread):
@@ -53,8 +60,17 @@ class TransactionalWorkload(threading.Thread):
         self.stopping = threading.Event()
         self.outcomes: dict[str, str] = {}  # "t00001" -> committed | aborted | unknown
         self.replaced = 0
+        self.fatal: Counter = Counter()  # the fatal errors that replaced a producer, by name
+        self.error: BaseException | None = None  # the workload itself failed: check() says so
 
     def run(self) -> None:
+        try:
+            self._run()
+        except BaseException as exc:
+            self.error = exc
+            raise
+
+    def _run(self) -> None:
         producer, n = None, 0
         while not self.stopping.is_set():
             if producer is None:
@@ -72,8 +88,7 @@ class TransactionalWorkload(threading.Thread):
                 for i in range(PER_TXN):
                     producer.produce(self.topic, value=f"{tx}-{i}".encode(), partition=i % 2)
                 if not commit:  # send them first: librdkafka would otherwise just drop them unsent
-                    if producer.flush(15):
-                        raise KafkaException("records of the transaction to abort are still unsent")
+                    producer.flush(15)  # what is still unsent then is dropped by the abort (check allows it)
                 _finish(producer.commit_transaction if commit else producer.abort_transaction, time.monotonic() + 30)
                 self.outcomes[tx] = "committed" if commit else "aborted"
             except KafkaException as exc:
@@ -82,8 +97,10 @@ class TransactionalWorkload(threading.Thread):
                         _finish(producer.abort_transaction, time.monotonic() + 30)
                         self.outcomes[tx] = "aborted"
                         continue
-                    except KafkaException:
-                        pass
+                    except KafkaException as again:
+                        exc = again
+                if exc.args[0].fatal():
+                    self.fatal[exc.args[0].name()] += 1
                 _discard(producer)
                 producer, self.replaced = None, self.replaced + 1  # its successor's init settles tx
         # A last init_transactions settles whatever the previous producer left open.
@@ -147,6 +164,8 @@ def check(bootstrap: str, workload: TransactionalWorkload) -> tuple[list[str], C
     seen = Counter(v for values in committed_view.values() for v in values)
     raw = {v for values in raw_view.values() for v in values}
     problems = [f"{value} read {times} times" for value, times in seen.items() if times > 1]
+    if workload.error is not None:
+        problems.append(f"the workload stopped early: {workload.error!r}")
     by_tx = Counter(v.split("-")[0] for v in seen)
     counts: Counter = Counter()
     for tx, outcome in outcomes.items():
@@ -173,5 +192,6 @@ def check(bootstrap: str, workload: TransactionalWorkload) -> tuple[list[str], C
                f"({counts['aborted-written']} with records in the log), unknown {counts['unknown']} "
                f"(settled as committed {counts['unknown-committed']}, aborted {counts['unknown-aborted']}); "
                f"records read_committed {sum(seen.values())}, read_uncommitted {sum(len(v) for v in raw_view.values())}; "
-               f"producers replaced {workload.replaced}; problems {len(problems)}")
+               f"producers replaced {workload.replaced} (fatal errors {dict(workload.fatal)}); "
+               f"problems {len(problems)}")
     return problems, counts, summary
