@@ -74,8 +74,9 @@ def run(ctx, step: Step, timed_out: ErrorCode = ErrorCode.coordinator_not_availa
 
 def _go_on_when_durable(ctx, step: Step, written, rounds: int = LATE_ROUNDS) -> None:
     """The rest of a step whose answer timed out, once its appends are durable (the core's next
-    phase checks that this broker still coordinates the id). Given up after ``rounds`` waits:
-    by then the log's leadership has moved and the new coordinator finishes what was prepared."""
+    phase checks that this broker still coordinates the id). Given up after ``rounds`` waits (ten
+    minutes), so nothing stays parked for good; a prepared transaction left then is finished by
+    whichever broker next loads the log (a new leader, or this one restarting)."""
     def again(in_time: bool):
         if in_time:
             return run(ctx, step.then()).addErrback(lambda f: log.error("late transaction step failed: %s",
