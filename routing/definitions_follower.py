@@ -99,16 +99,20 @@ def apply_changes(router, changes: Iterable[definitions.Change]) -> None:
             elif kind == "queue":
                 _queue(vhost, name, value)
             elif kind == "binding":
-                if not _binding(vhost, definitions.decode(json.loads(name)), value) and value is not None:
-                    deferred.append((vhost, key, name))
+                binding = definitions.decode(json.loads(name))
+                if not _binding(vhost, binding, value) and value is not None:
+                    deferred.append((vhost, key, binding))
         except (ChannelError, KeyError, TypeError, ValueError) as exc:
             log.warning("AMQP definition %r of vhost %r not applied here: %s", key, vhost_name, exc)
     # The entries of one write come in no set order (a definitions import is one diff of a whole
     # vhost): a binding that came before its exchange is bound now, if the write still keeps it.
-    for vhost, key, name in deferred:
+    for vhost, key, binding in deferred:
         value = router._stored.vhosts.get(vhost.name, {}).get(key)
-        if value is not None:
-            _binding(vhost, definitions.decode(json.loads(name)), definitions.decode(value))
+        try:
+            if value is not None:
+                _binding(vhost, binding, definitions.decode(value))
+        except (ChannelError, KeyError, TypeError, ValueError) as exc:
+            log.warning("AMQP definition %r of vhost %r not applied here: %s", key, vhost.name, exc)
 
 
 def _settings(vhost: VirtualHost, value: dict) -> None:

@@ -379,7 +379,7 @@ class UserStore:
         """The users file as this broker last wrote it in cluster mode (None: it never did)."""
         try:
             return _snapshot(_parse(json.loads(self._mirror_path().read_bytes())))
-        except (OSError, ValueError, AttributeError):
+        except (OSError, ValueError):  # _parse turns a malformed document into ValueError
             return None
 
     def add_user(self, name: str, password: str | None, iterations: int = 4096) -> None:
