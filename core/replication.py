@@ -59,6 +59,8 @@ class ReplicaManager:
         self.lag_time_max_s = lag_time_max_ms / 1000
         self.clock = clock
         self.replicas: dict[tuple[str, int], Replica] = {}
+        self._by_log: dict[int, Replica] = {}  # id(plog) -> its replica, for update_hw_of
+        self.generation = 0  # moves whenever a replica comes, goes or changes role or leader
         self.isr_shrinks = self.isr_expands = 0  # for /metrics
 
     # --- state from the cluster ---------------------------------------------------------
@@ -101,6 +103,9 @@ class ReplicaManager:
         for key in [k for k in self.replicas if k not in logs or self.node_id not in view.replicas(*k)]:
             rep = self.replicas.pop(key)
             changes.append(RoleChange(rep, OFFLINE, -1))
+        if changes:
+            self.generation += 1
+            self._by_log = {id(rep.plog): rep for rep in self.replicas.values()}
         return changes
 
     def _become_leader(self, rep: Replica) -> None:
@@ -178,12 +183,11 @@ class ReplicaManager:
 
     def update_hw_of(self, plogs) -> bool:
         """update_hw of the leaders whose logs are among ``plogs`` (those written to lately)."""
-        if not plogs:
-            return False
-        ids = {id(plog) for plog in plogs}
         moved = False
-        for rep in self.replicas.values():
-            if rep.role == LEADER and id(rep.plog) in ids:
+        by_log = self._by_log
+        for plog in plogs:  # (not a walk of every replica per group commit)
+            rep = by_log.get(id(plog))
+            if rep is not None and rep.role == LEADER and rep.plog is plog:
                 moved |= self.update_hw(rep)
         return moved
 

@@ -82,11 +82,12 @@ class RemoteQueue(Queue):
     def remove_consumer(self, consumer, auto_delete: bool = True) -> None:
         link = self.links.pop(consumer, None)
         if link is not None:
-            self._forget(link)
+            self.forget_link(link)
             link.close()  # the leader takes back what it still held
         super().remove_consumer(consumer, auto_delete)
 
-    def _forget(self, link) -> None:
+    def forget_link(self, link) -> None:
+        """What ``link`` delivered and was not settled is no longer this broker's to settle."""
         for offset in [o for o, l in self._by_offset.items() if l is link]:
             del self._by_offset[offset]
             self.delivery_counts.pop(offset, None)
@@ -96,12 +97,6 @@ class RemoteQueue(Queue):
             link.close()  # the leader takes back what each held
         self.links.clear()
         super().cancel_consumers()
-
-    def delivered(self, offset: int, count: int, link) -> None:
-        """A link handed a message to its consumer (``count``: Kafka's delivery count, 1 the first)."""
-        self._by_offset[offset] = link
-        if count > 1:
-            self.delivery_counts[offset] = count - 1  # RabbitMQ's x-delivery-count: times returned
 
     def ack(self, offsets) -> None:
         self._settle(offsets, ACK)
@@ -115,12 +110,19 @@ class RemoteQueue(Queue):
     def _settle(self, offsets, kind: int) -> None:
         by_link: dict = {}
         by_offset, counts = self._by_offset, self.delivery_counts
+        last = settled = None  # the run of offsets of one link (most acks settle one consumer's)
         for offset in offsets:
             link = by_offset.pop(offset, None)
             if counts:  # (empty unless messages came back: most of the time)
                 counts.pop(offset, None)
-            if link is not None:
-                by_link.setdefault(link, []).append(offset)
+            if link is None:
+                continue
+            if link is not last:
+                last = link
+                settled = by_link.get(link)
+                if settled is None:
+                    settled = by_link[link] = []
+            settled.append(offset)
         for link, settled in by_link.items():
             link.acknowledge(settled, kind)
 
@@ -146,7 +148,7 @@ class RemoteQueue(Queue):
         everything back); what it got with basic.get goes back too."""
         link = self.getters.pop(owner, None)
         if link is not None:
-            self._forget(link)
+            self.forget_link(link)
             link.close()
         return []
 

@@ -193,7 +193,7 @@ class QueueLink:
         self.id = 0
         self.received = 0  # deliveries received in this session
         self.limit = 0  # the credit limit the leader has (or is being sent)
-        self.held: set[int] = set()  # delivered to the consumer and not settled yet
+        # what it delivered and the consumer has not settled is in the queue's _by_offset
         self.gets = 0  # basic.get calls sent and not answered
         self.closed = False
         self.draining = None  # an AMQP 1.0 drain: called once the leader has said it is drained
@@ -221,9 +221,7 @@ class QueueLink:
     def restart(self) -> None:
         """The session ended: the leader took back what was held; open again, a moment later."""
         self.session = None
-        for offset in self.held:
-            self.queue.delivery_counts.pop(offset, None)
-        self.held.clear()
+        self.queue.forget_link(self)  # an ack of what it held settles nothing now
         self.gets = 0
         if not self.closed:
             self._later()
@@ -269,11 +267,10 @@ class QueueLink:
         return max(room, 0)
 
     def acknowledge(self, offsets, how: int) -> None:
-        settled = [o for o in offsets if o in self.held]
-        if not settled or self.session is None:
+        """Settle ``offsets``, delivered by this link (the queue's _by_offset says which link each came by)."""
+        if not offsets or self.session is None:
             return
-        self.held.difference_update(settled)
-        self.session.send(wl.op_settle(self.id, how, settled))
+        self.session.send(wl.op_settle(self.id, how, offsets))
         self.session.touch(self)
 
     def drain(self, done) -> None:
@@ -286,7 +283,6 @@ class QueueLink:
     def close(self) -> None:
         """The consumer is gone: settle what was decided, then close; the leader takes back the rest."""
         self.closed = True
-        self.held.clear()
         if self._retry is not None and self._retry.active():
             self._retry.cancel()
         session, self.session = self.session, None
@@ -324,7 +320,9 @@ class QueueLink:
         if exact is not None and exact() <= 0:
             self.session.send(wl.op_settle(self.id, wl.RELEASE, (offset,)))
             return
-        if not consumer.no_ack:
-            self.held.add(offset)
-            self.queue.delivered(offset, count, self)
+        if not consumer.no_ack:  # (RemoteQueue.delivered inline: a call less per message)
+            queue = self.queue
+            queue._by_offset[offset] = self
+            if count > 1:
+                queue.delivery_counts[offset] = count - 1  # RabbitMQ's x-delivery-count: times returned
         consumer.deliver(self.queue, offset, record, redelivered)

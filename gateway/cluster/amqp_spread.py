@@ -57,6 +57,8 @@ from wire.records import Record, encode_batch
 
 log = logging.getLogger(__name__)
 
+LEADERSHIP_WALK_S = 5.0  # the leadership walk's safety net: at least this often
+
 FLOORS = "floors"  # the journal of queue ack floors: one record per queue, the latest wins
 
 
@@ -125,6 +127,7 @@ class AmqpSpread(AmqpHome):
         self._sending = False
         self._asked = False  # a reassignment adding this broker to the state topic's replicas is under way
         self.departed = DepartedBrokers(self, broker.settings.departed_broker_after_ms / 1000)
+        self._walked, self._walked_at = None, 0.0  # what the last leadership walk saw, and when
 
     # --- opening ---------------------------------------------------------------------------------
     def sync(self) -> None:
@@ -314,8 +317,20 @@ class AmqpSpread(AmqpHome):
 
     # --- leadership moves ----------------------------------------------------------------------------
     def _leadership(self) -> None:
-        """Queues whose topic this broker came to lead become local; those it lost, remote."""
+        """Queues whose topic this broker came to lead become local; those it lost, remote.
+
+        Runs at every tick, but walks the queues only when something it reads changed since its
+        last walk (the cluster view, this broker's replicas, the set of queues and delayed-message
+        logs), and at least every :data:`LEADERSHIP_WALK_S` as a safety net: with thousands of
+        queues on every broker the walk was most of an idle cluster's CPU."""
         router = self.broker.amqp.router
+        now = self.broker.reactor.seconds()
+        seen = (id(self.node.view), self.node.replicas.generation,
+                tuple((sum(map(id, vhost.queues.values())), sum(map(id, vhost.delay_logs.values())))
+                      for vhost in router.vhosts.values()))
+        if seen == self._walked and now - self._walked_at < LEADERSHIP_WALK_S:
+            return
+        self._walked, self._walked_at = seen, now
         floors = None
         view = self.node.view
         for vhost in router.vhosts.values():

@@ -17,6 +17,7 @@ from core.cluster.store import ZkMetadataStore
 from core.cluster.view import BrokerInfo, ClusterView
 from core.cluster.zk import ZkAgent
 from core.errors import LogError, OffsetMismatchError
+from core.names import is_internal_topic
 from core.replication import FOLLOWER, LEADER, ReplicaManager
 from gateway.cluster import shared_docs
 from gateway.cluster.fetcher import LeaderFetcher
@@ -172,7 +173,8 @@ class ClusterNode:
         rep = self.replicas.leader_of(topic, partition)
         if rep is not None and self.replicas.record_fetch(rep, follower, fetch_offset):
             self.broker.kafka.waiters.notify()
-            self.broker.amqp.log_moved()
+            if not is_internal_topic(topic):  # the broker's own topics (the AMQP state) hold no messages
+                self.broker.amqp.log_moved()
 
     def in_sync(self, topic: str, partition: int) -> int:
         rep = self.replicas.get(topic, partition)
