@@ -322,7 +322,7 @@ class AmqpSpread(AmqpHome):
         Runs at every tick, but walks the queues only when something it reads changed since its
         last walk (the cluster view, this broker's replicas, the set of queues and delayed-message
         logs), and at least every :data:`LEADERSHIP_WALK_S` as a safety net: with thousands of
-        queues on every broker the walk was most of an idle cluster's CPU."""
+        queues on every broker the walk was a quarter of an idle broker's periodic work."""
         router = self.broker.amqp.router
         now = self.broker.reactor.seconds()
         seen = (id(self.node.view), self.node.replicas.generation,
