@@ -98,6 +98,12 @@ class RemoteQueue(Queue):
         self.links.clear()
         super().cancel_consumers()
 
+    def delivered(self, offset: int, count: int, link) -> None:
+        """A link handed a message to its consumer (``count``: Kafka's delivery count, 1 the first)."""
+        self._by_offset[offset] = link
+        if count > 1:
+            self.delivery_counts[offset] = count - 1  # RabbitMQ's x-delivery-count: times returned
+
     def ack(self, offsets) -> None:
         self._settle(offsets, ACK)
 
@@ -110,19 +116,12 @@ class RemoteQueue(Queue):
     def _settle(self, offsets, kind: int) -> None:
         by_link: dict = {}
         by_offset, counts = self._by_offset, self.delivery_counts
-        last = settled = None  # the run of offsets of one link (most acks settle one consumer's)
         for offset in offsets:
             link = by_offset.pop(offset, None)
             if counts:  # (empty unless messages came back: most of the time)
                 counts.pop(offset, None)
-            if link is None:
-                continue
-            if link is not last:
-                last = link
-                settled = by_link.get(link)
-                if settled is None:
-                    settled = by_link[link] = []
-            settled.append(offset)
+            if link is not None:
+                by_link.setdefault(link, []).append(offset)
         for link, settled in by_link.items():
             link.acknowledge(settled, kind)
 

@@ -169,14 +169,12 @@ def _encoded_headers(headers: tuple) -> bytes:
 
 
 def ev_deliver(link: int, offset: int, count: int, redelivered: bool, record: Record) -> bytes:
-    key, value, headers = record.key, record.value, record.headers
+    key, value = record.key, record.value
     head = _DELIVER.pack(DELIVER, link, offset, count, 1 if redelivered else 0, record.timestamp,
                          record.attributes, -1 if key is None else len(key))
-    hit = _ENCODED.get(id(headers))  # (_encoded_headers inline: one call less per message between brokers)
-    encoded = hit[1] if hit is not None and hit[0] is headers else _encoded_headers(headers)
     if value is not None:  # (every AMQP message has a body, empty or not)
-        return b"".join((head, key or b"", _LEN.pack(len(value)), value, encoded))
-    return b"".join((head, key or b"", _optional(value), encoded))
+        return b"".join((head, key or b"", _LEN.pack(len(value)), value, _encoded_headers(record.headers)))
+    return b"".join((head, key or b"", _optional(value), _encoded_headers(record.headers)))
 
 
 def ev_empty(link: int) -> bytes:

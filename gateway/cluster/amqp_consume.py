@@ -320,9 +320,6 @@ class QueueLink:
         if exact is not None and exact() <= 0:
             self.session.send(wl.op_settle(self.id, wl.RELEASE, (offset,)))
             return
-        if not consumer.no_ack:  # (RemoteQueue.delivered inline: a call less per message)
-            queue = self.queue
-            queue._by_offset[offset] = self
-            if count > 1:
-                queue.delivery_counts[offset] = count - 1  # RabbitMQ's x-delivery-count: times returned
+        if not consumer.no_ack:
+            self.queue.delivered(offset, count, self)
         consumer.deliver(self.queue, offset, record, redelivered)

@@ -54,11 +54,8 @@ class LinkConsumer:
     def deliver(self, queue, offset: int, record, redelivered: bool) -> None:
         self.sent += 1
         counts = queue.delivery_counts
-        session = self.session  # (LinkSession.event inline: one call less per delivery)
-        session.events.append(wl.ev_deliver(self.link, offset, counts.get(offset, 0) + 1 if counts else 1,
-                                            redelivered, record))
-        if session.poll is not None and session.flushing is None:
-            session.flushing = session.server.reactor.callLater(0, session.flush)
+        self.session.event(wl.ev_deliver(self.link, offset, counts.get(offset, 0) + 1 if counts else 1, redelivered,
+                                         record))
 
     def cancelled_by_server(self, queue) -> None:
         """The queue was deleted here: the link is over (its broker cancels its consumer)."""
