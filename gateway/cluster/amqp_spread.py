@@ -59,6 +59,15 @@ log = logging.getLogger(__name__)
 
 LEADERSHIP_WALK_S = 5.0  # the leadership walk's safety net: at least this often
 
+
+def leadership_signature(view, replicas, vhosts: dict) -> tuple:
+    """What the leadership walk reads, cheap to compare: the view and the queue and delayed-log
+    objects themselves, not their ids. Holding them keeps a replaced stub alive until the next
+    walk, so its successor cannot take its freed address and look unchanged."""
+    return (view, replicas.generation,
+            tuple((tuple(vhost.queues.values()), tuple(vhost.delay_logs.values())) for vhost in vhosts.values()))
+
+
 FLOORS = "floors"  # the journal of queue ack floors: one record per queue, the latest wins
 
 
@@ -325,9 +334,7 @@ class AmqpSpread(AmqpHome):
         queues on every broker the walk was a quarter of an idle broker's periodic work."""
         router = self.broker.amqp.router
         now = self.broker.reactor.seconds()
-        seen = (id(self.node.view), self.node.replicas.generation,
-                tuple((sum(map(id, vhost.queues.values())), sum(map(id, vhost.delay_logs.values())))
-                      for vhost in router.vhosts.values()))
+        seen = leadership_signature(self.node.view, self.node.replicas, router.vhosts)
         if seen == self._walked and now - self._walked_at < LEADERSHIP_WALK_S:
             return
         self._walked, self._walked_at = seen, now
