@@ -42,7 +42,9 @@ def _logs_in(broker, user: str, password: str) -> bool:
         pika.BlockingConnection(pika.ConnectionParameters(broker.ip, broker.ports["amqp"], credentials=credentials,
                                                           connection_attempts=1)).close()
         return True
-    except pika.exceptions.ProbableAuthenticationError:
+    # a user known here before the permissions given to it (a second edit) have come is refused the
+    # vhost: not logged in yet either
+    except (pika.exceptions.ProbableAuthenticationError, pika.exceptions.ProbableAccessDeniedError):
         return False
 
 
