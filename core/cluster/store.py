@@ -33,6 +33,9 @@ class ZkMetadataStore(MetadataStore):
         self.clock = clock
         self.view = ClusterView()
         self._mine: dict[str, TopicAssignment | None] = {}  # our writes not yet in a view (None: deleted)
+        # get_topic's answers, each beside the (frozen) assignment it was made from: every Produce
+        # asks once per topic, and building one (configs copied) cost a few microseconds
+        self._metadata: dict[str, tuple[TopicAssignment, TopicMetadata]] = {}
 
     def update(self, view: ClusterView) -> None:
         self.view = view
@@ -62,7 +65,16 @@ class ZkMetadataStore(MetadataStore):
 
     def get_topic(self, name: str) -> TopicMetadata | None:
         t = self.assignment(name)
-        return as_metadata(t) if t else None
+        if t is None:
+            return None
+        cache = self._metadata
+        hit = cache.get(name)
+        if hit is not None and hit[0] is t:  # the same assignment object: nothing about the topic changed
+            return hit[1]
+        if len(cache) > 2 * len(self.view.topics) + 100:  # entries of deleted topics: start over
+            cache.clear()
+        meta = cache[name] = (t, as_metadata(t))
+        return meta[1]
 
     def _existing(self, name: str) -> TopicAssignment:
         t = self.assignment(name)
