@@ -73,8 +73,8 @@ class ZkMetadataStore(MetadataStore):
             return hit[1]
         if len(cache) > 2 * len(self.view.topics) + 100:  # entries of deleted topics: start over
             cache.clear()
-        meta = cache[name] = (t, as_metadata(t))
-        return meta[1]
+        entry = cache[name] = (t, as_metadata(t))
+        return entry[1]
 
     def _existing(self, name: str) -> TopicAssignment:
         t = self.assignment(name)
