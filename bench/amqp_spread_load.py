@@ -167,8 +167,10 @@ def _settle(pids: list[int], quiet: float = 0.05, longest: float = 20.0) -> None
 # is on the next broker; the CPU each costs above "local" is what forwarding publishes, or serving
 # consumers over links, adds. "aligned" puts every client on a random broker, as "random" does, but
 # leaves each slice on one leader: as many messages cross as in "random", each client talks to one
-# leader only.
-PLACEMENTS = ("random", "local", "publishers-remote", "consumers-remote", "aligned")
+# leader only. "consumer-declared" puts the clients where "random" does (the same seed, the same
+# brokers) but has each consumer declare its slice with the default locator, client-local, as an
+# AMQP consumer that declares its own queue does: deliveries stay on one broker, publishes cross.
+PLACEMENTS = ("random", "local", "publishers-remote", "consumers-remote", "aligned", "consumer-declared")
 
 
 def _declare(addresses: list[str], names: list[str], arguments: dict, rng: random.Random) -> None:
@@ -205,18 +207,24 @@ def run_random_brokers(addresses: list[str], name: str, n: int, size: int, queue
     if placement not in PLACEMENTS:
         raise ValueError(f"unknown placement {placement!r}: one of {', '.join(PLACEMENTS)}")
     home = [addresses[i % len(addresses)] for i in range(clients)]
+    local = {"x-queue-leader-locator": "client-local"}
     if placement == "random":
         _declare(addresses, names, BALANCED if arguments is None else arguments, rng)
+    elif placement == "consumer-declared":
+        rng.choice(addresses)  # the draw "random" makes for its declaring broker: its clients land the same
     else:
         for i in range(clients):
-            _declare([home[i]], slices[i], {"x-queue-leader-locator": "client-local"}, rng)
-    if placement in ("random", "aligned"):
+            _declare([home[i]], slices[i], local, rng)
+    if placement in ("random", "aligned", "consumer-declared"):
         where = {"publishers": [rng.choice(addresses) for _ in range(clients)],
                  "consumers": [rng.choice(addresses) for _ in range(clients)]}
     else:
         other = [addresses[(i + 1) % len(addresses)] for i in range(clients)]
         where = {"publishers": other if placement == "publishers-remote" else home,
                  "consumers": other if placement == "consumers-remote" else home}
+    if placement == "consumer-declared":
+        for i in range(clients):
+            _declare([where["consumers"][i]], slices[i], local, rng)
     known = _known_everywhere(http, set(names)) if http else 0.0
     _settle(pids)
     leaders = _leaders(http[0], set(names)) if http else {}

@@ -29,8 +29,10 @@
   leader (``local``), only the publishers on another broker (``publishers-remote``: publishes
   forwarded), only the consumers on another broker (``consumers-remote``: served over links),
   every client on a random broker with each client's queues still on one leader (``aligned``: as
-  many messages cross as in ``random``, but no client talks to several leaders), and ``random``
-  as above; rows: each one's CPU per message / one broker's;
+  many messages cross as in ``random``, but no client talks to several leaders), ``random``
+  as above, and ``consumer-declared`` (the clients of ``random``, each consumer's queues declared
+  by it with the default ``client-local`` locator: only publishes cross); rows: each one's CPU
+  per message / one broker's;
 * start-up on a large log (ours only: Tansu keeps nothing on disk): a 1-partition topic filled
   with ``--startup-gb`` GB of 1 KB records (default 1 for CI and a quick manual run; 10 is the
   issue's manual setting), then the time from process start to listening after a clean stop
@@ -460,8 +462,9 @@ def spread_parts_rows(samples, args, names) -> None:
     """The spread workload taken apart (bench.amqp_spread_load.PLACEMENTS): one cluster runs it with
     every client on its queues' leader ("local"), with only the publishers on another broker, with
     only the consumers on another broker, with every client on a random broker but each client's
-    queues on one leader ("aligned"), and as the spread row does ("random"); each against one
-    broker on the same workload. What "publishers-remote" and "consumers-remote" cost above
+    queues on one leader ("aligned"), as the spread row does ("random"), and with the clients
+    where "random" puts them but each consumer's queues declared client-local by it
+    ("consumer-declared"); each against one broker on the same workload. What "publishers-remote" and "consumers-remote" cost above
     "local" is what forwarding publishes and serving consumers over links add; what "random"
     costs above "aligned", that each client's queues are led by several brokers."""
     from bench.amqp_spread_load import PLACEMENTS
