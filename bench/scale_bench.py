@@ -464,9 +464,10 @@ def spread_parts_rows(samples, args, names) -> None:
     only the consumers on another broker, with every client on a random broker but each client's
     queues on one leader ("aligned"), as the spread row does ("random"), and with the clients
     where "random" puts them but each consumer's queues declared client-local by it
-    ("consumer-declared"); each against one broker on the same workload. What "publishers-remote" and "consumers-remote" cost above
-    "local" is what forwarding publishes and serving consumers over links add; what "random"
-    costs above "aligned", that each client's queues are led by several brokers."""
+    ("consumer-declared"); each against one broker on the same workload. What "publishers-remote"
+    and "consumers-remote" cost above "local" is what forwarding publishes and serving consumers
+    over links add; what "random" costs above "aligned", that each client's queues are led by
+    several brokers; "consumer-declared", what consumers that declare their own queues save."""
     from bench.amqp_spread_load import PLACEMENTS
     n, brokers = args.spread_messages, args.spread_brokers
     for rep in range(args.repeat):
