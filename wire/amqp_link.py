@@ -10,8 +10,10 @@ brokers passes through it and a generic schema reader costs several times more p
 
 Layout (big-endian). An operation starts with its kind (u8) and link id (u32):
 
-* OPEN: flags (u8: 1 no-ack, 2 exclusive), priority (i32), credit limit (i64), vhost, queue
-  (u16-length UTF-8 each);
+* OPEN: flags (u8: 1 no-ack, 2 exclusive, 4 frames), priority (i32), credit limit (i64), vhost,
+  queue (u16-length UTF-8 each); with the frames flag then the consumer's channel (u16), its
+  connection's frame-max (u32) and its consumer tag (u16-length UTF-8): an AMQP 0-9-1 consumer,
+  whose deliveries the leader may send as the frames it gets (DELIVER_FRAMES);
 * CREDIT: limit (i64): the link may have been sent that many deliveries in all since it opened;
 * SETTLE: how (u8, :data:`ACK` ... :data:`REQUEUE_FAILED`), count (u32), then that many (first, last)
   offset ranges (i64, i64);
@@ -22,6 +24,10 @@ An event starts with its kind (u8) and link id (u32):
 * DELIVER: offset (i64), delivery count (i32: 1 the first time), redelivered (u8), timestamp
   (i64), attributes (u8), then key, value (i32 length, -1 for null, bytes) and the record's
   encoded headers (i32 length, bytes: wire.records.encode_headers);
+* DELIVER_FRAMES: offset (i64), delivery count (i32), redelivered (u8), then the basic.deliver,
+  content header and body frames (i32 length, bytes) as the consumer gets them, but for the
+  delivery tag (zero), which the consumer's broker fills in: the leader encodes a delivery of a
+  classic queue once, and the consumer's broker does not read the record back;
 * EMPTY (a get found nothing), DRAINED: nothing more; CLOSED: reason (u16-length UTF-8).
 """
 from __future__ import annotations
@@ -33,11 +39,11 @@ from wire.records import Record, _parse_headers, encode_headers
 from wire.varint import decode_varint
 
 OPEN, CREDIT, SETTLE, GET, DRAIN, CLOSE = 1, 2, 3, 4, 5, 6
-DELIVER, EMPTY, DRAINED, CLOSED = 1, 2, 3, 4
+DELIVER, EMPTY, DRAINED, CLOSED, DELIVER_FRAMES = 1, 2, 3, 4, 5
 # REQUEUE_FAILED: basic.reject's requeue (a quorum queue's delayed retry tells it from a nack's);
 # RELEASE: back without counting a delivery (AMQP 1.0 ``released``)
 ACK, REQUEUE, REJECT, RELEASE, REQUEUE_FAILED = 1, 2, 3, 4, 5
-NO_ACK, EXCLUSIVE = 1, 2
+NO_ACK, EXCLUSIVE, FRAMES = 1, 2, 4
 
 _KIND_LINK = struct.Struct(">BI")
 _OPEN = struct.Struct(">BIBiq")
@@ -46,6 +52,8 @@ _SETTLE = struct.Struct(">BIBI")
 _RANGE = struct.Struct(">qq")
 _GET = struct.Struct(">BIB")
 _DELIVER = struct.Struct(">BIqiBqBi")  # ... key length; the value and headers lengths follow their bytes
+_DELIVER_FRAMES = struct.Struct(">BIqiBi")
+_FRAMES_OPEN = struct.Struct(">HI")
 _LEN = struct.Struct(">i")
 _U16 = struct.Struct(">H")
 
@@ -68,9 +76,14 @@ def _read_text(buf, pos: int) -> tuple[str, int]:
 
 
 # --- operations (B to L) -------------------------------------------------------------------
-def op_open(link: int, vhost: str, queue: str, no_ack: bool, exclusive: bool, priority: int, limit: int) -> bytes:
-    flags = (NO_ACK if no_ack else 0) | (EXCLUSIVE if exclusive else 0)
-    return _OPEN.pack(OPEN, link, flags, priority, limit) + _text(vhost) + _text(queue)
+def op_open(link: int, vhost: str, queue: str, no_ack: bool, exclusive: bool, priority: int, limit: int,
+            frames: tuple[int, int, str] | None = None) -> bytes:
+    """``frames``: (channel, frame-max, consumer tag) of an AMQP 0-9-1 consumer (see DELIVER_FRAMES)."""
+    flags = (NO_ACK if no_ack else 0) | (EXCLUSIVE if exclusive else 0) | (FRAMES if frames else 0)
+    out = _OPEN.pack(OPEN, link, flags, priority, limit) + _text(vhost) + _text(queue)
+    if frames:
+        out += _FRAMES_OPEN.pack(frames[0], frames[1]) + _text(frames[2])
+    return out
 
 
 def op_credit(link: int, limit: int) -> bytes:
@@ -100,7 +113,8 @@ def op_close(link: int) -> bytes:
 
 
 def read_ops(buf) -> list[tuple]:
-    """The operations in ``buf``: (OPEN, link, vhost, queue, no_ack, exclusive, priority, limit),
+    """The operations in ``buf``: (OPEN, link, vhost, queue, no_ack, exclusive, priority, limit,
+    frames: (channel, frame-max, consumer tag) or None),
     (CREDIT, link, limit), (SETTLE, link, how, [offsets]), (GET, link, no_ack), (DRAIN, link),
     (CLOSE, link)."""
     out: list[tuple] = []
@@ -129,7 +143,13 @@ def read_ops(buf) -> list[tuple]:
                 _, link, flags, priority, limit = _OPEN.unpack_from(buf, pos)
                 vhost, pos = _read_text(buf, pos + _OPEN.size)
                 queue, pos = _read_text(buf, pos)
-                out.append((OPEN, link, vhost, queue, bool(flags & NO_ACK), bool(flags & EXCLUSIVE), priority, limit))
+                frames = None
+                if flags & FRAMES:
+                    channel, frame_max = _FRAMES_OPEN.unpack_from(buf, pos)
+                    tag, pos = _read_text(buf, pos + _FRAMES_OPEN.size)
+                    frames = (channel, frame_max, tag)
+                out.append((OPEN, link, vhost, queue, bool(flags & NO_ACK), bool(flags & EXCLUSIVE), priority, limit,
+                            frames))
             elif kind == GET:
                 _, link, no_ack = _GET.unpack_from(buf, pos)
                 pos += _GET.size
@@ -177,6 +197,10 @@ def ev_deliver(link: int, offset: int, count: int, redelivered: bool, record: Re
     return b"".join((head, key or b"", _optional(value), _encoded_headers(record.headers)))
 
 
+def ev_deliver_frames(link: int, offset: int, count: int, redelivered: bool, frames: bytes) -> bytes:
+    return _DELIVER_FRAMES.pack(DELIVER_FRAMES, link, offset, count, 1 if redelivered else 0, len(frames)) + frames
+
+
 def ev_empty(link: int) -> bytes:
     return _KIND_LINK.pack(EMPTY, link)
 
@@ -208,18 +232,27 @@ def _headers(raw: bytes) -> tuple:
 
 
 def read_events(buf) -> list[tuple]:
-    """The events in ``buf``: (DELIVER, link, offset, count, redelivered, record), (EMPTY, link),
-    (DRAINED, link), (CLOSED, link, reason)."""
+    """The events in ``buf``: (DELIVER, link, offset, count, redelivered, record),
+    (DELIVER_FRAMES, link, offset, count, redelivered, frames), (EMPTY, link), (DRAINED, link),
+    (CLOSED, link, reason)."""
     out: list[tuple] = []
     add = out.append
     buf = bytes(buf)
     pos, end = 0, len(buf)
     unpack_len, unpack_deliver, deliver_size = _LEN.unpack_from, _DELIVER.unpack_from, _DELIVER.size
+    unpack_frames, frames_size = _DELIVER_FRAMES.unpack_from, _DELIVER_FRAMES.size
     seen = _HEADERS_SEEN
     try:
         while pos < end:  # (one pass per message between brokers: the lookups above are hoisted)
             kind = buf[pos]
-            if kind == DELIVER:
+            if kind == DELIVER_FRAMES:
+                _, link, offset, count, redelivered, n = unpack_frames(buf, pos)
+                pos += frames_size
+                if n < 0 or pos + n > end:
+                    raise LinkCodecError("a delivery's frames run past the end")
+                add((DELIVER_FRAMES, link, offset, count, redelivered != 0, buf[pos:pos + n]))
+                pos += n
+            elif kind == DELIVER:
                 _, link, offset, count, redelivered, timestamp, attributes, n = unpack_deliver(buf, pos)
                 pos += deliver_size
                 key = None

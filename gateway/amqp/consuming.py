@@ -15,7 +15,7 @@ from routing import amqp_properties, mapping
 from routing.direct_reply import PSEUDO_QUEUE
 from routing.errors import ACCESS_REFUSED, NOT_ALLOWED, NOT_IMPLEMENTED, PRECONDITION_FAILED, ChannelError, ConnectionError
 from routing.queue import Queue
-from wire.amqp import encode_delivery, unchecked
+from wire.amqp import delivery_tag_at, encode_delivery, unchecked, with_delivery_tag
 
 
 class Consumer:
@@ -23,7 +23,7 @@ class Consumer:
     ``has_credit`` and ``deliver``."""
 
     __slots__ = ("channel", "queue", "tag", "no_ack", "exclusive", "priority", "prefetch", "unacked", "owner",
-                 "stream_position")
+                 "stream_position", "tag_at")
 
     def __init__(self, channel, queue: Queue, tag: str, no_ack: bool, exclusive: bool, priority: int,
                  prefetch: int):
@@ -37,6 +37,7 @@ class Consumer:
         self.prefetch = prefetch
         self.unacked = 0
         self.stream_position = 0  # stream queues: the next offset this consumer reads
+        self.tag_at = 0  # where the delivery tag goes in frames encoded by a queue's leader (encoded_target)
 
     def has_credit(self) -> bool:
         channel = self.channel
@@ -52,6 +53,18 @@ class Consumer:
 
     def deliver(self, queue: Queue, offset: int, record, redelivered: bool) -> None:
         self.channel.send_delivery(self, queue, offset, record, redelivered)
+
+    def encoded_target(self) -> tuple[int, int, str]:
+        """(channel, frame-max, consumer tag): what a queue's leader on another broker needs to
+        encode this consumer's deliveries itself (gateway.cluster.amqp_consume, wire.amqp_link)."""
+        self.tag_at = delivery_tag_at(self.tag)
+        return self.channel.number, self.channel.connection.frame_max, self.tag
+
+    def deliver_encoded(self, queue: Queue, offset: int, frames: bytes, redelivered: bool) -> None:
+        """A delivery the queue's leader encoded for :meth:`encoded_target`, its tag still to fill in."""
+        channel = self.channel
+        tag = channel.track_delivery(self, queue, offset, redelivered)
+        channel.connection.send(with_delivery_tag(frames, self.tag_at, tag))
 
     def cancelled_by_server(self, queue: Queue) -> None:
         self.channel.server_cancel(self)
@@ -106,6 +119,19 @@ class Consuming:
                 self.reply(spec.Basic.Cancel(consumer.tag, nowait=True))
 
     def send_delivery(self, consumer: Consumer, queue: Queue, offset: int, record, redelivered: bool) -> None:
+        tag = self.track_delivery(consumer, queue, offset, redelivered)
+        exchange, routing_key, properties_raw = mapping.amqp_from_record(record)
+        if queue.is_stream:  # as RabbitMQ: stream deliveries say where they are in the stream
+            properties_raw = amqp_properties.with_entry(properties_raw, "x-stream-offset", "l", offset)
+        elif queue.counts_deliveries:  # quorum queues: how often it came back (RabbitMQ's x-delivery-count)
+            properties_raw = amqp_properties.with_entry(properties_raw, "x-delivery-count", "l",
+                                                        queue.delivery_counts.get(offset, 0))
+        connection = self.connection
+        connection.send(encode_delivery(self.number, consumer.tag, tag, redelivered, exchange, routing_key,
+                                        properties_raw, record.value or b"", connection.frame_max))
+
+    def track_delivery(self, consumer: Consumer, queue: Queue, offset: int, redelivered: bool) -> int:
+        """The next delivery tag, held unacked (unless no-ack) and counted."""
         tag = self.next_tag
         self.next_tag += 1
         counts = BY_QUEUE_TYPE[queue.args.queue_type]
@@ -118,15 +144,7 @@ class Consuming:
             counts.consume_manual_ack += 1
         else:
             counts.consume_auto_ack += 1
-        exchange, routing_key, properties_raw = mapping.amqp_from_record(record)
-        if queue.is_stream:  # as RabbitMQ: stream deliveries say where they are in the stream
-            properties_raw = amqp_properties.with_entry(properties_raw, "x-stream-offset", "l", offset)
-        elif queue.counts_deliveries:  # quorum queues: how often it came back (RabbitMQ's x-delivery-count)
-            properties_raw = amqp_properties.with_entry(properties_raw, "x-delivery-count", "l",
-                                                        queue.delivery_counts.get(offset, 0))
-        connection = self.connection
-        connection.send(encode_delivery(self.number, consumer.tag, tag, redelivered, exchange, routing_key,
-                                        properties_raw, record.value or b"", connection.frame_max))
+        return tag
 
     def basic_get(self, m: spec.Basic.Get) -> None:
         queue = self.vhost.queue(self._queue_name(m.queue), self.connection)

@@ -6,7 +6,10 @@ by the queue's own dispatch, as a RabbitMQ channel's consumer is served by a que
 another node. Every link of this broker to L shares one *session* (:class:`LeaderLinks`) and two
 connections: operations (open, credit, settle, get, drain, close) go on one, sent together at the
 end of each loop turn; the other carries one poll at a time, which L answers with the deliveries
-and other events of every link of the session (wire.amqp_link).
+and other events of every link of the session (wire.amqp_link). An AMQP 0-9-1 consumer's link
+says at its opening how the consumer's frames look (channel, frame-max, consumer tag), so L
+sends a classic queue's deliveries as those frames and this broker only fills in the delivery
+tag: the record is not read back and encoded here.
 
 * credit: each link tells L how many deliveries it may have had in all: what it received plus its
   consumer's room now (its prefetch less what it holds unacked, the channel's global prefetch; a
@@ -112,12 +115,15 @@ class LeaderLinks:
             self.end(f"{ErrorCode(answer.error_code).name}: {answer.error_message}")
             return
         self.opening = False
-        links, deliver = self.links, wl.DELIVER
+        links, deliver, frames = self.links, wl.DELIVER, wl.DELIVER_FRAMES
         for event in wl.read_events(answer.events):
             link = links.get(event[1])
             if link is None:
                 continue
-            if event[0] == deliver:  # most events: straight to the link (one call less per message)
+            kind = event[0]  # deliveries, most events, straight to the link (one call less per message)
+            if kind == frames:
+                link._deliver_frames(event[2], event[3], event[4], event[5])
+            elif kind == deliver:
                 link._deliver(event[2], event[3], event[4], event[5])
             else:
                 link.event(event)
@@ -215,8 +221,10 @@ class QueueLink:
 
     def open_op(self, link_id: int) -> bytes:
         c = self.consumer
+        target = getattr(c, "encoded_target", None)  # an AMQP 0-9-1 consumer: the leader may send its frames
         return wl.op_open(link_id, self.queue.vhost, self.queue.name, bool(getattr(c, "no_ack", False)),
-                          bool(getattr(c, "exclusive", False)), getattr(c, "priority", 0) or 0, self.limit)
+                          bool(getattr(c, "exclusive", False)), getattr(c, "priority", 0) or 0, self.limit,
+                          target() if target is not None and not self.getter else None)
 
     def restart(self) -> None:
         """The session ended: the leader took back what was held; open again, a moment later."""
@@ -295,6 +303,8 @@ class QueueLink:
         kind = event[0]
         if kind == wl.DELIVER:
             self._deliver(*event[2:])
+        elif kind == wl.DELIVER_FRAMES:
+            self._deliver_frames(*event[2:])
         elif kind == wl.EMPTY:
             self.gets = max(self.gets - 1, 0)
             self.consumer.found_nothing()
@@ -323,3 +333,11 @@ class QueueLink:
         if not consumer.no_ack:
             self.queue.delivered(offset, count, self)
         consumer.deliver(self.queue, offset, record, redelivered)
+
+    def _deliver_frames(self, offset: int, count: int, redelivered: bool, frames: bytes) -> None:
+        """A delivery the leader encoded for this link's AMQP 0-9-1 consumer (its open said how)."""
+        self.received += 1
+        consumer = self.consumer
+        if not consumer.no_ack:
+            self.queue.delivered(offset, count, self)
+        consumer.deliver_encoded(self.queue, offset, frames, redelivered)

@@ -26,7 +26,9 @@ import time
 from twisted.internet import defer
 
 from gateway.logs import fields
+from routing.mapping import amqp_from_record
 from wire import amqp_link as wl
+from wire.amqp import encode_delivery
 
 log = logging.getLogger(__name__)
 
@@ -41,12 +43,15 @@ class LinkConsumer:
     remote_link = True  # not counted among the queue's consumers: its own broker reports it
 
     def __init__(self, session: "LinkSession", link: int, queue, no_ack: bool, exclusive: bool, priority: int,
-                 limit: int):
+                 limit: int, frames: tuple[int, int, str] | None = None):
         self.session, self.link, self.queue = session, link, queue
         self.no_ack, self.exclusive, self.priority = no_ack, exclusive, priority
         self.owner = self  # what it took is held under it in the queue's cursor
         self.sent = 0
         self.limit = limit
+        # an AMQP 0-9-1 consumer's (channel, frame-max, tag): a classic queue's deliveries go as its
+        # frames, encoded here once, instead of as records its broker reads back and encodes
+        self.frames = frames if frames and not queue.is_stream and not queue.counts_deliveries else None
 
     def has_credit(self) -> bool:
         return self.sent < self.limit and not self.session.ended
@@ -54,8 +59,14 @@ class LinkConsumer:
     def deliver(self, queue, offset: int, record, redelivered: bool) -> None:
         self.sent += 1
         counts = queue.delivery_counts
-        self.session.event(wl.ev_deliver(self.link, offset, counts.get(offset, 0) + 1 if counts else 1, redelivered,
-                                         record))
+        count = counts.get(offset, 0) + 1 if counts else 1
+        frames = self.frames
+        if frames is None:
+            self.session.event(wl.ev_deliver(self.link, offset, count, redelivered, record))
+            return
+        exchange, routing_key, properties = amqp_from_record(record)
+        self.session.event(wl.ev_deliver_frames(self.link, offset, count, redelivered, encode_delivery(
+            frames[0], frames[2], 0, redelivered, exchange, routing_key, properties, record.value or b"", frames[1])))
 
     def cancelled_by_server(self, queue) -> None:
         """The queue was deleted here: the link is over (its broker cancels its consumer)."""
@@ -223,12 +234,12 @@ class LinkServer:
             return None, f"queue '{name}' in vhost '{vhost}' is led by broker {queue.leader}"
         return queue, ""
 
-    def _open(self, session, link_id, vhost, name, no_ack, exclusive, priority, limit):
+    def _open(self, session, link_id, vhost, name, no_ack, exclusive, priority, limit, frames):
         queue, why = self._find(vhost, name)
         if queue is None:
             session.event(wl.ev_closed(link_id, why))
             return None
-        link = LinkConsumer(session, link_id, queue, no_ack, exclusive, priority, limit)
+        link = LinkConsumer(session, link_id, queue, no_ack, exclusive, priority, limit, frames)
         if limit < 0:  # a basic.get link: nothing is dispatched to it
             session.getters[link_id] = link
             return None

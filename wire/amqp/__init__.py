@@ -9,11 +9,15 @@ from .codec import (
     COMMAND_INVALID, FRAME_ERROR, FRAME_MAX_DEFAULT, MAX_BODY_SIZE, NEED_DATA, PROTOCOL_HEADER, UNEXPECTED_FRAME,
     AmqpFrameError, Event, Heartbeat, Message, MethodFrame, ProtocolHeader, ServerCodec,
 )
-from .encoding import encode_delivery, encode_heartbeat, encode_message, encode_method, encode_properties, unchecked
+from .encoding import (
+    delivery_tag_at, encode_delivery, encode_heartbeat, encode_message, encode_method, encode_properties, unchecked,
+    with_delivery_tag,
+)
 
 __all__ = [
     "NEED_DATA", "PROTOCOL_HEADER", "FRAME_MAX_DEFAULT", "MAX_BODY_SIZE",
     "FRAME_ERROR", "COMMAND_INVALID", "UNEXPECTED_FRAME",
     "AmqpFrameError", "ProtocolHeader", "MethodFrame", "Message", "Heartbeat", "Event", "ServerCodec",
     "encode_method", "encode_message", "encode_delivery", "encode_properties", "encode_heartbeat", "unchecked",
+    "delivery_tag_at", "with_delivery_tag",
 ]

@@ -20,7 +20,8 @@ from pamqp.commands import Basic
 
 from .codec import FRAME_MAX_DEFAULT
 
-__all__ = ["encode_method", "encode_message", "encode_delivery", "encode_properties", "encode_heartbeat"]
+__all__ = ["encode_method", "encode_message", "encode_delivery", "encode_properties", "encode_heartbeat",
+           "delivery_tag_at", "with_delivery_tag"]
 
 _METHOD, _HEADER, _BODY = 1, 2, 3
 _BASIC = 60
@@ -174,6 +175,21 @@ def encode_delivery(channel: int, consumer_tag: str, delivery_tag: int, redelive
     payload = b"".join((_DELIVER_PREFIX, _short(consumer_tag), _QB.pack(delivery_tag, 1 if redelivered else 0),
                         _short(exchange), _short(routing_key)))
     return _with_content(channel, payload, properties_raw, body, frame_max)
+
+
+_TAG = struct.Struct(">Q")
+
+
+def delivery_tag_at(consumer_tag: str) -> int:
+    """Where the delivery tag starts in :func:`encode_delivery`'s bytes for ``consumer_tag``: after
+    the frame head, the class and method ids and the consumer tag."""
+    return _FRAME_HEAD.size + _CLASS_METHOD.size + len(_short(consumer_tag))
+
+
+def with_delivery_tag(frames: bytes, at: int, delivery_tag: int) -> bytes:
+    """``frames`` (an :func:`encode_delivery` made elsewhere, its tag left zero) with ``delivery_tag``
+    at ``at`` (:func:`delivery_tag_at`)."""
+    return b"".join((frames[:at], _TAG.pack(delivery_tag), frames[at + 8:]))
 
 
 _SHORTS: dict[str, bytes] = {}
