@@ -84,7 +84,7 @@ class Router:
         self.logs = logs
         # cluster mode: create_topic arguments placing a new queue's topic (replicas, leader) -- see gateway.cluster
         self.placement: Callable[[dict], dict] = lambda arguments: {}
-        self.available: Callable[[str], bool] = lambda topic: True  # cluster mode: the home leads the topic
+        self.available: Callable[[str, int], bool] = lambda topic, partition=0: True  # cluster mode: led here
         # cluster mode: send one batch (bytes, base offset 0) to the leader of a RemoteQueue; each
         # Publish given has ``forwarded`` raised by one, to be lowered (or ``rejected`` set) when
         # the leader answers
@@ -153,7 +153,7 @@ class Router:
                                 on_queue=self._queue_made)
             vhost.dead_letter = self._dead_letter
             vhost.placement = lambda arguments: self.placement(arguments)
-            vhost.available = lambda topic: self.available(topic)
+            vhost.available = lambda topic, partition=0: self.available(topic, partition)
             vhost.remote_stubs = self.remote_stubs
             vhost.share_transient, vhost.node_id = self.share_transient, self.node_id
             self.vhosts[name] = vhost

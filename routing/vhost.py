@@ -65,7 +65,7 @@ class VirtualHost(PoliciesMixin, DefinitionsMixin):
         self.dead_letter: Callable | None = None  # installed on every queue (see routing.broker)
         # cluster mode: extra create_topic arguments (replicas) for a queue with these arguments
         self.placement: Callable[[dict], dict] = lambda arguments: {}
-        self.available: Callable[[str], bool] = lambda topic: True  # cluster mode: this broker leads the topic
+        self.available: Callable[[str, int], bool] = lambda topic, partition=0: True  # cluster mode: led here
         self.remote_stubs = False  # cluster mode 'spread': a queue led elsewhere is a RemoteQueue here
         # cluster mode 'spread': non-durable definitions are stored too (flagged), for the other
         # brokers to route to them; ``node_id`` is the broker whose they are
@@ -289,7 +289,7 @@ class VirtualHost(PoliciesMixin, DefinitionsMixin):
     def _queue_log(self, topic: str, durable: bool, extra: dict | None = None, arguments: dict | None = None,
                    name: str | None = None, partition: int = 0):
         if partition or (name is not None and any(name in p for p in self.super_streams.values())):
-            if not self.available(topic):  # a super stream's partition: its topic is made with all of them
+            if not self.available(topic, partition):  # a super stream's partition: its topic is made with all of them
                 raise UnknownTopicError(f"topic {topic!r} is led by another broker")
             return self.logs.get_log(topic, partition)
         configs = {**(QUEUE_TOPIC_CONFIGS if durable else TRANSIENT_TOPIC_CONFIGS), **(extra or {})}

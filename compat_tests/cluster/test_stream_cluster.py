@@ -99,6 +99,11 @@ def test_metadata_names_leader_and_replicas_on_every_broker(spread):
             leader, _ = await client.query_leader_and_replicas("metrics")  # Create answers once it is led
             assert leader.port in [b.ports["stream"] for b in spread.brokers]
             await client.create_super_stream("invoices", [f"invoices-{i}" for i in range(3)], ["a", "b", "c"])
+            # Create answers once every partition is led, and a client publishes next: each
+            # partition's leader takes its publisher at once, though it leads a partition other than
+            # the topic's first (a partition's own leadership decides, and is looked at when asked)
+            for i in range(3):
+                await producer.send_wait(f"invoices-{i}", AMQPMessage(body=b"first"))
         finally:
             await producer.close()
     run(create())

@@ -191,13 +191,14 @@ class AmqpHome:
             return None
         return vhost.effective_policy(name)
 
-    def available(self, topic: str) -> bool:
-        """Whether the home may append to a queue's topic: it leads it (or just created it, first replica)."""
-        rep = self.node.replicas.get(topic, 0)
+    def available(self, topic: str, partition: int = 0) -> bool:
+        """Whether the home may append to a queue's partition (a super stream's topic has one per
+        stream): it leads it, or just created it as the partition's first replica."""
+        rep = self.node.replicas.get(topic, partition)
         if rep is not None:
             return rep.role == LEADER
         meta = self.broker.logs.store.get_topic(topic)
-        return meta is not None and bool(meta.replicas) and meta.replicas[0][0] == self.node_id
+        return meta is not None and len(meta.replicas) > partition and meta.replicas[partition][0] == self.node_id
 
     # --- the AMQP listener ---------------------------------------------------------------------
     def door(self, local_factory) -> "AmqpDoor":

@@ -36,7 +36,7 @@ from __future__ import annotations
 import json
 import logging
 
-from twisted.internet import protocol, threads
+from twisted.internet import defer, protocol, threads
 from twisted.python.failure import Failure
 
 from core.cluster.view import Reassignment
@@ -58,6 +58,7 @@ from wire.records import Record, encode_batch
 log = logging.getLogger(__name__)
 
 LEADERSHIP_WALK_S = 5.0  # the leadership walk's safety net: at least this often
+WRITTEN_WAIT_S = 5.0  # how long a declaration's answer waits for its state record to be committed
 
 
 def leadership_signature(view, replicas, vhosts: dict) -> tuple:
@@ -134,6 +135,8 @@ class AmqpSpread(AmqpHome):
         self.own_follower: DefinitionsFollower | None = None
         self._outbox: list[bytes] = []  # state records for the topic's leader, in order
         self._sending = False
+        self._queued = self._stored = 0  # batches put in the outbox, and of those stored at the leader
+        self._local_end = None  # (log, end offset) of the last batch appended here, as the topic's leader
         self._asked = False  # a reassignment adding this broker to the state topic's replicas is under way
         self.departed = DepartedBrokers(self, broker.settings.departed_broker_after_ms / 1000)
         self._walked, self._walked_at = None, 0.0  # what the last leadership walk saw, and when
@@ -243,10 +246,28 @@ class AmqpSpread(AmqpHome):
             rep = self.node.replicas.leader_of(STATE_TOPIC, 0)
             if rep is not None:
                 rep.plog.append(batch)
+                self._local_end = (rep.plog, rep.plog.next_offset)
                 self.broker.request_flush()
                 return
         self._outbox.append(batch)
+        self._queued += 1
         self._send_state()
+
+    def written(self, timeout_s: float = WRITTEN_WAIT_S) -> defer.Deferred:
+        """Fires once every state record this broker has written so far is committed (every in-sync
+        replica of the state topic has it, so the other brokers apply it a fetch later), or after
+        ``timeout_s``: what a declaration's answer waits for, as RabbitMQ's waits for its metadata store."""
+        waiters, waits = self.broker.kafka.waiters, []
+        if self._stored < self._queued:
+            target = self._queued
+            waits.append(waiters.wait(lambda: self._stored >= target, timeout_s))
+        if self._local_end is not None:
+            plog, end = self._local_end
+            def committed() -> bool:  # (or no longer led here: the next leader has what it took)
+                rep = self.node.replicas.leader_of(STATE_TOPIC, 0)
+                return plog.high_watermark >= end or rep is None or rep.plog is not plog
+            waits.append(waiters.wait(committed, timeout_s))
+        return defer.gatherResults(waits) if waits else defer.succeed(None)
 
     def _send_state(self) -> None:
         if self._sending or not self._outbox:
@@ -255,6 +276,8 @@ class AmqpSpread(AmqpHome):
         if rep is not None:  # we lead it now: what waited goes in here, in order
             for batch in self._outbox:
                 rep.plog.append(batch)
+            self._stored += len(self._outbox)
+            self._local_end = (rep.plog, rep.plog.next_offset)
             self._outbox.clear()
             self.broker.request_flush()
             return
@@ -271,6 +294,8 @@ class AmqpSpread(AmqpHome):
                 log.warning("AMQP state record not stored at broker %d (error %d); sending it again", leader, error)
                 return
             self._outbox.pop(0)
+            self._stored += 1
+            self.broker.kafka.waiters.notify()  # (a declaration may wait for it: written())
             self._send_state()
 
         def failed(failure) -> None:
@@ -320,11 +345,17 @@ class AmqpSpread(AmqpHome):
                     led[leader] += 1
         return min(live, key=lambda b: (led[b], b))
 
-    def available(self, topic: str) -> bool:
-        """Whether this broker leads the queue's topic (or has just created it, as first replica)."""
-        return AmqpHome.available(self, topic)
+    def available(self, topic: str, partition: int = 0) -> bool:
+        """Whether this broker leads the queue's partition (or has just created it, as first replica)."""
+        return AmqpHome.available(self, topic, partition)
 
     # --- leadership moves ----------------------------------------------------------------------------
+    def walk_leadership(self) -> None:
+        """The leadership walk now, whatever the last one saw (a queue is asked for in between)."""
+        if self.opened:
+            self._walked = None
+            self._leadership()
+
     def _leadership(self) -> None:
         """Queues whose topic this broker came to lead become local; those it lost, remote.
 

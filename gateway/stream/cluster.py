@@ -105,7 +105,11 @@ class StreamCluster:
 
     def when_led(self, queues: list) -> defer.Deferred:
         """Fires once every one of ``queues`` has a leader Metadata can name (or after
-        ELECTION_WAIT_S): RabbitMQ answers Create once the stream is ready, and clients publish next."""
+        ELECTION_WAIT_S), and their definitions are committed, so the leaders know them: RabbitMQ
+        answers Create once the stream is ready, and clients publish next."""
+        return defer.gatherResults([self._elected(queues), self.node.broker.amqp_home.written()])
+
+    def _elected(self, queues: list) -> defer.Deferred:
         d = defer.Deferred()
         deadline = self.node.reactor.seconds() + ELECTION_WAIT_S
 
@@ -118,9 +122,17 @@ class StreamCluster:
         return d
 
     # --- where a stream is served -----------------------------------------------------------------
-    def leads(self, queue) -> bool:
+    def led_here(self, vhost, queue):
+        """The queue, local, if this broker leads its topic; else None. A queue whose topic came to
+        be led here since the last leadership walk (a tick away) is made local now, so a publisher
+        that Metadata sent here is not refused in that moment."""
         rep = self.node.replicas.get(queue.topic, queue.partition)
-        return not queue.remote and rep is not None and rep.role == LEADER
+        if rep is None or rep.role != LEADER:
+            return None
+        if queue.remote:
+            self.node.broker.amqp_home.walk_leadership()
+            queue = vhost.queues.get(queue.name)
+        return queue if queue is not None and not queue.remote and not queue.deleted else None
 
     def readable(self, vhost, queue):
         """What a subscription reads: the queue when led here, this broker's replica of it, or None."""

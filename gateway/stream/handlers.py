@@ -170,8 +170,9 @@ class StreamCommands:
             raise ChannelError(406, f"publisher {r.publisher_id} is already declared on this connection")
         queue = streams.stream(self.vhost, r.stream)
         self.check(r.stream, "write")
-        if self.service.cluster is not None and not self.service.cluster.leads(queue):
-            # RabbitMQ's answer when the leader cannot be reached: the client asks Metadata for it
+        if self.service.cluster is not None:
+            queue = self.service.cluster.led_here(self.vhost, queue)
+        if queue is None:  # RabbitMQ's answer when the leader cannot be reached: the client asks Metadata for it
             self.refuse(sc.DECLARE_PUBLISHER, r.correlation_id, sc.STREAM_NOT_AVAILABLE,
                         f"stream '{r.stream}' is led by another broker")
             return

@@ -9,7 +9,10 @@ returned, so the client can drop those producers' batches up to each abort marke
 
 A fetch with ``replica_id`` set comes from a follower (cluster mode): it reads up to the log
 end, its fetch offset tells the leader how far that replica has come (the high watermark and
-the ISR follow from it), and it waits for new appends rather than for the high watermark.
+the ISR follow from it), and it waits for new appends rather than for the high watermark. The
+AMQP model's topic is the exception: a follower's fetch of it is answered as soon as the high
+watermark passes the one that follower was last told, since a replica applies definitions only
+below it, and a queue declared on one broker is to be known on the others at once.
 
 Fetch v13+ names topics by id (KIP-516): an id no topic has gets UNKNOWN_TOPIC_ID. v15 moved the
 replica id into ``replica_state``; v16/v17 only add tagged fields this broker leaves empty.
@@ -29,6 +32,7 @@ from kio.schema.errors import ErrorCode
 from core.errors import OffsetOutOfRangeError
 from gateway.kafka import quotas
 from gateway.kafka.apis.registry import handles
+from routing.state import STATE_TOPIC
 from wire.kafka import respond, respond_parts
 
 READ_COMMITTED = 1
@@ -75,6 +79,8 @@ def _collect(ctx, req, topics, isolation: int, budget: int, zero_copy: bool = Fa
                 except OffsetOutOfRangeError:
                     entry["error_code"] = ErrorCode.offset_out_of_range
                 entry["high_watermark"] = plog.high_watermark
+                if replica >= 0 and name == STATE_TOPIC:
+                    ctx.follower_hw[(replica, p.partition)] = plog.high_watermark
                 entry["last_stable_offset"] = lso
                 entry["log_start_offset"] = plog.log_start_offset
             parts.append(entry)
@@ -116,11 +122,29 @@ def _has_new_data(ctx, req, topics, isolation: int) -> bool:
             plog, _epoch, error = ctx.leader_log(name, p.partition)
             if error or p.fetch_offset < plog.log_start_offset:
                 return True
+            if replica >= 0 and name == STATE_TOPIC and _hw_untold(ctx, replica, p.partition, plog):
+                return True  # what that replica may apply moved
             visible = (plog.next_offset if replica >= 0 else
                        ctx.last_stable_offset(name, p.partition, plog) if isolation == READ_COMMITTED
                        else plog.high_watermark)
             if visible > p.fetch_offset:
                 return True
+    return False
+
+
+def _hw_untold(ctx, replica: int, partition: int, plog) -> bool:
+    return plog.high_watermark > ctx.follower_hw.get((replica, partition), -1)
+
+
+def _state_hw_untold(ctx, req, topics) -> bool:
+    """A follower's fetch of the AMQP model's topic whose high watermark it has not been told."""
+    replica = _replica_of(req)
+    for name, t in topics:
+        if replica >= 0 and name == STATE_TOPIC:
+            for p in t.partitions:
+                plog, _epoch, error = ctx.leader_log(name, p.partition)
+                if not error and _hw_untold(ctx, replica, p.partition, plog):
+                    return True
     return False
 
 
@@ -158,10 +182,11 @@ def fetch(ctx, conn, h, req):
     # Records go out from the segment files (os.sendfile) on plaintext connections; the ranges
     # are sent or read before control returns to the reactor (core.segment.FileRange).
     zero_copy = getattr(conn, "zero_copy", False)
+    untold = not consumer and _state_hw_untold(ctx, req, topics)  # (before _collect notes what it tells)
     responses, total = _collect(ctx, req, topics, isolation, budget, zero_copy)
     wait = req.max_wait.total_seconds()
     errors = any(p["error_code"] for t in responses for p in t["partitions"])
-    if total >= max(req.min_bytes, 1) or wait <= 0 or errors or not req.topics:
+    if total >= max(req.min_bytes, 1) or wait <= 0 or errors or not req.topics or untold:
         return answer(responses, total)
     return ctx.waiters.wait(lambda: _has_new_data(ctx, req, topics, isolation), wait).addCallback(
         lambda _: answer(*_collect(ctx, req, topics, isolation, budget, zero_copy)))
