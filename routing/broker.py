@@ -85,6 +85,9 @@ class Router:
         # cluster mode: create_topic arguments placing a new queue's topic (replicas, leader) -- see gateway.cluster
         self.placement: Callable[[dict], dict] = lambda arguments: {}
         self.available: Callable[[str, int], bool] = lambda topic, partition=0: True  # cluster mode: led here
+        self.committed: Callable[[], object] | None = None  # spread cluster: a Deferred, once the model's writes are
+        # committed, those of the definitions batch under way too (gateway.cluster.amqp_spread)
+        self._after_batch: list = []  # called once the definitions batch under way is written
         # cluster mode: send one batch (bytes, base offset 0) to the leader of a RemoteQueue; each
         # Publish given has ``forwarded`` raised by one, to be lowered (or ``rejected`` set) when
         # the leader answers
@@ -195,6 +198,16 @@ class Router:
                     self._write_transient()
                 if self._definitions_dirty:
                     self._write_definitions()
+                waiting, self._after_batch = self._after_batch, []
+                for fn in waiting:
+                    fn()
+
+    def after_batch(self, fn: Callable[[], None]) -> None:
+        """``fn()`` once the definitions batch under way has been written (now if none is)."""
+        if self._batching:
+            self._after_batch.append(fn)
+        else:
+            fn()
 
     def _queue_made(self, queue: Queue, created: bool) -> None:
         """Keep transient.json current: those topics are dropped at the next start."""

@@ -79,6 +79,33 @@ def test_definitions_made_on_one_broker_route_publishes_on_the_others(spread):
         assert [m for m in got if m.startswith(f"{node_id}-")] == sent[node_id]
 
 
+def test_a_binding_routes_publishes_on_another_broker_as_soon_as_its_ok_came(spread):
+    """As on RabbitMQ, whose declare-ok and bind-ok come once its metadata store has the change: a
+    client that goes on through another broker right after the -ok finds the queue and binding
+    there (a mandatory publish is routed, not returned)."""
+    b1, b2, _ = spread.brokers
+    declaring, publishing = amqp_connection(b1), amqp_connection(b2)
+    try:
+        definitions, publisher = declaring.channel(), publishing.channel()
+        definitions.exchange_declare("instant", "direct", durable=True)
+        # (once broker 2 follows the model: a cluster just started may still be adding its replica)
+        wait_until(lambda: amqp_knows(b2, lambda ch: ch.exchange_declare("instant", passive=True)), timeout=30,
+                   what="broker 2 knowing the exchange")
+        publisher.confirm_delivery()
+        for i in range(20):
+            definitions.queue_declare(f"instant-{i}", durable=True)
+            definitions.queue_bind(f"instant-{i}", "instant", f"key-{i}")
+            # pika raises UnroutableError if it comes back unroutable
+            publisher.basic_publish("instant", f"key-{i}", b"%d" % i, pika.BasicProperties(delivery_mode=2),
+                                    mandatory=True)
+        for i in range(20):
+            method, _, body = definitions.basic_get(f"instant-{i}", auto_ack=True)
+            assert method is not None and body == b"%d" % i
+    finally:
+        declaring.close()
+        publishing.close()
+
+
 def test_balanced_queues_spread_their_leaders_and_client_local_ones_stay(spread):
     b1 = spread.brokers[0]
     connection = amqp_connection(b1)

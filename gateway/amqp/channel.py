@@ -100,7 +100,7 @@ class Channel(Consuming, DirectReplyTo, RemoteReplies):
         self.vhost.declare_exchange(m.exchange, m.exchange_type, passive=m.passive, durable=m.durable,
                                     auto_delete=m.auto_delete, internal=m.internal, arguments=m.arguments or {})
         if not m.nowait:
-            self.reply(spec.Exchange.DeclareOk())
+            self._defined(m, spec.Exchange.DeclareOk())
 
     def exchange_delete(self, m: spec.Exchange.Delete) -> None:
         self.vhost.delete_exchange(m.exchange, if_unused=m.if_unused)
@@ -110,7 +110,7 @@ class Channel(Consuming, DirectReplyTo, RemoteReplies):
     def exchange_bind(self, m: spec.Exchange.Bind) -> None:
         self.vhost.bind_exchange(m.destination, m.source, m.routing_key, m.arguments or {})
         if not m.nowait:
-            self.reply(spec.Exchange.BindOk())
+            self._defined(m, spec.Exchange.BindOk())
 
     def exchange_unbind(self, m: spec.Exchange.Unbind) -> None:
         self.vhost.unbind_exchange(m.destination, m.source, m.routing_key, m.arguments or {})
@@ -136,7 +136,17 @@ class Channel(Consuming, DirectReplyTo, RemoteReplies):
             self._later(queue.ops.figures(queue), m, lambda f: self.reply(
                 unchecked(spec.Queue.DeclareOk, queue.name, f.ready, f.consumers)))
             return
-        self.reply(unchecked(spec.Queue.DeclareOk, queue.name, queue.message_count(), queue.consumer_count()))
+        self._defined(m, unchecked(spec.Queue.DeclareOk, queue.name, queue.message_count(), queue.consumer_count()))
+
+    def _defined(self, m, reply) -> None:
+        """A declaration's or binding's -ok; in a spread cluster once what it wrote to the AMQP model
+        is committed, so a client that goes on through another broker finds it there (RabbitMQ
+        answers once its metadata store has it)."""
+        committed = self.connection.service.router.committed
+        if committed is None:
+            self.reply(reply)
+        else:
+            self._later(committed(), m, lambda _: self.reply(reply))
 
     def _queue_name(self, name: str) -> str:
         """An empty queue name means the last queue declared on this connection, as in AMQP."""
@@ -151,7 +161,7 @@ class Channel(Consuming, DirectReplyTo, RemoteReplies):
         self.vhost.bind_queue(self._queue_name(m.queue), m.exchange, m.routing_key, m.arguments or {},
                               self.connection)
         if not m.nowait:
-            self.reply(spec.Queue.BindOk())
+            self._defined(m, spec.Queue.BindOk())
 
     def queue_unbind(self, m: spec.Queue.Unbind) -> None:
         _not_a_reply_queue(m.queue)

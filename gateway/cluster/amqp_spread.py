@@ -45,6 +45,7 @@ from gateway.cluster.amqp_consume import ConsumerLinks, QueueLink
 from gateway.cluster.amqp_departed import DepartedBrokers
 from gateway.cluster.amqp_home import AmqpHome
 from gateway.cluster.amqp_queue_ops import QueueOps
+from gateway.kafka.apis.fetch import applied_everywhere
 from gateway.logs import fields
 from routing import definitions
 from routing.broker import Router
@@ -193,6 +194,7 @@ class AmqpSpread(AmqpHome):
         router = Router(broker.data_dir, broker.logs, state=state)
         router.placement = self.placement
         router.available = self.available
+        router.committed = self.committed
         router.forward = self.forwarder.forward
         router.remote_stubs = True
         router.share_transient, router.node_id = True, self.node_id  # other brokers route to our transient queues
@@ -253,6 +255,13 @@ class AmqpSpread(AmqpHome):
         self._queued += 1
         self._send_state()
 
+    def committed(self) -> defer.Deferred:
+        """:meth:`written`, asked once the definitions batch under way (a connection's read, whose
+        changes are written at its end) has been written."""
+        d = defer.Deferred()
+        self.broker.amqp.router.after_batch(lambda: self.written().chainDeferred(d))
+        return d
+
     def written(self, timeout_s: float = WRITTEN_WAIT_S) -> defer.Deferred:
         """Fires once every state record this broker has written so far is committed (every in-sync
         replica of the state topic has it, so the other brokers apply it a fetch later), or after
@@ -265,7 +274,8 @@ class AmqpSpread(AmqpHome):
             plog, end = self._local_end
             def committed() -> bool:  # (or no longer led here: the next leader has what it took)
                 rep = self.node.replicas.leader_of(STATE_TOPIC, 0)
-                return plog.high_watermark >= end or rep is None or rep.plog is not plog
+                return (plog.high_watermark >= end and applied_everywhere(self.broker.kafka, 0, end)) or \
+                    rep is None or rep.plog is not plog
             waits.append(waiters.wait(committed, timeout_s))
         return defer.gatherResults(waits) if waits else defer.succeed(None)
 

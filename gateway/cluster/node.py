@@ -148,7 +148,17 @@ class ClusterNode:
     def flushed(self, written) -> bool:
         """The group commit made more of the leaders' logs ``written`` since the last one durable:
         their high watermarks may move (True if one did)."""
-        return self.replicas.update_hw_of(written)
+        moved = self.replicas.update_hw_of(written)
+        if moved and self.replicas.leader_of(STATE_TOPIC, 0) is not None:
+            self._state_committed()
+        return moved
+
+    def _state_committed(self) -> None:
+        """The AMQP model's topic, led here, may have a new high watermark: what the other brokers
+        wrote applies here now, before a write waiting for it is answered (not at the next tick)."""
+        home = self.broker.amqp_home
+        if home is not None:
+            home.state_fetched()
 
     # --- for the request handlers --------------------------------------------------------------
     def leader_log(self, topic: str, partition: int, current_epoch: int = -1):
@@ -172,6 +182,8 @@ class ClusterNode:
     def replica_fetched(self, topic: str, partition: int, follower: int, fetch_offset: int) -> None:
         rep = self.replicas.leader_of(topic, partition)
         if rep is not None and self.replicas.record_fetch(rep, follower, fetch_offset):
+            if topic == STATE_TOPIC:
+                self._state_committed()
             self.broker.kafka.waiters.notify()
             if not is_internal_topic(topic):  # the broker's own topics (the AMQP state) hold no messages
                 self.broker.amqp.log_moved()

@@ -107,7 +107,7 @@ class StreamCluster:
         """Fires once every one of ``queues`` has a leader Metadata can name (or after
         ELECTION_WAIT_S), and their definitions are committed, so the leaders know them: RabbitMQ
         answers Create once the stream is ready, and clients publish next."""
-        return defer.gatherResults([self._elected(queues), self.node.broker.amqp_home.written()])
+        return defer.gatherResults([self._elected(queues), self.node.broker.amqp_home.committed()])
 
     def _elected(self, queues: list) -> defer.Deferred:
         d = defer.Deferred()

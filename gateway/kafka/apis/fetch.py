@@ -12,7 +12,10 @@ end, its fetch offset tells the leader how far that replica has come (the high w
 the ISR follow from it), and it waits for new appends rather than for the high watermark. The
 AMQP model's topic is the exception: a follower's fetch of it is answered as soon as the high
 watermark passes the one that follower was last told, since a replica applies definitions only
-below it, and a queue declared on one broker is to be known on the others at once.
+below it. A follower applies what an answer brings before it fetches again, so its next fetch
+says it has applied everything below the high watermark it was told: a write to that topic is
+answered once every in-sync replica has applied it (:func:`applied_everywhere`), and a queue
+declared on one broker is known on the others when its declare-ok comes.
 
 Fetch v13+ names topics by id (KIP-516): an id no topic has gets UNKNOWN_TOPIC_ID. v15 moved the
 replica id into ``replica_state``; v16/v17 only add tagged fields this broker leaves empty.
@@ -132,6 +135,31 @@ def _has_new_data(ctx, req, topics, isolation: int) -> bool:
     return False
 
 
+def applied_everywhere(ctx, partition: int, end: int) -> bool:
+    """Whether every other in-sync replica of the AMQP model's topic has applied it below ``end``."""
+    rep = ctx.cluster.replicas.get(STATE_TOPIC, partition) if ctx.cluster is not None else None
+    if rep is None:
+        return True
+    applied = ctx.follower_applied
+    return all(applied.get((b, partition), -1) >= end for b in rep.state.isr if b != ctx.node_id)
+
+
+def _note_applied(ctx, req, topics) -> None:
+    """A follower's fetch of the AMQP model's topic: it has applied what it was told before."""
+    replica = _replica_of(req)
+    moved = False
+    for name, t in topics:
+        if name == STATE_TOPIC:
+            for p in t.partitions:
+                key = (replica, p.partition)
+                told = ctx.follower_hw.get(key, -1)
+                if ctx.follower_applied.get(key, -1) != told:
+                    ctx.follower_applied[key] = told
+                    moved = True
+    if moved:
+        ctx.waiters.notify()  # a write to it may wait for this (produce, AmqpSpread.written)
+
+
 def _hw_untold(ctx, replica: int, partition: int, plog) -> bool:
     return plog.high_watermark > ctx.follower_hw.get((replica, partition), -1)
 
@@ -164,6 +192,8 @@ def fetch(ctx, conn, h, req):
     topics = _topic_names(ctx, req)
     _record_replica_progress(ctx, req, topics)
     consumer = _replica_of(req) < 0
+    if not consumer:
+        _note_applied(ctx, req, topics)
     budget = getattr(req, "max_bytes", 0x7FFFFFFF)
     if consumer:  # Kafka caps a consumer's answer at what its byte-rate quota allows in a window span
         budget = min(budget, quotas.fetch_max_bytes(ctx, conn, h))

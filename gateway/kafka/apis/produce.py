@@ -33,8 +33,10 @@ from twisted.internet import defer, task
 
 from core.errors import InvalidRecordError, RecordTooLargeError, StorageError
 from gateway.kafka import quotas, txn_steps
+from gateway.kafka.apis.fetch import applied_everywhere
 from gateway.kafka.apis.registry import handles
 from gateway.logs import fields
+from routing.state import STATE_TOPIC
 from wire.errors import CorruptBatchError
 from wire.kafka import respond
 from wire.produce_response import encode_produce_response
@@ -218,8 +220,11 @@ def _produce(ctx, conn, h, req, refused: dict[tuple[str, int], ErrorCode]):
         plog, last = pending[0], pending[1]
         return (plog.high_watermark if acks == -1 else plog.local_end_offset) > last
 
+    def applied(pending) -> bool:  # the AMQP model: the other brokers know a definition when it is answered
+        return acks != -1 or pending[2] != STATE_TOPIC or applied_everywhere(ctx, pending[3], pending[1] + 1)
+
     def all_durable() -> bool:
-        return all(deposed(p) or stored(p) for p in durable)
+        return all(deposed(p) or (stored(p) and applied(p)) for p in durable)
 
     def answer(in_time: bool) -> bytes:
         responses = []
