@@ -40,7 +40,7 @@ from core.producers import ProducerStates
 from core.transactions import TXN_TOPIC, TransactionCoordinator
 from routing.broker import Router
 from routing.deprecated import FEATURES as DEPRECATED, DeprecatedFeatures
-from routing.state import NoState
+from routing.state import STATE_TOPIC, NoState
 from gateway import http
 from gateway.alarms import Alarms
 from gateway.duties import Duties
@@ -320,6 +320,9 @@ class Broker:
             for step in self.kafka.transactions.load_partition(partition):
                 txn_steps.run(self.kafka, step)
         self.amqp.router.shares.forget_partition(topic, partition)  # share state: read it again
+        if topic == STATE_TOPIC:  # what followers were told by an earlier term here says nothing now
+            self.kafka.follower_hw.clear()
+            self.kafka.follower_applied.clear()
         if self.kafka.stream_consumers is not None:  # its streams' consumers register again here
             self.kafka.stream_consumers.took_over(topic, partition)
 

@@ -8,6 +8,12 @@ one connection to its leader, so the order of one channel's publishes to a queue
 the answer comes, each publish waiting for it is told: stored (its confirm can go once its other
 copies are stored too) or refused (nack). The brokers speak nothing but Kafka to each other
 (DESIGN.md): no private link for AMQP.
+
+A queue whose leader this broker does not know yet (a queue just declared on another broker,
+whose topic's leadership has not reached this broker's view of the cluster; a failover under way)
+holds its batches, in order, for up to :data:`LEADER_WAIT_S`, asking again every
+:data:`LEADER_POLL_S`; then they are refused, so a queue whose only broker is down answers with
+a nack, not a hang.
 """
 from __future__ import annotations
 
@@ -23,6 +29,7 @@ log = logging.getLogger(__name__)
 
 PRODUCE = 0
 TIMEOUT_MS = 30_000
+LEADER_WAIT_S, LEADER_POLL_S = 3.0, 0.05
 
 
 class PublishForwarder:
@@ -33,16 +40,47 @@ class PublishForwarder:
         self.on_answered = on_answered  # publishes were settled: confirms may go out
         self._pending: dict[int, list[tuple[str, int, bytes, list]]] = {}
         self._scheduled = None
+        # (topic, partition) -> (queue, since, [(batch, publishes)]): batches waiting for a leader
+        self._leaderless: dict[tuple[str, int], tuple[object, float, list]] = {}
+        self._asking = None
         self.sent = self.failed = 0  # batches, for the metrics and tests
 
     def forward(self, queue, batch: bytes, count: int, publishes: list) -> None:
-        leader = self.leader_of(queue.topic, queue.partition)
+        key = (queue.topic, queue.partition)
+        held = self._leaderless.get(key)
+        leader = self.leader_of(*key) if held is None else -1  # (behind held ones: the order is kept)
         if leader < 0:
-            self._settle(publishes, f"queue '{queue.name}' in vhost '{queue.vhost}' has no leader right now")
+            if held is None:
+                held = self._leaderless[key] = (queue, self.reactor.seconds(), [])
+                if self._asking is None:
+                    self._asking = self.reactor.callLater(LEADER_POLL_S, self._ask_leaders)
+            held[2].append((batch, publishes))
             return
-        self._pending.setdefault(leader, []).append((queue.topic, queue.partition, batch, publishes))
+        self._queue(leader, queue.topic, queue.partition, batch, publishes)
+
+    def _queue(self, leader: int, topic: str, partition: int, batch: bytes, publishes: list) -> None:
+        self._pending.setdefault(leader, []).append((topic, partition, batch, publishes))
         if self._scheduled is None:
             self._scheduled = self.reactor.callLater(0, self.flush)
+
+    def _ask_leaders(self) -> None:
+        """Batches held for want of a leader: sent once one is known, refused after LEADER_WAIT_S."""
+        self._asking = None
+        now = self.reactor.seconds()
+        for key, (queue, since, batches) in list(self._leaderless.items()):
+            leader = self.leader_of(*key)
+            if leader < 0 and now - since < LEADER_WAIT_S:
+                continue
+            del self._leaderless[key]
+            for batch, publishes in batches:
+                if leader < 0:
+                    self._settle(publishes, f"queue '{queue.name}' in vhost '{queue.vhost}' has no leader right now")
+                else:
+                    self._queue(leader, key[0], key[1], batch, publishes)
+            if leader < 0:
+                self.on_answered()
+        if self._leaderless:
+            self._asking = self.reactor.callLater(LEADER_POLL_S, self._ask_leaders)
 
     def flush(self) -> None:
         self._scheduled = None
