@@ -16,7 +16,7 @@
   Kafka 1 KB produce to 16 partitions, AMQP confirmed publishes over 100 queues (one connection),
   and the spread workload below over 100 queues: msg/s, the brokers' CPU per message, and each
   broker's share of the cluster's CPU (the largest as a row, all of them in its note);
-* spread (issue 27): ``--spread-queues`` (300) durable queues (``x-queue-leader-locator: balanced``:
+* spread: ``--spread-queues`` (300) durable queues (``x-queue-leader-locator: balanced``:
   each broker leads about a third; the row prints how many), ``--spread-clients`` (10)
   publishers of persistent 100 B messages with confirms and as many acking consumers, each client
   on a broker picked at random (seeded) among the nodes of ``gateway serve --processes
@@ -35,11 +35,11 @@
   per message / one broker's;
 * start-up on a large log (ours only: Tansu keeps nothing on disk): a 1-partition topic filled
   with ``--startup-gb`` GB of 1 KB records (default 1 for CI and a quick manual run; 10 is the
-  issue's manual setting), then the time from process start to listening after a clean stop
+  long manual setting), then the time from process start to listening after a clean stop
   and after a kill -9 (tail recovery).
 
-Targets (issue 8): cost per message within 1.5x from 1 to N; idle connection <= 50 KB.
-Targets (issue 27): spread CPU per message, 3 brokers / 1 <= 1.2; no broker above 45%.
+Targets: cost per message within 1.5x from 1 to N; idle connection <= 50 KB.
+Spread targets: CPU per message, 3 brokers / 1 <= 1.2; no broker above 45%.
 
     python -m bench scale [--messages 100000] [--startup-gb 1] [--repeat 3] [--only partitions,queues,...]
     python -m bench scale --only spread [--spread-messages 30000] [--spread-brokers 3] [--repeat 3]
@@ -67,7 +67,7 @@ def add_arguments(parser) -> None:
                         help="records per partitions run: librdkafka sends 100,000 in a few clock ticks of broker CPU")
     parser.add_argument("--partitions", type=int, default=1000)
     parser.add_argument("--queues", type=int, default=1000,
-                        help="10,000 is the issue's figure (the manual setting)")
+                        help="10,000 is the long manual setting")
     parser.add_argument("--connections", type=int, default=1000)
     parser.add_argument("--memory-messages", type=int, default=1_000_000, help="ready 1 KB messages in the RSS row")
     parser.add_argument("--memory-queues", type=int, default=10_000, help="idle durable queues in the RSS row")
@@ -226,7 +226,7 @@ def run(args) -> peers.SuiteResult:
                      f"one broker process, the same workload ({args.spread_messages:,} persistent 100 B messages, "
                      f"{args.spread_queues} queues, {args.spread_clients} confirming publishers and "
                      f"{args.spread_clients} acking consumers, each on a random broker); CPU = the brokers' "
-                     "(ZooKeeper left out) over publish and consume; issue 27's targets: cluster / single <= 1.2, "
+                     "(ZooKeeper left out) over publish and consume; targets: cluster / single <= 1.2, "
                      "max share <= 45%")
         if args.spread_rabbitmq:
             notes.append(f"spread rows' rabbitmq column: the same workload on a RabbitMQ cluster of "
