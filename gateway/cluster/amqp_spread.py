@@ -136,7 +136,7 @@ class AmqpSpread(AmqpHome):
         self.own_follower: DefinitionsFollower | None = None
         self._outbox: list[bytes] = []  # state records for the topic's leader, in order
         self._sending = False
-        self._queued = self._stored = 0  # batches put in the outbox, and of those stored at the leader
+        self._stored = 0  # outbox batches stored at the leader so far (the outbox holds the rest)
         self._local_end = None  # (log, end offset) of the last batch appended here, as the topic's leader
         self._asked = False  # a reassignment adding this broker to the state topic's replicas is under way
         self.departed = DepartedBrokers(self, broker.settings.departed_broker_after_ms / 1000)
@@ -252,7 +252,6 @@ class AmqpSpread(AmqpHome):
                 self.broker.request_flush()
                 return
         self._outbox.append(batch)
-        self._queued += 1
         self._send_state()
 
     def committed(self) -> defer.Deferred:
@@ -267,8 +266,8 @@ class AmqpSpread(AmqpHome):
         replica of the state topic has it, so the other brokers apply it a fetch later), or after
         ``timeout_s``: what a declaration's answer waits for, as RabbitMQ's waits for its metadata store."""
         waiters, waits = self.broker.kafka.waiters, []
-        if self._stored < self._queued:
-            target = self._queued
+        if self._outbox:
+            target = self._stored + len(self._outbox)
             waits.append(waiters.wait(lambda: self._stored >= target, timeout_s))
         if self._local_end is not None:
             plog, end = self._local_end
