@@ -403,7 +403,7 @@ def _spread_run(label: str, start, args, names, seed: int, arguments: dict | Non
 
 
 def spread_rows(samples, args, names) -> None:
-    """Issue 27's spread workload (bench.amqp_load ``random_brokers``): ``--spread-queues`` durable
+    """The spread workload (bench.amqp_load ``random_brokers``): ``--spread-queues`` durable
     queues, ``--spread-clients`` confirming publishers and as many acking consumers, each on a
     broker picked at random (seed = the repetition) among a ``--processes --spread-brokers``
     cluster's nodes, against one broker on the same workload, alternating which goes first. Rows:

@@ -320,9 +320,8 @@ class Broker:
             for step in self.kafka.transactions.load_partition(partition):
                 txn_steps.run(self.kafka, step)
         self.amqp.router.shares.forget_partition(topic, partition)  # share state: read it again
-        if topic == STATE_TOPIC:  # what followers were told by an earlier term here says nothing now
-            self.kafka.follower_hw.clear()
-            self.kafka.follower_applied.clear()
+        if topic == STATE_TOPIC and self.cluster is not None:
+            self.cluster.state_followers.forget()
         if self.kafka.stream_consumers is not None:  # its streams' consumers register again here
             self.kafka.stream_consumers.took_over(topic, partition)
 

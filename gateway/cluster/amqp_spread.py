@@ -45,7 +45,6 @@ from gateway.cluster.amqp_consume import ConsumerLinks, QueueLink
 from gateway.cluster.amqp_departed import DepartedBrokers
 from gateway.cluster.amqp_home import AmqpHome
 from gateway.cluster.amqp_queue_ops import QueueOps
-from gateway.kafka.apis.fetch import applied_everywhere
 from gateway.logs import fields
 from routing import definitions
 from routing.broker import Router
@@ -273,8 +272,8 @@ class AmqpSpread(AmqpHome):
             plog, end = self._local_end
             def committed() -> bool:  # (or no longer led here: the next leader has what it took)
                 rep = self.node.replicas.leader_of(STATE_TOPIC, 0)
-                return (plog.high_watermark >= end and applied_everywhere(self.broker.kafka, 0, end)) or \
-                    rep is None or rep.plog is not plog
+                return rep is None or rep.plog is not plog or (
+                    plog.high_watermark >= end and self.node.state_followers.applied_everywhere(STATE_TOPIC, 0, end))
             waits.append(waiters.wait(committed, timeout_s))
         return defer.gatherResults(waits) if waits else defer.succeed(None)
 

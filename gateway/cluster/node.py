@@ -21,6 +21,7 @@ from core.names import is_internal_topic
 from core.replication import FOLLOWER, LEADER, ReplicaManager
 from gateway.cluster import shared_docs
 from gateway.cluster.fetcher import LeaderFetcher
+from gateway.cluster.state_followers import StateFollowers
 from gateway.logs import fields
 from routing.state import STATE_TOPIC
 from wire.errors import CorruptBatchError
@@ -39,6 +40,7 @@ class ClusterNode:
         self.store = ZkMetadataStore(self.agent, settings.default_replication_factor)
         self.replicas = ReplicaManager(self.node_id, self.agent.update_isr,
                                        lag_time_max_ms=settings.replica_lag_time_max_ms)
+        self.state_followers = StateFollowers(self.node_id, self.replicas)  # read by Fetch and Produce
         self.fetchers: dict[int, LeaderFetcher] = {}
         self.broker = None  # gateway.server.Broker, set by it; its logs are opened after start()
         self.active = False  # True once the logs are open: views then move partitions

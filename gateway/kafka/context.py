@@ -59,8 +59,6 @@ class KafkaContext:
     share_remote: object = None  # cluster mode: gateway.cluster.share_state.RemoteShareState
     amqp_links: object = None  # spread cluster: gateway.cluster.link_server.LinkServer (AmqpLink)
     stream_consumers: object = None  # spread cluster: gateway.stream.sac.ClusterActiveConsumers (StreamConsumer)
-    follower_hw: dict = field(default_factory=dict)  # (replica, partition) -> the AMQP model topic's HW it was told
-    follower_applied: dict = field(default_factory=dict)  # (replica, partition) -> what it has applied below
     _names_by_id: dict = field(default_factory=dict, repr=False)  # topic id -> name (Fetch v13+)
 
     def leader_log(self, topic: str, index: int, current_epoch: int = -1) -> tuple[PartitionLog | None, int, ErrorCode]:

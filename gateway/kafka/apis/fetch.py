@@ -14,8 +14,8 @@ AMQP model's topic is the exception: a follower's fetch of it is answered as soo
 watermark passes the one that follower was last told, since a replica applies definitions only
 below it. A follower applies what an answer brings before it fetches again, so its next fetch
 says it has applied everything below the high watermark it was told: a write to that topic is
-answered once every in-sync replica has applied it (:func:`applied_everywhere`), and a queue
-declared on one broker is known on the others when its declare-ok comes.
+answered once every in-sync replica has applied it (gateway.cluster.state_followers), and a
+queue declared on one broker is known on the others when its declare-ok comes.
 
 Fetch v13+ names topics by id (KIP-516): an id no topic has gets UNKNOWN_TOPIC_ID. v15 moved the
 replica id into ``replica_state``; v16/v17 only add tagged fields this broker leaves empty.
@@ -47,6 +47,12 @@ def _replica_of(req) -> int:
     return state.replica_id if state is not None else getattr(req, "replica_id", -1)
 
 
+def _followers(ctx, replica: int):
+    """The book of the AMQP model topic's followers (gateway.cluster.state_followers) for a
+    follower's fetch in a cluster; None for a consumer's (or any fetch on a lone broker)."""
+    return ctx.cluster.state_followers if replica >= 0 and ctx.cluster is not None else None
+
+
 def _topic_names(ctx, req) -> list[tuple[str | None, object]]:
     """(name, request topic) per topic; v13+ asks by id, and an unknown id has no name."""
     return [(t.topic if hasattr(t, "topic") else ctx.topic_name(t.topic_id), t) for t in req.topics]
@@ -58,6 +64,7 @@ def _collect(ctx, req, topics, isolation: int, budget: int, zero_copy: bool = Fa
     total = 0
     responses = []
     replica = _replica_of(req)
+    followers = _followers(ctx, replica)
     for name, t in topics:
         parts = []
         for p in t.partitions:
@@ -82,8 +89,8 @@ def _collect(ctx, req, topics, isolation: int, budget: int, zero_copy: bool = Fa
                 except OffsetOutOfRangeError:
                     entry["error_code"] = ErrorCode.offset_out_of_range
                 entry["high_watermark"] = plog.high_watermark
-                if replica >= 0 and name == STATE_TOPIC:
-                    ctx.follower_hw[(replica, p.partition)] = plog.high_watermark
+                if followers is not None and name == STATE_TOPIC:
+                    followers.told(replica, p.partition, plog.high_watermark)
                 entry["last_stable_offset"] = lso
                 entry["log_start_offset"] = plog.log_start_offset
             parts.append(entry)
@@ -118,6 +125,7 @@ def _count_out(ctx, responses: list[dict]) -> None:
 
 def _has_new_data(ctx, req, topics, isolation: int) -> bool:
     replica = _replica_of(req)
+    followers = _followers(ctx, replica)
     for name, t in topics:
         for p in t.partitions:
             if name is None:
@@ -125,7 +133,8 @@ def _has_new_data(ctx, req, topics, isolation: int) -> bool:
             plog, _epoch, error = ctx.leader_log(name, p.partition)
             if error or p.fetch_offset < plog.log_start_offset:
                 return True
-            if replica >= 0 and name == STATE_TOPIC and _hw_untold(ctx, replica, p.partition, plog):
+            if followers is not None and name == STATE_TOPIC and followers.untold(replica, p.partition,
+                                                                                   plog.high_watermark):
                 return True  # what that replica may apply moved
             visible = (plog.next_offset if replica >= 0 else
                        ctx.last_stable_offset(name, p.partition, plog) if isolation == READ_COMMITTED
@@ -135,43 +144,30 @@ def _has_new_data(ctx, req, topics, isolation: int) -> bool:
     return False
 
 
-def applied_everywhere(ctx, partition: int, end: int) -> bool:
-    """Whether every other in-sync replica of the AMQP model's topic has applied it below ``end``."""
-    rep = ctx.cluster.replicas.get(STATE_TOPIC, partition) if ctx.cluster is not None else None
-    if rep is None:
-        return True
-    applied = ctx.follower_applied
-    return all(applied.get((b, partition), -1) >= end for b in rep.state.isr if b != ctx.node_id)
-
-
 def _note_applied(ctx, req, topics) -> None:
     """A follower's fetch of the AMQP model's topic: it has applied what it was told before."""
     replica = _replica_of(req)
+    followers = _followers(ctx, replica)
+    if followers is None:
+        return
     moved = False
     for name, t in topics:
         if name == STATE_TOPIC:
             for p in t.partitions:
-                key = (replica, p.partition)
-                told = ctx.follower_hw.get(key, -1)
-                if ctx.follower_applied.get(key, -1) != told:
-                    ctx.follower_applied[key] = told
-                    moved = True
+                moved = followers.fetched(replica, p.partition) or moved
     if moved:
-        ctx.waiters.notify()  # a write to it may wait for this (produce, AmqpSpread.written)
-
-
-def _hw_untold(ctx, replica: int, partition: int, plog) -> bool:
-    return plog.high_watermark > ctx.follower_hw.get((replica, partition), -1)
+        ctx.waiters.notify()  # a write to it may wait for this (produce, AmqpSpread.committed)
 
 
 def _state_hw_untold(ctx, req, topics) -> bool:
     """A follower's fetch of the AMQP model's topic whose high watermark it has not been told."""
     replica = _replica_of(req)
+    followers = _followers(ctx, replica)
     for name, t in topics:
-        if replica >= 0 and name == STATE_TOPIC:
+        if followers is not None and name == STATE_TOPIC:
             for p in t.partitions:
                 plog, _epoch, error = ctx.leader_log(name, p.partition)
-                if not error and _hw_untold(ctx, replica, p.partition, plog):
+                if not error and followers.untold(replica, p.partition, plog.high_watermark):
                     return True
     return False
 

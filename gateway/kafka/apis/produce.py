@@ -33,7 +33,6 @@ from twisted.internet import defer, task
 
 from core.errors import InvalidRecordError, RecordTooLargeError, StorageError
 from gateway.kafka import quotas, txn_steps
-from gateway.kafka.apis.fetch import applied_everywhere
 from gateway.kafka.apis.registry import handles
 from gateway.logs import fields
 from routing.state import STATE_TOPIC
@@ -221,7 +220,8 @@ def _produce(ctx, conn, h, req, refused: dict[tuple[str, int], ErrorCode]):
         return (plog.high_watermark if acks == -1 else plog.local_end_offset) > last
 
     def applied(pending) -> bool:  # the AMQP model: the other brokers know a definition when it is answered
-        return acks != -1 or pending[2] != STATE_TOPIC or applied_everywhere(ctx, pending[3], pending[1] + 1)
+        return acks != -1 or pending[2] != STATE_TOPIC or ctx.cluster is None or \
+            ctx.cluster.state_followers.applied_everywhere(STATE_TOPIC, pending[3], pending[1] + 1)
 
     def all_durable() -> bool:
         return all(deposed(p) or (stored(p) and applied(p)) for p in durable)
