@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 
+import requests
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
@@ -95,6 +96,10 @@ def test_groups_are_listed_by_their_coordinator_only(cluster):
     topic = "listed-groups"
     create_topic(cluster.bootstrap(), topic, 1, 3)
     cluster.wait_isr_full("__consumer_offsets", 60)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap()})
+    for i in range(5):  # the lag the management API shows: 5 records, offset 1 committed
+        producer.produce(topic, value=b"%d" % i, partition=0)
+    assert producer.flush(30) == 0
     classic = [f"offsets-only-{i}" for i in range(3)]
     for group in classic:  # no member left: only committed offsets make these groups
         c = Consumer({"bootstrap.servers": cluster.bootstrap(), "group.id": group})
@@ -132,5 +137,17 @@ def test_groups_are_listed_by_their_coordinator_only(cluster):
                               other.bootstrap], cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert cli.returncode == 0, cli.stderr
         assert {g["group"]: g["state"] for g in json.loads(cli.stdout)} == expected
+        # the management API of a broker that coordinates none of them shows them all, with lag
+        api = f"http://{other.ip}:{other.ports['http']}/api"
+        listed = requests.get(f"{api}/groups", auth=("guest", "guest"), timeout=30)
+        assert listed.status_code == 200, listed.text
+        assert {g["group_id"]: g["state"] for g in listed.json()} == expected
+        one = requests.get(f"{api}/groups/{classic[0]}", auth=("guest", "guest"), timeout=30).json()
+        assert [(o["topic"], o["partition"], o["committed_offset"], o["log_end_offset"], o["lag"])
+                for o in one["offsets"]] == [(topic, 0, 1, 5, 4)] and one["lag"] == 4, one
+        assert one["state"] == "Empty" and one["type"] == "classic"
+        kip848 = requests.get(f"{api}/groups/listed-kip848", auth=("guest", "guest"), timeout=30).json()
+        assert kip848["type"] == "consumer" and len(kip848["members"]) == 1, kip848
+        assert requests.get(f"{api}/groups/no-such-group", auth=("guest", "guest"), timeout=30).status_code == 404
     finally:
         live.close()

@@ -34,9 +34,10 @@ log = logging.getLogger(__name__)
 
 PRODUCE = 0
 # api key -> the highest version this module's callers fill in (fields of later versions would be
-# left at their defaults): Produce, Fetch (12: topics by name), ListOffsets, Metadata, FindCoordinator,
-# AddPartitionsToTxn (the brokers' form), share groups.
-CAPS = {0: 9, 1: 12, 2: 7, 3: 12, 10: 4, 24: 5, 76: 1, 77: 1, 78: 1, 79: 1}
+# left at their defaults): Produce, Fetch (12: topics by name), ListOffsets, OffsetFetch (8: groups,
+# topics by name), Metadata, FindCoordinator, DescribeGroups (5: v6 describes classic groups only),
+# ListGroups, AddPartitionsToTxn (the brokers' form), share groups.
+CAPS = {0: 9, 1: 12, 2: 7, 3: 12, 9: 8, 10: 4, 15: 5, 16: 5, 24: 5, 76: 1, 77: 1, 78: 1, 79: 1}
 DEFAULT_TIMEOUT_S = 30.0
 CONNECT_TIMEOUT_S = 5.0
 BACKOFF_S = (0.05, 2.0)  # first and longest wait before reconnecting to a broker that went away

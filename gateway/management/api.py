@@ -23,7 +23,7 @@ from twisted.web import resource, server
 
 from core.errors import LogError
 from gateway.logs import fields
-from gateway.management import authz, openapi, paging, remote_figures, schemas, views
+from gateway.management import authz, cluster_groups, openapi, paging, remote_figures, schemas, views
 from gateway.management.amqp_objects import AmqpObjects
 from gateway.management.definitions import Definitions
 from gateway.management.errors import ApiError, bad as _bad, not_found as _not_found, truthy
@@ -91,7 +91,7 @@ class ManagementApi(resource.Resource):
             ("GET", ("topics", "*"), self.get_topic),
             ("PUT", ("topics", "*"), self.put_topic),
             ("DELETE", ("topics", "*"), self.delete_topic),
-            ("GET", ("groups",), lambda user: views.groups(self.broker)),
+            ("GET", ("groups",), lambda user: cluster_groups.groups(self.broker)),
             ("GET", ("groups", "*"), self.get_group),
             ("GET", ("history",), lambda user: self.broker.management_history.as_json()),
             ("GET", ("policies",), lambda user: views.policies(self.broker)),
@@ -503,6 +503,9 @@ class ManagementApi(resource.Resource):
         log.info("deleted topic through the management API", extra=fields(topic=name))
 
     def get_group(self, user, group_id):
-        if group_id not in {g[0] for g in self.broker.kafka.groups.list_groups()}:
-            raise _not_found(f"group '{group_id}'")
-        return views.group(self.broker, group_id)
+        def found(doc):
+            if doc is None:
+                raise _not_found(f"group '{group_id}'")
+            return doc
+        doc = cluster_groups.group(self.broker, group_id)  # in a cluster, asked of its coordinator
+        return doc.addCallback(found) if isinstance(doc, defer.Deferred) else found(doc)

@@ -269,17 +269,28 @@ def topics(broker) -> list[dict]:
             for md in sorted(broker.kafka.logs.store.topics().values(), key=_by_name)]
 
 
-def group(broker, group_id: str) -> dict:
+def group_offsets(broker, group_id: str) -> dict[tuple[str, int], tuple[int, int, str]]:
+    """(topic, partition) -> (offset, leader epoch, metadata): a group's committed offsets, or for a
+    share group each share partition's start (its position)."""
+    groups = broker.kafka.groups
+    if groups.group_type(group_id) == "share":
+        return {(t, i): (start, -1, "") for t, i, start in broker.amqp.router.shares.describe(group_id)}
+    return groups.fetch_offsets(group_id, None)
+
+
+def group(broker, group_id: str, ends: dict[tuple[str, int], int] | None = None) -> dict:
+    """A group coordinated here; ``ends``: the partitions' high watermarks where the lag is measured
+    (gateway.management.cluster_groups asks their leaders), else those of the logs held here."""
     groups = broker.kafka.groups
     described = groups.describe_group(group_id)
-    if groups.group_type(group_id) == "share":  # a share group's position is each share partition's start
-        offsets = {(t, i): (start, -1, "") for t, i, start in broker.amqp.router.shares.describe(group_id)}
-    else:
-        offsets = groups.fetch_offsets(group_id, None)
+    offsets = group_offsets(broker, group_id)
     lag_rows, total = [], 0
     for (name, index), (offset, _epoch, metadata) in sorted(offsets.items()):
-        plog = broker.kafka.partition(name, index)
-        end = plog.high_watermark if plog is not None else None
+        if ends is not None:
+            end = ends.get((name, index))
+        else:
+            plog = broker.kafka.partition(name, index)
+            end = plog.high_watermark if plog is not None else None
         lag = max(end - offset, 0) if end is not None and offset >= 0 else None
         total += lag or 0
         lag_rows.append({"topic": name, "partition": index, "committed_offset": offset, "log_end_offset": end,
