@@ -66,7 +66,7 @@ from gateway.kafka.connection import KafkaFactory
 from gateway.kafka.context import KafkaContext, group_config
 from gateway.kafka.waiters import Waiters
 from gateway.logs import fields
-from gateway.management import definitions, history
+from gateway.management import cluster_clients, definitions, history
 from gateway.management.views import node_name
 from gateway.security.acl import ACLS_FILE, Authorizer
 from gateway.security.oauth import OAuthValidator
@@ -213,6 +213,8 @@ class Broker:
         if self.cluster is not None:
             peers = self.kafka.peers = PeerClients(self.reactor, self.cluster.leader_address,
                                                    f"gateway-{self.settings.node_id}")
+            # another broker's management API asks for this one's connections (ManagementView)
+            self.kafka.management_view = lambda op, name, reason: cluster_clients.answer(self, op, name, reason)
         if self.cluster is not None and self.settings.amqp_cluster_mode == "spread":
             forwarder = PublishForwarder(self.reactor, peers, self._leader_of, self.amqp.forwards_settled)
             # the other brokers' consumers of queues led here (AmqpLink)

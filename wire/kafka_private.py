@@ -19,6 +19,11 @@ AmqpLink (v0): the consumer links of a spread cluster (wire.amqp_link): a broker
 consumers of queues led by another sends it operations and polls; polls are answered with the
 deliveries and other events for those consumers (gateway.cluster.amqp_links, link_server).
 
+ManagementView (v0): a broker's own AMQP connections, channels or consumers (``op`` 0, 1, 2), as
+its management API shows them, for the management API of another broker, which shows the whole
+cluster's as RabbitMQ's does; ``op`` 3 closes one of its connections by name
+(gateway.management.cluster_clients).
+
 AmqpReply (v0): a Direct Reply-To reply (or, without properties, the question whether its
 requester is there) for the broker holding the requester's channel (routing.direct_reply).
 """
@@ -164,11 +169,42 @@ class AmqpLinkResponse:
     events: bytes = field(metadata={"kafka_type": "bytes"}, default=b"")
 
 
+MANAGEMENT_VIEW = 10004
+CONNECTIONS, CHANNELS, CONSUMERS, CLOSE_CONNECTION = 0, 1, 2, 3
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ManagementViewRequest:
+    __type__: ClassVar = EntityType.request
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = False
+    __api_key__: ClassVar[i16] = i16(MANAGEMENT_VIEW)
+    __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
+    op: i8 = field(metadata={"kafka_type": "int8"})
+    name: str | None = field(metadata={"kafka_type": "string"}, default=None)
+    """CLOSE_CONNECTION: the connection's name in the management API."""
+    reason: str | None = field(metadata={"kafka_type": "string"}, default=None)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ManagementViewResponse:
+    __type__: ClassVar = EntityType.response
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = False
+    __api_key__: ClassVar[i16] = i16(MANAGEMENT_VIEW)
+    __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
+    error_code: ErrorCode = field(metadata={"kafka_type": "error_code"})
+    error_message: str | None = field(metadata={"kafka_type": "string"}, default=None)
+    body: bytes = field(metadata={"kafka_type": "bytes"}, default=b"[]")
+    """The broker's own connections, channels or consumers, as its management API shows them (JSON)."""
+
+
 # api key -> version -> (request class, response class)
 ENTITIES = {AMQP_QUEUE: {0: (AmqpQueueRequest, AmqpQueueResponse)},
             STREAM_CONSUMER: {0: (StreamConsumerRequest, StreamConsumerResponse)},
             AMQP_REPLY: {0: (AmqpReplyRequest, AmqpReplyResponse)},
-            AMQP_LINK: {0: (AmqpLinkRequest, AmqpLinkResponse)}}
+            AMQP_LINK: {0: (AmqpLinkRequest, AmqpLinkResponse)},
+            MANAGEMENT_VIEW: {0: (ManagementViewRequest, ManagementViewResponse)}}
 VERSIONS = {key: (min(v), max(v)) for key, v in ENTITIES.items()}
 NAMES = {AMQP_QUEUE: "AmqpQueue", STREAM_CONSUMER: "StreamConsumer", AMQP_REPLY: "AmqpReply",
-         AMQP_LINK: "AmqpLink"}
+         AMQP_LINK: "AmqpLink", MANAGEMENT_VIEW: "ManagementView"}

@@ -58,6 +58,7 @@ class KafkaContext:
     share_delivery_count_limit: int = 5  # group.share.delivery.count.limit
     share_remote: object = None  # cluster mode: gateway.cluster.share_state.RemoteShareState
     amqp_links: object = None  # spread cluster: gateway.cluster.link_server.LinkServer (AmqpLink)
+    management_view: Callable | None = None  # cluster mode: gateway.management.cluster_clients.answer
     stream_consumers: object = None  # spread cluster: gateway.stream.sac.ClusterActiveConsumers (StreamConsumer)
     _names_by_id: dict = field(default_factory=dict, repr=False)  # topic id -> name (Fetch v13+)
 

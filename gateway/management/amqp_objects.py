@@ -10,7 +10,9 @@ from __future__ import annotations
 import base64
 from typing import Any, Callable
 
-from gateway.management import views
+from twisted.internet import defer
+
+from gateway.management import cluster_clients, views
 from gateway.management.errors import ApiError, bad, not_found
 from routing import mapping
 from routing.policies import VHOST_LIMITS
@@ -46,10 +48,8 @@ class AmqpObjects:
             ("PUT", ("vhosts", "*"), self.put_vhost),
             ("DELETE", ("vhosts", "*"), self.delete_vhost),
             ("GET", ("vhosts", "*", "permissions"), self.vhost_permissions),
-            ("GET", ("vhosts", "*", "connections"),
-             lambda user, v: [c for c in views.connections(self.broker) if c["vhost"] == self.api.vhost(v).name]),
-            ("GET", ("vhosts", "*", "channels"),
-             lambda user, v: [c for c in views.channels(self.broker) if c["vhost"] == self.api.vhost(v).name]),
+            ("GET", ("vhosts", "*", "connections"), lambda user, v: self._connections_of(self.api.vhost(v).name)),
+            ("GET", ("vhosts", "*", "channels"), lambda user, v: self._channels_where("vhost", self.api.vhost(v).name)),
             ("GET", ("vhost-limits",), lambda user: self._limits(None)),
             ("GET", ("vhost-limits", "*"), lambda user, v: self._limits(self.api.vhost(v))),
             ("PUT", ("vhost-limits", "*", "*"), self.put_limit),
@@ -72,9 +72,7 @@ class AmqpObjects:
             ("GET", ("connections", "*"), self.get_connection),
             ("DELETE", ("connections", "*"), self.close_connection),
             ("GET", ("connections", "*", "sessions"), self.get_sessions),
-            ("GET", ("connections", "*", "channels"),
-             lambda user, name: (lambda conn: [c for c in views.channels(self.broker)
-                                               if c["connection_details"]["name"] == conn])(self._connection(name)[1]["name"])),
+            ("GET", ("connections", "*", "channels"), self.connection_channels),
             ("GET", ("channels", "*"), self.get_channel),
         ]
 
@@ -324,56 +322,32 @@ class AmqpObjects:
             for limit in list(v.limits):
                 v.clear_limit(limit)
 
-    # --- consumers, connections, channels -----------------------------------------------------
-    def _consumers(self, vhost: str | None) -> list[dict]:
-        out = []
-        for c in self.broker.amqp.connections:
-            if c.vhost is None or (vhost is not None and c.vhost.name != vhost):
-                continue
-            for number, ch in sorted(c.channels.items()):
-                for tag, consumer in sorted(ch.consumers.items()):
-                    out.append({
-                        "consumer_tag": tag, "exclusive": consumer.exclusive, "ack_required": not consumer.no_ack,
-                        "prefetch_count": consumer.prefetch, "priority": consumer.priority, "arguments": {},
-                        "active": True, "activity_status": "up",
-                        "queue": {"name": consumer.queue.name, "vhost": c.vhost.name},
-                        "channel_details": {"name": f"{c.peer} ({number})", "number": number,
-                                            "connection_name": f"{c.peer} -> amqp", "peer_host": c.peer_host,
-                                            "user": c.username}})
-        for c in self.broker.amqp.amqp10_connections:  # AMQP 1.0: a receiver link of a queue, by its name
-            if c.vhost is None or (vhost is not None and c.vhost.name != vhost):
-                continue
-            for number, session in sorted(c.sessions.items()):
-                for _handle, link in sorted(session.links.items()):
-                    if getattr(link, "queue", None) is None:
-                        continue
-                    out.append({
-                        "consumer_tag": str(link.tag), "exclusive": False, "ack_required": not link.no_ack,
-                        "prefetch_count": link.credit, "priority": 0, "arguments": {},
-                        "active": True, "activity_status": "up",
-                        "queue": {"name": link.queue.name, "vhost": c.vhost.name},
-                        "channel_details": {"name": f"{c.peer} ({number})", "number": number,
-                                            "connection_name": f"{c.peer} -> amqp", "peer_host": c.peer_host,
-                                            "user": c.username}})
-        return out
+    # --- consumers, connections, channels: the whole cluster's (cluster_clients) -------------------
+    def _consumers(self, vhost: str | None):
+        return _then(cluster_clients.consumers(self.broker),
+                     lambda rows: [r for r in rows if vhost is None or r["queue"]["vhost"] == vhost])
+
+    def _connections_of(self, vhost: str):
+        return _then(cluster_clients.connections(self.broker), lambda rows: [r for r in rows if r["vhost"] == vhost])
+
+    def _channels_where(self, key: str, value: str):
+        return _then(cluster_clients.channels(self.broker),
+                     lambda rows: [r for r in rows if (r["connection_details"]["name"] if key == "connection"
+                                                       else r[key]) == value])
 
     def _connection(self, name: str):
-        for c in self.broker.amqp.connections:
-            doc = views.amqp_connection(c)
-            if doc["name"] == name:
-                return c, doc
-        for c in self.broker.amqp.amqp10_connections:
-            doc = views.amqp10_connection(c)
-            if doc["name"] == name:
-                return c, doc
-        for c in getattr(self.broker.kafka, "connections", ()):
-            doc = views.kafka_connection(c)
-            if doc["name"] == name:
-                return c, doc
-        raise not_found(f"connection '{name}'")
+        return cluster_clients.local_connection(self.broker, name)
 
     def get_connection(self, user, name):
-        return self._connection(name)[1]
+        def found(rows: list[dict]) -> dict:
+            for row in rows:
+                if row["name"] == name:
+                    return row
+            raise not_found(f"connection '{name}'")
+        return _then(cluster_clients.connections(self.broker), found)
+
+    def connection_channels(self, user, name):
+        return _then(self.get_connection(user, name), lambda conn: self._channels_where("connection", conn["name"]))
 
     def get_sessions(self, user, name):
         """RabbitMQ 4: an AMQP 1.0 connection's sessions; 400 for a connection of another protocol."""
@@ -383,18 +357,21 @@ class AmqpObjects:
         return views.amqp10_sessions(connection)
 
     def close_connection(self, user, name):
-        connection, doc = self._connection(name)
         reason = self.api.request_header("x-reason") or "Closed via management plugin"
-        if doc["protocol"] == "Kafka":
-            connection.transport.loseConnection()
-        else:
-            connection.close_connection(320, f"CONNECTION_FORCED - {reason}")
+        return cluster_clients.close(self.broker, name, reason)
 
     def get_channel(self, user, name):
-        for ch in views.channels(self.broker):
-            if ch["name"] == name:
-                return ch
-        raise not_found(f"channel '{name}'")
+        def found(rows: list[dict]) -> dict:
+            for ch in rows:
+                if ch["name"] == name:
+                    return ch
+            raise not_found(f"channel '{name}'")
+        return _then(cluster_clients.channels(self.broker), found)
+
+
+def _then(result, fn: Callable[[Any], Any]):
+    """``fn`` of a listing that is a Deferred in a cluster and a plain list on one broker."""
+    return result.addCallback(fn) if isinstance(result, defer.Deferred) else fn(result)
 
 
 def message_json(exchange: str, routing_key: str, properties_raw: bytes, body: bytes, redelivered: bool,

@@ -23,7 +23,7 @@ from twisted.web import resource, server
 
 from core.errors import LogError
 from gateway.logs import fields
-from gateway.management import authz, cluster_groups, openapi, paging, remote_figures, schemas, views
+from gateway.management import authz, cluster_clients, cluster_groups, openapi, paging, remote_figures, schemas, views
 from gateway.management.amqp_objects import AmqpObjects
 from gateway.management.definitions import Definitions
 from gateway.management.errors import ApiError, bad as _bad, not_found as _not_found, truthy
@@ -73,8 +73,8 @@ class ManagementApi(resource.Resource):
             ("POST", ("exchanges", "*", "*", "publish"), self.publish),
             ("GET", ("bindings",), lambda user: [b for v in self._all_vhosts() for b in views.bindings(v)]),
             ("GET", ("bindings", "*"), lambda user, v: views.bindings(self.vhost(v))),
-            ("GET", ("connections",), lambda user: views.connections(self.broker)),
-            ("GET", ("channels",), lambda user: views.channels(self.broker)),
+            ("GET", ("connections",), lambda user: cluster_clients.connections(self.broker)),
+            ("GET", ("channels",), lambda user: cluster_clients.channels(self.broker)),
             ("GET", ("users",), self.get_users),
             ("GET", ("users", "without-permissions"), lambda user: [
                 u for u in self.get_users(user) if not self.broker.users.get(u["name"]).permissions]),

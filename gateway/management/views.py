@@ -172,23 +172,51 @@ def _address(terminus) -> str | None:
 
 
 def connections(broker) -> list[dict]:
+    """The connections to this broker (gateway.management.cluster_clients adds the others')."""
     amqp = [amqp_connection(c) for c in broker.amqp.connections]
     amqp10 = [amqp10_connection(c) for c in broker.amqp.amqp10_connections]
     kafka = [kafka_connection(c) for c in getattr(broker.kafka, "connections", ())]
-    return sorted(amqp + amqp10 + kafka, key=lambda c: c["name"])
+    node = _node(broker)
+    return sorted(({**c, "node": node} for c in amqp + amqp10 + kafka), key=lambda c: c["name"])
 
 
 def channels(broker) -> list[dict]:
-    out = []
+    out, node = [], _node(broker)
     for c in broker.amqp.connections:
         for number, ch in sorted(c.channels.items()):
-            out.append({"name": f"{c.peer} ({number})", "number": number, "user": c.username,
+            out.append({"name": f"{c.peer} ({number})", "number": number, "user": c.username, "node": node,
                         "vhost": c.vhost.name if c.vhost else None,
                         "connection_details": {"name": f"{c.peer} -> amqp", "peer_host": c.peer_host},
                         "consumer_count": len(ch.consumers), "messages_unacknowledged": len(ch.unacked),
                         "prefetch_count": ch.prefetch, "global_prefetch_count": ch.global_prefetch,
                         "confirm": ch.confirm, "transactional": ch.tx is not None,
                         "state": "running" if ch.flow else "flow"})
+    return out
+
+
+def consumers(broker) -> list[dict]:
+    """AMQP 0-9-1 consumers and AMQP 1.0 receiver links of queues, on connections to this broker."""
+    out, node = [], _node(broker)
+
+    def consumer(c, number: int, tag: str, exclusive: bool, ack: bool, prefetch: int, priority: int, queue) -> dict:
+        return {"consumer_tag": tag, "exclusive": exclusive, "ack_required": ack, "prefetch_count": prefetch,
+                "priority": priority, "arguments": {}, "active": True, "activity_status": "up",
+                "queue": {"name": queue.name, "vhost": c.vhost.name},
+                "channel_details": {"name": f"{c.peer} ({number})", "number": number, "node": node,
+                                    "connection_name": f"{c.peer} -> amqp", "peer_host": c.peer_host,
+                                    "user": c.username}}
+    for c in broker.amqp.connections:
+        if c.vhost is not None:
+            for number, ch in sorted(c.channels.items()):
+                for tag, m in sorted(ch.consumers.items()):
+                    out.append(consumer(c, number, tag, m.exclusive, not m.no_ack, m.prefetch, m.priority, m.queue))
+    for c in broker.amqp.amqp10_connections:  # AMQP 1.0: a receiver link of a queue, by its name
+        if c.vhost is not None:
+            for number, session in sorted(c.sessions.items()):
+                for _handle, link in sorted(session.links.items()):
+                    if getattr(link, "queue", None) is not None:
+                        out.append(consumer(c, number, str(link.tag), False, not link.no_ack, link.credit, 0,
+                                            link.queue))
     return out
 
 

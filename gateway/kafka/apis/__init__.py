@@ -14,6 +14,7 @@ from gateway.kafka.apis import admin, fetch, groups, metadata, offsets, produce,
 from gateway.kafka.apis import consumer_groups, share_groups, share_offsets, streams_groups  # noqa: F401
 from gateway.kafka.apis import client_quotas, elections, log_dirs, telemetry, topic_partitions  # noqa: F401
 from gateway.kafka.apis import amqp_link, amqp_queue, amqp_reply, configs, quorum, stream_consumer  # noqa: F401
+from gateway.kafka.apis import management_view  # noqa: F401
 from gateway.kafka.apis.registry import HANDLERS
 from gateway.logs import fields
 from wire.kafka import API_VERSIONS, PRODUCE, REJECTED, legacy_produce_partitions, legacy_produce_refusal

@@ -1,0 +1,82 @@
+"""The management API of any broker of a cluster shows the whole cluster's clients, as RabbitMQ's.
+
+A client is connected to one broker; RabbitMQ's management API lists every node's connections,
+channels and consumers, each with its node, whichever node is asked, and closes a connection on
+any node. Three brokers in cluster mode 'spread'; pika clients on brokers 1 and 2; every question
+goes to broker 3, which holds none of them.
+"""
+from __future__ import annotations
+
+import urllib.parse
+
+import pika
+import pytest
+import requests
+
+from compat_tests.cluster.clients import amqp_connection
+from compat_tests.support import wait_until
+
+AUTH = ("guest", "guest")
+
+
+def _amqp_by_node(rows: list[dict]) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for row in rows:
+        if row.get("protocol") == "AMQP 0-9-1":
+            out.setdefault(row["node"], []).append(row)
+    return out
+
+
+def test_any_broker_lists_and_closes_the_connections_channels_and_consumers_of_every_broker(spread):
+    b1, b2, b3 = spread.brokers
+    c1 = amqp_connection(b1)
+    c1.channel()
+    c2 = amqp_connection(b2)
+    ch = c2.channel()
+    ch.queue_declare("mgmt-seen", durable=True)
+    ch.basic_qos(prefetch_count=7)
+    ch.basic_consume("mgmt-seen", lambda *a: None, consumer_tag="seen-tag")
+    api = f"http://{b3.ip}:{b3.ports['http']}/api"
+
+    def get(path: str):
+        answer = requests.get(api + path, auth=AUTH, timeout=10)
+        assert answer.status_code == 200, (path, answer.status_code, answer.text)
+        return answer.json()
+
+    try:
+        by_node = wait_until(lambda: (lambda found: found if {"gateway@1", "gateway@2"} <= set(found) else None)(
+            _amqp_by_node(get("/connections"))), timeout=30, what="broker 3 listing the clients of brokers 1 and 2")
+        assert "gateway@3" not in by_node and len(by_node["gateway@1"]) == len(by_node["gateway@2"]) == 1, by_node
+        on_b2 = by_node["gateway@2"][0]
+        assert on_b2["vhost"] == "/" and on_b2["channels"] == 1
+        assert {r["name"] for r in get("/vhosts/%2F/connections") if r["protocol"] == "AMQP 0-9-1"} == \
+            {by_node["gateway@1"][0]["name"], on_b2["name"]}
+
+        channels = {c["node"]: c for c in get("/channels")}
+        assert channels["gateway@2"]["consumer_count"] == 1 and channels["gateway@2"]["prefetch_count"] == 7
+        assert channels["gateway@1"]["consumer_count"] == 0
+        consumers = [c for c in get("/consumers/%2F") if c["consumer_tag"] == "seen-tag"]
+        assert len(consumers) == 1 and consumers[0]["channel_details"]["node"] == "gateway@2"
+        assert consumers[0]["queue"] == {"name": "mgmt-seen", "vhost": "/"}
+
+        name = urllib.parse.quote(on_b2["name"], safe="")
+        assert get(f"/connections/{name}")["node"] == "gateway@2"
+        assert [c["number"] for c in get(f"/connections/{name}/channels")] == [1]
+        assert get(f"/channels/{urllib.parse.quote(channels['gateway@2']['name'], safe='')}")["node"] == "gateway@2"
+
+        closed = requests.delete(f"{api}/connections/{name}", auth=AUTH, headers={"X-Reason": "moved away"}, timeout=10)
+        assert closed.status_code == 204, closed.text
+        with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as info:
+            for _ in range(100):
+                c2.process_data_events(time_limit=0.1)
+        assert info.value.reply_code == 320 and "moved away" in info.value.reply_text
+        wait_until(lambda: "gateway@2" not in _amqp_by_node(get("/connections")), timeout=15,
+                   what="the closed connection gone from the listing")
+        assert "gateway@1" in _amqp_by_node(get("/connections"))
+        missing = requests.delete(f"{api}/connections/{name}", auth=AUTH, timeout=10)
+        assert missing.status_code == 404, missing.text
+        assert requests.get(f"{api}/connections/{name}", auth=AUTH, timeout=10).status_code == 404
+    finally:
+        for connection in (c1, c2):
+            if connection.is_open:
+                connection.close()
