@@ -2,8 +2,8 @@
 
 A client is connected to one broker; RabbitMQ's management API lists every node's connections,
 channels and consumers, each with its node, whichever node is asked, and closes a connection on
-any node. Three brokers in cluster mode 'spread'; pika clients on brokers 1 and 2; every question
-goes to broker 3, which holds none of them.
+any node, and its overview totals the whole cluster. Three brokers in cluster mode 'spread'; pika
+clients on brokers 1 and 2; every question goes to broker 3, which holds none of them.
 """
 from __future__ import annotations
 
@@ -28,9 +28,15 @@ def _amqp_by_node(rows: list[dict]) -> dict[str, list[dict]]:
 
 
 def test_any_broker_lists_and_closes_the_connections_channels_and_consumers_of_every_broker(spread):
+    """Broker 3 lists the clients of brokers 1 and 2, counts them and the messages of a queue led by
+    broker 1 in its overview, and closes a connection to broker 2."""
     b1, b2, b3 = spread.brokers
     c1 = amqp_connection(b1)
-    c1.channel()
+    depth = c1.channel()
+    depth.queue_declare("mgmt-depth", durable=True)  # led by broker 1 (client-local)
+    depth.confirm_delivery()
+    for i in range(3):
+        depth.basic_publish("", "mgmt-depth", b"d%d" % i, pika.BasicProperties(delivery_mode=2))
     c2 = amqp_connection(b2)
     ch = c2.channel()
     ch.queue_declare("mgmt-seen", durable=True)
@@ -58,6 +64,11 @@ def test_any_broker_lists_and_closes_the_connections_channels_and_consumers_of_e
         consumers = [c for c in get("/consumers/%2F") if c["consumer_tag"] == "seen-tag"]
         assert len(consumers) == 1 and consumers[0]["channel_details"]["node"] == "gateway@2"
         assert consumers[0]["queue"] == {"name": "mgmt-seen", "vhost": "/"}
+
+        overview = get("/overview")  # the cluster's totals, as RabbitMQ's overview gives them
+        assert overview["object_totals"]["consumers"] == 1 and overview["object_totals"]["queues"] == 2, overview
+        assert overview["queue_totals"]["messages"] == 3 and overview["queue_totals"]["messages_ready"] == 3
+        assert overview["object_totals"]["channels"] == 2
 
         name = urllib.parse.quote(on_b2["name"], safe="")
         assert get(f"/connections/{name}")["node"] == "gateway@2"

@@ -307,10 +307,20 @@ class ManagementApi(resource.Resource):
         v.clear_policy(name)
 
     def get_overview(self, user):
-        doc = views.overview(self.broker)
-        doc["user"] = user
-        doc["message_stats"] = self.broker.management_history.rates()
-        return doc
+        def shown(doc: dict) -> dict:
+            doc["user"] = user
+            doc["message_stats"] = self.broker.management_history.rates()
+            return doc
+        broker = self.broker
+        if broker.cluster is None:
+            return shown(views.overview(broker))
+        # a cluster's totals, as RabbitMQ's overview gives them: every broker's clients and groups,
+        # the queues' figures from their leaders
+        asked = [remote_figures.queues(broker, None, self._request), cluster_clients.connections(broker),
+                 cluster_clients.channels(broker), cluster_groups.count(broker)]
+        asked = [a if isinstance(a, defer.Deferred) else defer.succeed(a) for a in asked]
+        return defer.gatherResults(asked).addCallback(
+            lambda got: shown(views.overview(broker, got[0], len(got[1]), len(got[2]), got[3])))
 
     def get_queue(self, user, vhost, name):
         q = self.vhost(vhost).queues.get(name)

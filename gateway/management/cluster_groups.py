@@ -64,6 +64,20 @@ def group(broker, group_id: str):
     return _groups_of(broker, node, [group_id]).addCallbacks(lambda found: found[0] if found else None, unavailable)
 
 
+def count(broker):
+    """How many groups the cluster has (ListGroups of every other broker; a Deferred in a cluster)."""
+    local = len(broker.kafka.groups.list_groups())
+    cluster = broker.cluster
+    if cluster is None:
+        return local
+
+    def counted(node: int):
+        d = broker.kafka.peers.call(node, LIST_GROUPS, {"states_filter": [], "types_filter": []}, timeout=TIMEOUT_S)
+        return d.addCallbacks(lambda answer: len(answer.groups), lambda f: len(_left_out(f, node)))
+    others = [b.node_id for b in cluster.brokers() if b.node_id != broker.settings.node_id]
+    return defer.gatherResults([counted(node) for node in others]).addCallback(lambda counts: local + sum(counts))
+
+
 def _local(broker, ids: list[str]):
     """Groups coordinated here, their lag measured at their partitions' leaders."""
     keys = {key for g in ids for key in views.group_offsets(broker, g)}

@@ -336,17 +336,22 @@ def groups(broker) -> list[dict]:
 
 # --- the whole node -------------------------------------------------------------------------
 
-def overview(broker) -> dict:
-    all_queues = queues(broker)
+def overview(broker, all_queues: list[dict] | None = None, connection_count: int | None = None,
+             channel_count: int | None = None, group_count: int | None = None) -> dict:
+    """The node's overview; in a cluster the API passes the whole cluster's queues (with their
+    leaders' figures) and counts (gateway.management.cluster_clients, cluster_groups)."""
+    all_queues = queues(broker) if all_queues is None else all_queues
     return {
         "management_version": "gateway-1", "product_name": "gateway", "node": _node(broker),
         "rabbitmq_version": broker_version(), "product_version": broker_version(),
         "cluster_name": broker.amqp.cluster_name,
         "object_totals": {
-            "connections": len(connections(broker)), "channels": len(channels(broker)),
+            "connections": len(connections(broker)) if connection_count is None else connection_count,
+            "channels": len(channels(broker)) if channel_count is None else channel_count,
             "exchanges": sum(len(v.exchanges) for v in broker.amqp.router.vhosts.values()),
             "queues": len(all_queues), "consumers": sum(q["consumers"] for q in all_queues),
-            "topics": len(broker.kafka.logs.store.topics()), "groups": len(broker.kafka.groups.list_groups()),
+            "topics": len(broker.kafka.logs.store.topics()),
+            "groups": len(broker.kafka.groups.list_groups()) if group_count is None else group_count,
         },
         "queue_totals": {
             "messages": sum(q["messages"] for q in all_queues),
