@@ -29,7 +29,7 @@ def _amqp_by_node(rows: list[dict]) -> dict[str, list[dict]]:
 
 def test_any_broker_lists_and_closes_the_connections_channels_and_consumers_of_every_broker(spread):
     """Broker 3 lists the clients of brokers 1 and 2, counts them and the messages of a queue led by
-    broker 1 in its overview, and closes a connection to broker 2."""
+    broker 1 in its overview, gets that queue's messages, and closes a connection to broker 2."""
     b1, b2, b3 = spread.brokers
     c1 = amqp_connection(b1)
     depth = c1.channel()
@@ -69,6 +69,17 @@ def test_any_broker_lists_and_closes_the_connections_channels_and_consumers_of_e
         assert overview["object_totals"]["consumers"] == 1 and overview["object_totals"]["queues"] == 2, overview
         assert overview["queue_totals"]["messages"] == 3 and overview["queue_totals"]["messages_ready"] == 3
         assert overview["object_totals"]["channels"] == 2
+
+        gets = f"{api}/queues/%2F/mgmt-depth/get"  # led by broker 1: taken over a link to it
+        peeked = requests.post(gets, auth=AUTH, json={"count": 2, "ackmode": "ack_requeue_true", "encoding": "auto"},
+                               timeout=30)
+        assert peeked.status_code == 200, peeked.text
+        assert [(m["payload"], m["message_count"]) for m in peeked.json()] == [("d0", 2), ("d1", 1)]
+        taken = requests.post(gets, auth=AUTH, json={"count": 5, "ackmode": "ack_requeue_false", "encoding": "auto"},
+                              timeout=30).json()
+        assert [(m["payload"], m["redelivered"]) for m in taken] == [("d0", True), ("d1", True), ("d2", False)]
+        assert wait_until(lambda: get("/queues/%2F/mgmt-depth")["messages"] == 0 or None, timeout=15,
+                          what="mgmt-depth empty at its leader")
 
         name = urllib.parse.quote(on_b2["name"], safe="")
         assert get(f"/connections/{name}")["node"] == "gateway@2"

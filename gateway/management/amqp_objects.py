@@ -166,6 +166,8 @@ class AmqpObjects:
             truncate = int(body["truncate"]) if body.get("truncate") not in (None, "") else None
         except (TypeError, ValueError):
             raise bad("count and truncate must be whole numbers") from None
+        if queue.remote and not queue.reads_here:  # led by another broker: asked of it (basic.get's link)
+            return self._get_remote(queue, max(count, 0), mode, encoding, truncate)
         getter, taken, out = _ApiGetter(), [], []
         for _ in range(max(count, 0)):
             got = queue.get(getter, False)
@@ -184,6 +186,41 @@ class AmqpObjects:
                 queue.reject(taken, requeue)
             self.api.settle()
         return out
+
+    def _get_remote(self, queue, count: int, mode: str, encoding: str, truncate: int | None) -> defer.Deferred:
+        """``get`` of a queue led by another broker: one basic.get after another over a link to its
+        leader, then the leader's ready count (for each message's ``message_count``, as RabbitMQ
+        gives the count left after it), then the settling; the link closes with the answer."""
+        getter, got, done = _ApiGetter(), [], defer.Deferred()
+
+        def ask(taken=False) -> None:
+            if taken is not False and taken is not None:
+                got.append(taken)
+            if taken is None or len(got) >= count:
+                figures = queue.ops.figures(queue, wait=False) if got else defer.succeed(None)
+                figures.addCallbacks(settle, lambda f: settle(None)).addBoth(closed)
+            else:
+                queue.get_remote(getter, False, ask)
+
+        def settle(figures) -> list[dict]:
+            left = figures.ready if figures is not None else 0
+            out = [message_json(*mapping.amqp_from_record(record), record.value or b"", redelivered,
+                                left + len(got) - 1 - i, encoding, truncate)
+                   for i, (_offset, redelivered, record) in enumerate(got)]
+            taken = [offset for offset, _, _ in got]
+            if taken:
+                verb, requeue = ACK_MODES[mode]
+                if verb == "ack" and not requeue:
+                    queue.ack(taken)
+                else:
+                    queue.reject(taken, requeue)
+            return out
+
+        def closed(result):
+            queue.release(getter)  # (after the settle, which the link sends first)
+            done.callback(result)
+        ask()
+        return done
 
     # --- vhosts ---------------------------------------------------------------------------
     def get_vhost(self, user, name):
