@@ -29,7 +29,8 @@ def _amqp_by_node(rows: list[dict]) -> dict[str, list[dict]]:
 
 def test_any_broker_lists_and_closes_the_connections_channels_and_consumers_of_every_broker(spread):
     """Broker 3 lists the clients of brokers 1 and 2, counts them and the messages of a queue led by
-    broker 1 in its overview, gets that queue's messages, and closes a connection to broker 2."""
+    broker 1 in its overview, gets and purges that queue's messages, and closes a connection to
+    broker 2."""
     b1, b2, b3 = spread.brokers
     c1 = amqp_connection(b1)
     depth = c1.channel()
@@ -80,6 +81,12 @@ def test_any_broker_lists_and_closes_the_connections_channels_and_consumers_of_e
         assert [(m["payload"], m["redelivered"]) for m in taken] == [("d0", True), ("d1", True), ("d2", False)]
         assert wait_until(lambda: get("/queues/%2F/mgmt-depth")["messages"] == 0 or None, timeout=15,
                           what="mgmt-depth empty at its leader")
+
+        for i in range(4):
+            depth.basic_publish("", "mgmt-depth", b"p%d" % i, pika.BasicProperties(delivery_mode=2))
+        purged = requests.delete(f"{api}/queues/%2F/mgmt-depth/contents", auth=AUTH, timeout=30)
+        assert purged.status_code == 204, purged.text
+        assert depth.queue_declare("mgmt-depth", passive=True).method.message_count == 0
 
         name = urllib.parse.quote(on_b2["name"], safe="")
         assert get(f"/connections/{name}")["node"] == "gateway@2"

@@ -350,6 +350,11 @@ class ManagementApi(resource.Resource):
         v = self.vhost(vhost)
         if name not in v.queues:
             raise _not_found(f"queue '{name}' in vhost '{vhost}'")
+        queue = v.queue(name, API_OWNER)  # (exclusive to a connection: refused here as by queue.purge)
+        if queue.remote and queue.ops is not None:  # purged by its leader, as queue.purge on a channel is
+            def unavailable(failure):
+                raise ApiError(503, "unavailable", failure.getErrorMessage())
+            return queue.ops.purge(queue).addCallbacks(lambda count: None, unavailable)
         v.purge_queue(name, API_OWNER)
 
     def get_exchange(self, user, vhost, name):
