@@ -29,8 +29,9 @@ def _amqp_by_node(rows: list[dict]) -> dict[str, list[dict]]:
 
 def test_any_broker_lists_and_closes_the_connections_channels_and_consumers_of_every_broker(spread):
     """Broker 3 lists the clients of brokers 1 and 2, counts them and the messages of a queue led by
-    broker 1 in its overview, gets and purges that queue's messages, and closes a connection to
-    broker 2."""
+    broker 1 in its overview, gets and purges that queue's messages (and refuses its deletion
+    ``if-empty``, and that of one with a consumer on broker 2 ``if-unused``), and closes a
+    connection to broker 2."""
     b1, b2, b3 = spread.brokers
     c1 = amqp_connection(b1)
     depth = c1.channel()
@@ -87,6 +88,12 @@ def test_any_broker_lists_and_closes_the_connections_channels_and_consumers_of_e
         purged = requests.delete(f"{api}/queues/%2F/mgmt-depth/contents", auth=AUTH, timeout=30)
         assert purged.status_code == 204, purged.text
         assert depth.queue_declare("mgmt-depth", passive=True).method.message_count == 0
+        depth.basic_publish("", "mgmt-depth", b"kept", pika.BasicProperties(delivery_mode=2))
+        refused = requests.delete(f"{api}/queues/%2F/mgmt-depth?if-empty=true", auth=AUTH, timeout=30)
+        assert refused.status_code == 400 and "not empty" in refused.json()["reason"], refused.text
+        refused = requests.delete(f"{api}/queues/%2F/mgmt-seen?if-unused=true", auth=AUTH, timeout=30)
+        assert refused.status_code == 400 and "in use" in refused.json()["reason"], refused.text
+        assert depth.queue_declare("mgmt-depth", passive=True).method.message_count == 1
 
         name = urllib.parse.quote(on_b2["name"], safe="")
         assert get(f"/connections/{name}")["node"] == "gateway@2"

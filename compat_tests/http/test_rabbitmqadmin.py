@@ -503,3 +503,30 @@ def test_pyrabbit2_client(target):
     client.delete_user(u)
     client.delete_vhost(v)
     assert v not in client.get_vhost_names()
+
+
+def test_delete_queue_if_empty_and_if_unused(target):
+    """``DELETE /api/queues/{vhost}/{name}?if-empty=true`` / ``?if-unused=true`` refuse a queue that
+    holds messages / has consumers, and leave it; without them the queue goes."""
+    q = unique_name("cond")
+    connection = target.amqp()
+    try:
+        ch = connection.channel()
+        ch.confirm_delivery()
+        ch.queue_declare(q, durable=True)
+        ch.basic_publish("", q, b"kept", pika.BasicProperties(delivery_mode=2))
+        refused = target.api("DELETE", f"/queues/%2F/{q}?if-empty=true")
+        assert refused.status_code == 400, (refused.status_code, refused.text)
+        assert ch.queue_declare(q, passive=True).method.message_count == 1
+        ch.basic_consume(q, lambda *a: None)
+        refused = target.api("DELETE", f"/queues/%2F/{q}?if-unused=true")
+        assert refused.status_code == 400, (refused.status_code, refused.text)
+        assert target.api("GET", f"/queues/%2F/{q}").status_code == 200
+        assert target.api("DELETE", f"/queues/%2F/{q}").status_code == 204
+        assert target.api("GET", f"/queues/%2F/{q}").status_code == 404
+    finally:
+        if connection.is_open:
+            try:
+                connection.close()
+            except pika.exceptions.AMQPError:
+                pass  # the deletion cancelled its consumer

@@ -340,11 +340,30 @@ class ManagementApi(resource.Resource):
         return {"_created": True} if created else None
 
     def delete_queue(self, user, vhost, name):
+        """RabbitMQ's ``?if-empty=true`` and ``?if-unused=true`` refuse (400) a queue with messages or
+        consumers; a queue led by another broker is judged by its leader's figures, as queue.delete is."""
         v = self.vhost(vhost)
-        if name not in v.queues:
+        queue = v.queues.get(name)
+        if queue is None:
             raise _not_found(f"queue '{name}' in vhost '{vhost}'")
-        v.delete_queue(name, owner=API_OWNER)
+        if_empty, if_unused = self._query_flag("if-empty"), self._query_flag("if-unused")
+        if (if_empty or if_unused) and queue.remote and queue.ops is not None:
+            v.queue(name, API_OWNER)  # (exclusive to a connection: refused here as by queue.delete)
+
+            def judged(figures) -> None:
+                if if_unused and figures.consumers:
+                    raise _bad(f"queue '{name}' in vhost '{v.name}' in use")
+                if if_empty and figures.ready:
+                    raise _bad(f"queue '{name}' in vhost '{v.name}' not empty")
+                v.delete_queue(name, owner=API_OWNER)
+                self.settle()
+            return queue.ops.figures(queue).addCallback(judged)
+        v.delete_queue(name, owner=API_OWNER, if_unused=if_unused, if_empty=if_empty)
         self.settle()
+
+    def _query_flag(self, name: str) -> bool:
+        raw = self._request.args.get(name.encode())
+        return truthy(raw[-1].decode("utf-8", "replace") if raw else None, False)
 
     def purge_queue(self, user, vhost, name):
         v = self.vhost(vhost)
