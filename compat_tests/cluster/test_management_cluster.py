@@ -71,6 +71,10 @@ def test_any_broker_lists_and_closes_the_connections_channels_and_consumers_of_e
         assert overview["object_totals"]["consumers"] == 1 and overview["object_totals"]["queues"] == 2, overview
         assert overview["queue_totals"]["messages"] == 3 and overview["queue_totals"]["messages_ready"] == 3
         assert overview["object_totals"]["channels"] == 2
+        vhost = get("/vhosts/%2F")
+        assert (vhost["messages"], vhost["messages_ready"]) == (3, 3), vhost
+        assert vhost["cluster_state"] == {f"gateway@{n}": "running" for n in (1, 2, 3)}
+        assert [v for v in get("/vhosts") if v["name"] == "/"][0]["messages"] == 3
 
         gets = f"{api}/queues/%2F/mgmt-depth/get"  # led by broker 1: taken over a link to it
         peeked = requests.post(gets, auth=AUTH, json={"count": 2, "ackmode": "ack_requeue_true", "encoding": "auto"},

@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from twisted.internet import defer
 
-from gateway.management import cluster_clients, views
+from gateway.management import cluster_clients, remote_figures, views
 from gateway.management.errors import ApiError, bad, not_found
 from routing import mapping
 from routing.policies import VHOST_LIMITS
@@ -224,7 +224,8 @@ class AmqpObjects:
 
     # --- vhosts ---------------------------------------------------------------------------
     def get_vhost(self, user, name):
-        return views.vhost(self.broker, self.api.vhost(name))
+        return _then(remote_figures.vhosts(self.broker, self.api.vhost(name).name, self.api.current_request()),
+                     lambda found: found[0])
 
     def put_vhost(self, user, name, body):
         router = self.broker.amqp.router

@@ -57,7 +57,7 @@ class ManagementApi(resource.Resource):
         self.routes: list[tuple[str, tuple[str, ...], Callable]] = [
             ("GET", ("overview",), self.get_overview),
             ("GET", ("whoami",), lambda user: {"name": user, "tags": self._tags(user)}),
-            ("GET", ("vhosts",), lambda user: views.vhosts(self.broker)),
+            ("GET", ("vhosts",), lambda user: remote_figures.vhosts(self.broker, None, self._request)),
             ("GET", ("queues",), lambda user: remote_figures.queues(self.broker, None, self._request)),
             ("GET", ("queues", "*"), lambda user, v: remote_figures.queues(self.broker, self.vhost(v).name,
                                                                            self._request)),
@@ -263,6 +263,10 @@ class ManagementApi(resource.Resource):
         return list(user.tags) if user is not None else []
 
     # --- AMQP objects -----------------------------------------------------------------
+    def current_request(self):
+        """The request being answered (its query arguments: ``disable_stats``...)."""
+        return self._request
+
     def request_header(self, name: str) -> str | None:
         value = self._request.getHeader(name.encode()) if self._request is not None else None
         return value.decode("latin-1") if value is not None else None

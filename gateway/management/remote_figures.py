@@ -33,3 +33,13 @@ def queues(broker, vhost: str | None, request):
         by_queue = {id(q): f for q, f in zip(remote, figures)}
         return [views.queue(broker, q, by_queue.get(id(q))) for q in found]
     return defer.gatherResults([q.ops.figures(q, wait=False) for q in remote]).addCallback(shown)
+
+
+def vhosts(broker, name: str | None, request):
+    """The vhosts (one, or all) with their queues' message totals, figures asked as above."""
+    found = sorted(views._vhosts(broker, name), key=views._by_name)
+
+    def shown(rows: list[dict]) -> list[dict]:
+        return [views.vhost(broker, v, [r for r in rows if r["vhost"] == v.name]) for v in found]
+    rows = queues(broker, name, request)
+    return rows.addCallback(shown) if isinstance(rows, defer.Deferred) else shown(rows)

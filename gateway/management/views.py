@@ -220,17 +220,15 @@ def consumers(broker) -> list[dict]:
     return out
 
 
-def vhost(broker, v) -> dict:
-    qs = [queue(broker, q) for q in v.queues.values()]
+def vhost(broker, v, qs: list[dict] | None = None) -> dict:
+    """``qs``: its queues as shown (in a cluster with their leaders' figures: remote_figures)."""
+    qs = [queue(broker, q) for q in v.queues.values()] if qs is None else qs
     meta = {"description": v.metadata.get("description", ""), "tags": list(v.metadata.get("tags", []))}
+    nodes = sorted(broker.cluster.view.brokers) if broker.cluster is not None else [broker.settings.node_id]
     return {"name": v.name, **meta, "default_queue_type": v.metadata.get("default_queue_type", "undefined"),
-            "metadata": meta, "tracing": False, "cluster_state": {_node(broker): "running"},
+            "metadata": meta, "tracing": False, "cluster_state": {node_name(n): "running" for n in nodes},
             "messages": sum(q["messages"] for q in qs), "messages_ready": sum(q["messages_ready"] for q in qs),
             "messages_unacknowledged": sum(q["messages_unacknowledged"] for q in qs)}
-
-
-def vhosts(broker) -> list[dict]:
-    return [vhost(broker, v) for v in sorted(broker.amqp.router.vhosts.values(), key=_by_name)]
 
 
 def policies(broker, vhost: str | None = None) -> list[dict]:
