@@ -20,6 +20,7 @@ from wire.amqp.codec import decode_properties
 
 ACK_MODES = {"ack_requeue_true": ("ack", True), "ack_requeue_false": ("ack", False),
              "reject_requeue_true": ("reject", True), "reject_requeue_false": ("reject", False)}
+REMOTE_GET_TIMEOUT_S = 10.0  # a get of a queue led elsewhere answers 503 if its leader is silent this long
 PARAMETER_COMPONENTS = ("vhost-limits", "operator_policy")  # what this broker has; RabbitMQ adds plugins' ones
 
 
@@ -193,7 +194,15 @@ class AmqpObjects:
         gives the count left after it), then the settling; the link closes with the answer."""
         getter, got, done = _ApiGetter(), [], defer.Deferred()
 
+        def late() -> None:  # the leader did not answer (none right now, or gone): say so, not hang
+            queue.release(getter)
+            done.errback(ApiError(503, "unavailable", f"queue '{queue.name}' in vhost '{queue.vhost}': its leader "
+                                                      f"did not answer within {REMOTE_GET_TIMEOUT_S:g} s"))
+        timer = self.broker.reactor.callLater(REMOTE_GET_TIMEOUT_S, late)
+
         def ask(taken=False) -> None:
+            if done.called:
+                return
             if taken is not False and taken is not None:
                 got.append(taken)
             if taken is None or len(got) >= count:
@@ -217,8 +226,11 @@ class AmqpObjects:
             return out
 
         def closed(result):
-            queue.release(getter)  # (after the settle, which the link sends first)
-            done.callback(result)
+            if timer.active():
+                timer.cancel()
+            if not done.called:
+                queue.release(getter)  # (after the settle, which the link sends first)
+                done.callback(result)
         ask()
         return done
 

@@ -145,7 +145,7 @@ def _ends(broker, keys: set[tuple[str, int]]):
             ends[(name, index)] = plog.high_watermark
             continue
         state = cluster.view.state(name, index)
-        if state is not None and state.leader >= 0:
+        if state is not None and state.leader >= 0 and state.leader != broker.settings.node_id:
             by_leader.setdefault(state.leader, []).append((name, index))
     for leader, wanted in sorted(by_leader.items()):
         topics: dict[str, list[int]] = {}
