@@ -180,11 +180,7 @@ class AmqpObjects:
             out.append(message_json(exchange, routing_key, properties_raw, record.value or b"", redelivered,
                                     queue.message_count(), encoding, truncate))
         if taken:
-            verb, requeue = ACK_MODES[mode]
-            if verb == "ack" and not requeue:
-                queue.ack(taken)
-            else:
-                queue.reject(taken, requeue)
+            _settle(queue, taken, mode)
             self.api.settle()
         return out
 
@@ -216,13 +212,8 @@ class AmqpObjects:
             out = [message_json(*mapping.amqp_from_record(record), record.value or b"", redelivered,
                                 left + len(got) - 1 - i, encoding, truncate)
                    for i, (_offset, redelivered, record) in enumerate(got)]
-            taken = [offset for offset, _, _ in got]
-            if taken:
-                verb, requeue = ACK_MODES[mode]
-                if verb == "ack" and not requeue:
-                    queue.ack(taken)
-                else:
-                    queue.reject(taken, requeue)
+            if got:
+                _settle(queue, [offset for offset, _, _ in got], mode)
             return out
 
         def closed(result):
@@ -417,6 +408,15 @@ class AmqpObjects:
                     return ch
             raise not_found(f"channel '{name}'")
         return _then(cluster_clients.channels(self.broker), found)
+
+
+def _settle(queue, taken: list[int], mode: str) -> None:
+    """A get's messages, all settled as its ``ackmode`` says."""
+    verb, requeue = ACK_MODES[mode]
+    if verb == "ack" and not requeue:
+        queue.ack(taken)
+    else:
+        queue.reject(taken, requeue)
 
 
 def _then(result, fn: Callable[[Any], Any]):
