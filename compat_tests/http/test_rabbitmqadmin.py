@@ -530,3 +530,39 @@ def test_delete_queue_if_empty_and_if_unused(target):
                 connection.close()
             except pika.exceptions.AMQPError:
                 pass  # the deletion cancelled its consumer
+
+
+def test_a_management_user_closes_its_own_connections_only(target):
+    """A user tagged ``management`` sees and closes its own connections; another user's it may not
+    close (an administrator may close any)."""
+    u = unique_name("closer")
+    target.admin("declare", "user", f"name={u}", "password=pw", "tags=management")
+    target.admin("declare", "permission", "vhost=/", f"user={u}", "configure=.*", "write=.*", "read=.*")
+    theirs, mine = target.amqp(), target.amqp(user=(u, "pw"))
+
+    def names() -> dict[str, str] | None:  # user -> connection name, once both are listed (RabbitMQ: ~5 s)
+        rows = target.api("GET", "/connections").json()
+        found = {r["user"]: r["name"] for r in rows if r["user"] in ("guest", u)}
+        return found if len(found) == 2 else None
+    try:
+        deadline = time.monotonic() + 30
+        while (found := names()) is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert found, "both connections listed"
+        path = "/connections/{}"
+        refused = target.api("DELETE", path.format(requests.utils.quote(found["guest"], safe="")), auth=(u, "pw"))
+        assert refused.status_code == 401, (refused.status_code, refused.text)
+        assert theirs.is_open
+        closed = target.api("DELETE", path.format(requests.utils.quote(found[u], safe="")), auth=(u, "pw"))
+        assert closed.status_code == 204, (closed.status_code, closed.text)
+        with pytest.raises(pika.exceptions.ConnectionClosedByBroker):
+            for _ in range(100):
+                mine.process_data_events(time_limit=0.1)
+    finally:
+        for connection in (theirs, mine):
+            try:
+                if connection.is_open:
+                    connection.close()
+            except pika.exceptions.AMQPError:
+                pass
+        target.admin("delete", "user", f"name={u}")

@@ -399,7 +399,12 @@ class AmqpObjects:
 
     def close_connection(self, user, name):
         reason = self.api.request_header("x-reason") or "Closed via management plugin"
-        return cluster_clients.close(self.broker, name, reason)
+        admin = self.api.is_admin(user)
+
+        def may_close(row: dict) -> None:  # as RabbitMQ: an administrator closes any, another user its own
+            if not admin and row.get("user") != user:
+                raise ApiError(401, "not_authorised", "Not authorised to close this connection")
+        return cluster_clients.close(self.broker, name, reason, may_close)
 
     def get_channel(self, user, name):
         def found(rows: list[dict]) -> dict:

@@ -263,6 +263,9 @@ class ManagementApi(resource.Resource):
         return list(user.tags) if user is not None else []
 
     # --- AMQP objects -----------------------------------------------------------------
+    def is_admin(self, user: str | None) -> bool:
+        return user is not None and authz.ADMIN in self._tags(user)
+
     def current_request(self):
         """The request being answered (its query arguments: ``disable_stats``...)."""
         return self._request

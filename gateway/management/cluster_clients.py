@@ -70,24 +70,26 @@ def local_connection(broker, name: str):
     raise not_found(f"connection '{name}'")
 
 
-def close_local(broker, name: str, reason: str) -> None:
+def close_local(broker, name: str, reason: str, may_close=lambda row: None) -> None:
     connection, doc = local_connection(broker, name)
+    may_close(doc)
     if doc["protocol"] == "Kafka":
         connection.transport.loseConnection()
     else:
         connection.close_connection(320, f"CONNECTION_FORCED - {reason}")
 
 
-def close(broker, name: str, reason: str):
+def close(broker, name: str, reason: str, may_close):
     """Close the connection ``name`` wherever it is: here, or on the broker the cluster's listing
-    says holds it (a Deferred then)."""
+    says holds it (a Deferred then); ``may_close(its view)`` raises if the asker may not."""
     if not _others(broker) or any(c["name"] == name for c in views.connections(broker)):
-        return close_local(broker, name, reason)
+        return close_local(broker, name, reason, may_close)
 
     def found(rows: list[dict]):
         row = next((r for r in rows if r["name"] == name), None)
         if row is None:
             raise not_found(f"connection '{name}'")
+        may_close(row)
         node = _node_id(row["node"])
         request = {"op": CLOSE_CONNECTION, "name": name, "reason": reason}
         d = broker.kafka.peers.call(node, MANAGEMENT_VIEW, request, version=0, timeout=TIMEOUT_S)
