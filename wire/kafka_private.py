@@ -19,10 +19,10 @@ AmqpLink (v0): the consumer links of a spread cluster (wire.amqp_link): a broker
 consumers of queues led by another sends it operations and polls; polls are answered with the
 deliveries and other events for those consumers (gateway.cluster.amqp_links, link_server).
 
-ManagementView (v0): a broker's own AMQP connections, channels or consumers (``op`` 0, 1, 2), as
-its management API shows them, for the management API of another broker, which shows the whole
-cluster's as RabbitMQ's does; ``op`` 3 closes one of its connections by name
-(gateway.management.cluster_clients).
+ManagementView (v0): a broker's own AMQP connections, channels or consumers (``op`` 0, 1, 2), or
+its node object (4: memory, disk, alarms), as its management API shows them, for the management
+API of another broker, which shows the whole cluster's as RabbitMQ's does; ``op`` 3 closes one of
+its connections by name (gateway.management.cluster_clients).
 
 AmqpReply (v0): a Direct Reply-To reply (or, without properties, the question whether its
 requester is there) for the broker holding the requester's channel (routing.direct_reply).
@@ -170,7 +170,7 @@ class AmqpLinkResponse:
 
 
 MANAGEMENT_VIEW = 10004
-CONNECTIONS, CHANNELS, CONSUMERS, CLOSE_CONNECTION = 0, 1, 2, 3
+CONNECTIONS, CHANNELS, CONSUMERS, CLOSE_CONNECTION, NODE = 0, 1, 2, 3, 4
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -196,7 +196,7 @@ class ManagementViewResponse:
     error_code: ErrorCode = field(metadata={"kafka_type": "error_code"})
     error_message: str | None = field(metadata={"kafka_type": "string"}, default=None)
     body: bytes = field(metadata={"kafka_type": "bytes"}, default=b"[]")
-    """The broker's own connections, channels or consumers, as its management API shows them (JSON)."""
+    """The broker's own connections, channels, consumers or node, as its management API shows them (JSON)."""
 
 
 # api key -> version -> (request class, response class)

@@ -29,9 +29,10 @@ def _amqp_by_node(rows: list[dict]) -> dict[str, list[dict]]:
 
 def test_any_broker_lists_and_closes_the_connections_channels_and_consumers_of_every_broker(spread):
     """Broker 3 lists the clients of brokers 1 and 2, counts them and the messages of a queue led by
-    broker 1 in its overview, gets and purges that queue's messages (and refuses its deletion
+    broker 1 in its overview, shows each broker's own node figures, gets and purges that queue's messages (and refuses its deletion
     ``if-empty``, and that of one with a consumer on broker 2 ``if-unused``), closes a connection to
-    broker 2, and answers 503 for a get once broker 1 is killed."""
+    broker 2, answers 503 for a get once broker 1 is killed, and names broker 1's disk alarm in its
+    cluster-wide alarms check once broker 1 is back with one."""
     b1, b2, b3 = spread.brokers
     c1 = amqp_connection(b1)
     depth = c1.channel()
@@ -71,6 +72,14 @@ def test_any_broker_lists_and_closes_the_connections_channels_and_consumers_of_e
         assert overview["object_totals"]["consumers"] == 1 and overview["object_totals"]["queues"] == 2, overview
         assert overview["queue_totals"]["messages"] == 3 and overview["queue_totals"]["messages_ready"] == 3
         assert overview["object_totals"]["channels"] == 2
+        nodes = {n["name"]: n for n in get("/nodes")}  # each broker's own figures, as it reports them
+        assert {name: int(n["os_pid"]) for name, n in nodes.items()} == \
+            {f"gateway@{b.node_id}": b.process.proc.pid for b in (b1, b2, b3)}
+        assert all(n["mem_used"] > 0 and n["fd_used"] > 0 and n["disk_free"] > 0 for n in nodes.values()), nodes
+        assert get("/nodes/gateway@2")["os_pid"] == str(b2.process.proc.pid)
+        assert get("/nodes/gateway@1/memory")["memory"]["total"]["rss"] == pytest.approx(nodes["gateway@1"]["mem_used"],
+                                                                                       rel=0.5)
+        assert get("/health/checks/alarms") == {"status": "ok"}
         vhost = get("/vhosts/%2F")
         assert (vhost["messages"], vhost["messages_ready"]) == (3, 3), vhost
         assert vhost["cluster_state"] == {f"gateway@{n}": "running" for n in (1, 2, 3)}
@@ -121,6 +130,16 @@ def test_any_broker_lists_and_closes_the_connections_channels_and_consumers_of_e
         late = requests.post(gets, auth=AUTH, json={"count": 1, "ackmode": "ack_requeue_true", "encoding": "auto"},
                              timeout=60)
         assert late.status_code == 503 and "mgmt-depth" in late.json()["reason"], late.text
+
+        b1.extra_args = (*b1.extra_args, "--disk-free-limit-mb", str(1 << 40))  # back with its disk alarm on
+        b1.start()
+
+        def alarms():
+            answer = requests.get(f"{api}/health/checks/alarms", auth=AUTH, timeout=10)
+            return answer.json() if answer.status_code == 503 else None
+        failed = wait_until(alarms, timeout=60, what="broker 3's cluster-wide alarms check naming broker 1")
+        assert failed["alarms"] == [{"node": "gateway@1", "resource": "disk"}], failed
+        assert get("/health/checks/local-alarms") == {"status": "ok"}  # broker 3's own: none
     finally:
         for connection in (c1, c2):
             try:

@@ -1,8 +1,9 @@
-"""The management API's connections, channels and consumers: the whole cluster's, from any broker.
+"""The management API's connections, channels, consumers and nodes: the whole cluster's, from any broker.
 
 A client is connected to one broker, and only that broker knows its connection. RabbitMQ's
 management API shows every node's connections, channels and consumers whichever node is asked,
-each with its ``node``, and closes a connection on any node; so does this one. In a cluster the
+each with its ``node``, closes a connection on any node, and shows every node's own figures
+(memory, disk, alarms: ``/api/nodes``); so does this one. In a cluster the
 broker asked collects the other live brokers' lists over the brokers' own connections
 (ManagementView, wire.kafka_private) and merges them with its own; a broker that does not answer
 within :data:`TIMEOUT_S` is left out and named in the log. On one broker everything is local and
@@ -18,13 +19,15 @@ from twisted.internet import defer
 from gateway.logs import fields
 from gateway.management import views
 from gateway.management.errors import ApiError, not_found
-from wire.kafka_private import CHANNELS, CLOSE_CONNECTION, CONNECTIONS, CONSUMERS, MANAGEMENT_VIEW
+from gateway.management.node_view import node_doc
+from wire.kafka_private import CHANNELS, CLOSE_CONNECTION, CONNECTIONS, CONSUMERS, MANAGEMENT_VIEW, NODE
 
 log = logging.getLogger(__name__)
 
 TIMEOUT_S = 5.0
-LOCAL = {CONNECTIONS: views.connections, CHANNELS: views.channels, CONSUMERS: views.consumers}
-WHAT = {CONNECTIONS: "connections", CHANNELS: "channels", CONSUMERS: "consumers"}
+LOCAL = {CONNECTIONS: views.connections, CHANNELS: views.channels, CONSUMERS: views.consumers,
+         NODE: lambda broker: [node_doc(broker)]}
+WHAT = {CONNECTIONS: "connections", CHANNELS: "channels", CONSUMERS: "consumers", NODE: "node figures"}
 
 
 def connections(broker):
@@ -37,6 +40,11 @@ def channels(broker):
 
 def consumers(broker):
     return listing(broker, CONSUMERS)
+
+
+def nodes(broker):
+    """Every broker's node object, as it reports itself (gateway.management.node_view)."""
+    return listing(broker, NODE)
 
 
 def listing(broker, op: int):
@@ -54,6 +62,8 @@ def listing(broker, op: int):
         rows = [row for answer in answers for row in answer]
         if op == CONSUMERS:
             return sorted(rows, key=lambda r: (r["channel_details"]["name"], r["consumer_tag"]))
+        if op == NODE:
+            return rows  # (the caller adds the brokers that did not answer, then sorts)
         return sorted(rows, key=lambda r: r["name"])
     return defer.gatherResults([defer.succeed(local)] + [asked(node) for node in others]).addCallback(merged)
 

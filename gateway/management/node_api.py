@@ -6,22 +6,31 @@ does, so that load balancers and Kubernetes probes written for RabbitMQ read it 
 """
 from __future__ import annotations
 
-import os
 import time
 from typing import Callable
 
-from gateway.alarms import fd_limit, open_fds, resident_bytes
-from gateway.management import views
+from twisted.internet import defer
+
+from gateway.management import cluster_clients, views
 from gateway.management.errors import bad, not_found
+from gateway.management.node_view import PROTOCOLS, alarms_of, node_doc
 from wire.amqp.encoding import encode_properties
 
-# What RabbitMQ's listeners are called, for protocol-listener checks, by our listener names.
-PROTOCOLS = {"amqp": "amqp", "amqp_tls": "amqp/ssl", "http": "http", "kafka": "kafka", "kafka_tls": "kafka/ssl"}
 FEATURE_FLAGS = ("implicit_default_bindings", "maintenance_mode_status", "quorum_queue", "stream_queue",
                  "user_limits", "virtual_host_metadata", "drop_unroutable_metric", "empty_basic_get_metric")
-EXCHANGE_TYPES = ("direct", "fanout", "topic", "headers")
 UNITS = {"days": 86400, "weeks": 7 * 86400, "months": 30 * 86400, "years": 365 * 86400}
 ALIVENESS_QUEUE = "aliveness-test"
+
+
+def _then(result, fn: Callable):
+    """``fn`` of what is a Deferred in a cluster (asked of every broker) and a value on one broker."""
+    return result.addCallback(fn) if isinstance(result, defer.Deferred) else fn(result)
+
+
+def _alarms(nodes: list[dict]) -> dict:
+    """RabbitMQ's alarms health check over these nodes: 503 naming each node's alarm, if any."""
+    active = [{"node": node["name"], "resource": name} for node in nodes for name in alarms_of(node)]
+    return _failed("resource alarm(s) in effect in the cluster", alarms=active) if active else _ok()
 
 
 def _ok(**extra) -> dict:
@@ -41,10 +50,10 @@ class NodeApi:
         return [
             ("GET", ("nodes",), lambda user: self.nodes()),
             ("GET", ("nodes", "*"), self.get_node),
-            ("GET", ("nodes", "*", "memory"), lambda user, name: {"memory": {
-                "total": {"rss": resident_bytes()}, "strategy": "rss"}} if self.get_node(user, name) else None),
-            ("GET", ("health", "checks", "alarms"), lambda user: self.alarms()),
-            ("GET", ("health", "checks", "local-alarms"), lambda user: self.alarms()),
+            ("GET", ("nodes", "*", "memory"), lambda user, name: _then(self.get_node(user, name), lambda node: {
+                "memory": {"total": {"rss": node["mem_used"]}, "strategy": "rss"}})),
+            ("GET", ("health", "checks", "alarms"), lambda user: _then(self.nodes(), _alarms)),
+            ("GET", ("health", "checks", "local-alarms"), lambda user: _alarms([node_doc(self.broker)])),
             ("GET", ("health", "checks", "port-listener", "*"), self.port_listener),
             ("GET", ("health", "checks", "protocol-listener", "*"), self.protocol_listener),
             ("GET", ("health", "checks", "virtual-hosts"), lambda user: _ok()),
@@ -68,54 +77,29 @@ class NodeApi:
         return views.node_name(node_id)
 
     def nodes(self) -> list[dict]:
-        own = self._local()
-        if self.broker.cluster is None:
-            return [own]
-        out = [own]
-        for node_id, info in sorted(self.broker.cluster.view.brokers.items()):
-            if node_id != self.broker.settings.node_id:
-                out.append({"name": self._name(node_id), "type": "disc", "running": True,
-                            "host": info.host, "partitions": [], "being_drained": False})
-        return out
+        """Every node with its own figures (each broker answers for itself; one that does not
+        answer in time shows as registered and running, without figures)."""
+        cluster = self.broker.cluster
+        if cluster is None:
+            return [node_doc(self.broker)]
 
-    def _local(self) -> dict:
-        alarms = self.broker.amqp.alarms
-        active = alarms.active if alarms is not None else frozenset()
-        stat = os.statvfs(self.broker.data_dir)
-        soft_fds = fd_limit()
-        return {
-            "name": self._name(self.broker.settings.node_id), "type": "disc", "running": True,
-            "os_pid": str(os.getpid()), "uptime": int((time.monotonic() - self.broker.started_at) * 1000),
-            "mem_used": resident_bytes(), "mem_limit": alarms.memory_limit if alarms is not None else 0,
-            "mem_alarm": "memory" in active, "disk_free": stat.f_bavail * stat.f_frsize,
-            "disk_free_limit": alarms.disk_free_limit if alarms is not None else 0, "disk_free_alarm": "disk" in active,
-            "fd_used": open_fds(), "fd_total": soft_fds, "sockets_used": len(self.broker.amqp.connections) +
-            len(getattr(self.broker.kafka, "connections", ())), "sockets_total": soft_fds,
-            "proc_used": 1, "proc_total": 1, "run_queue": 0, "processors": os.cpu_count() or 1,
-            "rates_mode": "basic", "partitions": [], "being_drained": False, "enabled_plugins": [],
-            "exchange_types": [{"name": t, "description": f"AMQP {t} exchange", "enabled": True}
-                               for t in EXCHANGE_TYPES],
-            "auth_mechanisms": [{"name": m, "description": m, "enabled": True} for m in ("PLAIN", "AMQPLAIN")],
-            "listeners": [{"protocol": PROTOCOLS.get(n, n), "port": int(a.rpartition(":")[2]),
-                           "ip_address": a.rpartition(":")[0].strip("[]")}
-                          for n, a in sorted(self.broker.addresses().items())],
-        }
+        def shown(answered: list[dict]) -> list[dict]:
+            by_name = {n["name"]: n for n in answered}
+            for node_id, info in cluster.view.brokers.items():
+                by_name.setdefault(self._name(node_id), {"name": self._name(node_id), "type": "disc", "running": True,
+                                                         "host": info.host, "partitions": [], "being_drained": False})
+            return [by_name[k] for k in sorted(by_name)]
+        return _then(cluster_clients.nodes(self.broker), shown)
 
     def get_node(self, user, name):
-        for node in self.nodes():
-            if node["name"] == name:
-                return node
-        raise not_found(f"node '{name}'")
+        def found(nodes: list[dict]) -> dict:
+            for node in nodes:
+                if node["name"] == name:
+                    return node
+            raise not_found(f"node '{name}'")
+        return _then(self.nodes(), found)
 
     # --- health checks ------------------------------------------------------------------
-    def alarms(self) -> dict:
-        alarms = self.broker.amqp.alarms
-        active = sorted(alarms.active) if alarms is not None else []
-        if not active:
-            return _ok()
-        node = self._name(self.broker.settings.node_id)
-        return _failed("resource alarm(s) in effect in the cluster",
-                       alarms=[{"node": node, "resource": name} for name in active])
 
     def _ports(self) -> dict[str, int]:
         return {n: int(a.rpartition(":")[2]) for n, a in self.broker.addresses().items()}
