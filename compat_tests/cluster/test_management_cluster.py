@@ -1,9 +1,10 @@
-"""The management API of any broker of a cluster shows the whole cluster's clients, as RabbitMQ's.
+"""The management API of any broker of a cluster shows the whole cluster, as RabbitMQ's does.
 
 A client is connected to one broker; RabbitMQ's management API lists every node's connections,
 channels and consumers, each with its node, whichever node is asked, and closes a connection on
 any node, and its overview totals the whole cluster. Three brokers in cluster mode 'spread'; pika
-clients on brokers 1 and 2; every question goes to broker 3, which holds none of them.
+clients on brokers 1 and 2; every question goes to broker 3, which holds none of them. Kafka
+topics too: broker 3 shows the offsets of partitions it holds no replica of.
 """
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ import urllib.parse
 import pika
 import pytest
 import requests
+from confluent_kafka import Producer
 
 from compat_tests.cluster.clients import amqp_connection
+from compat_tests.cluster.cluster import create_topic
 from compat_tests.support import wait_until
 
 AUTH = ("guest", "guest")
@@ -147,3 +150,26 @@ def test_any_broker_lists_and_closes_the_connections_channels_and_consumers_of_e
                     connection.close()
             except pika.exceptions.AMQPError:
                 pass  # its broker was killed
+
+
+def test_any_broker_shows_every_partition_of_a_topic_with_its_leaders_offsets(spread):
+    """A topic of 6 partitions with one replica each is spread over the three brokers: broker 3's
+    management API shows the offsets and the message count of the partitions it does not hold too."""
+    b1, b2, b3 = spread.brokers
+    topic = "mgmt-offsets"
+    create_topic(spread.bootstrap(), topic, 6, 1)
+    producer = Producer({"bootstrap.servers": spread.bootstrap()})
+    for p in range(6):
+        for i in range(p + 1):  # partition p holds p + 1 records
+            producer.produce(topic, value=b"%d" % i, partition=p)
+    assert producer.flush(30) == 0
+    api = f"http://{b3.ip}:{b3.ports['http']}/api"
+    doc = requests.get(f"{api}/topics/{topic}", auth=AUTH, timeout=30).json()
+    details = {d["partition"]: d for d in doc["partition_details"]}
+    assert {d["leader"] for d in details.values()} == {1, 2, 3}, details  # (some held elsewhere: the point)
+    for p, d in details.items():
+        assert "error" not in d, d
+        assert (d["log_start_offset"], d["high_watermark"], d["last_stable_offset"]) == (0, p + 1, p + 1), d
+    assert doc["messages"] == 21
+    listed = [t for t in requests.get(f"{api}/topics", auth=AUTH, timeout=30).json() if t["name"] == topic]
+    assert listed[0]["messages"] == 21

@@ -23,7 +23,8 @@ from twisted.web import resource, server
 
 from core.errors import LogError
 from gateway.logs import fields
-from gateway.management import authz, cluster_clients, cluster_groups, openapi, paging, remote_figures, schemas, views
+from gateway.management import (authz, cluster_clients, cluster_groups, cluster_offsets, openapi, paging, remote_figures,
+                                schemas, views)
 from gateway.management.amqp_objects import AmqpObjects
 from gateway.management.definitions import Definitions
 from gateway.management.errors import ApiError, bad as _bad, not_found as _not_found, truthy
@@ -87,7 +88,7 @@ class ManagementApi(resource.Resource):
             ("GET", ("permissions", "*", "*"), self.get_permission),
             ("PUT", ("permissions", "*", "*"), self.put_permission),
             ("DELETE", ("permissions", "*", "*"), self.delete_permission),
-            ("GET", ("topics",), lambda user: views.topics(self.broker)),
+            ("GET", ("topics",), lambda user: cluster_offsets.topics(self.broker)),
             ("GET", ("topics", "*"), self.get_topic),
             ("PUT", ("topics", "*"), self.put_topic),
             ("DELETE", ("topics", "*"), self.delete_topic),
@@ -521,7 +522,7 @@ class ManagementApi(resource.Resource):
         md = self.broker.kafka.logs.store.get_topic(name)
         if md is None:
             raise _not_found(f"topic '{name}'")
-        return views.topic(self.broker, md)
+        return cluster_offsets.topic(self.broker, md)
 
     def put_topic(self, user, name, body):
         partitions = body.get("partitions", self.broker.settings.num_partitions)

@@ -17,13 +17,12 @@ from twisted.internet import defer
 
 from core.offsets import OFFSETS_TOPIC
 from gateway.logs import fields
-from gateway.management import views
+from gateway.management import cluster_offsets, views
 from gateway.management.errors import ApiError
 
 log = logging.getLogger(__name__)
 
-LIST_OFFSETS, OFFSET_FETCH, DESCRIBE_GROUPS, LIST_GROUPS = 2, 9, 15, 16
-LATEST = -1  # ListOffsets' timestamp for the high watermark
+OFFSET_FETCH, DESCRIBE_GROUPS, LIST_GROUPS = 9, 15, 16
 TIMEOUT_S = 5.0
 
 
@@ -136,31 +135,12 @@ def _groups_of(broker, node: int, wanted: list[str] | None):
 
 @defer.inlineCallbacks
 def _ends(broker, keys: set[tuple[str, int]]):
-    """Each partition's high watermark: here for those led here, else asked of its leader (None if
-    that fails: the lag is unknown then, not made up)."""
-    cluster, ends, by_leader = broker.cluster, {}, {}
+    """Each partition's high watermark: here for those led here, else asked of its leader (left
+    out if that fails: the lag is unknown then, not made up)."""
+    ends = {}
     for name, index in keys:
         plog, _epoch, error = broker.kafka.leader_log(name, index)
         if not error and plog is not None:
             ends[(name, index)] = plog.high_watermark
-            continue
-        state = cluster.view.state(name, index)
-        if state is not None and state.leader >= 0 and state.leader != broker.settings.node_id:
-            by_leader.setdefault(state.leader, []).append((name, index))
-    for leader, wanted in sorted(by_leader.items()):
-        topics: dict[str, list[int]] = {}
-        for name, index in wanted:
-            topics.setdefault(name, []).append(index)
-        request = {"replica_id": -1, "isolation_level": 0, "topics": [
-            {"name": name, "partitions": [{"partition_index": i, "current_leader_epoch": -1, "timestamp": LATEST}
-                                          for i in sorted(parts)]} for name, parts in sorted(topics.items())]}
-        try:
-            answer = yield broker.kafka.peers.call(leader, LIST_OFFSETS, request, timeout=TIMEOUT_S)
-        except Exception as exc:  # (PeerUnavailable and kin) the lag of these partitions stays unknown
-            log.warning("management API: no high watermarks from broker %d: %s", leader, exc, extra=fields(node=leader))
-            continue
-        for t in answer.topics:
-            for p in t.partitions:
-                if not p.error_code:
-                    ends[(t.name, p.partition_index)] = p.offset
-    return ends
+    asked = yield cluster_offsets.ask(broker, cluster_offsets.elsewhere(broker, set(keys) - set(ends)))
+    return {**asked, **ends}

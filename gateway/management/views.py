@@ -248,19 +248,25 @@ def _vhosts(broker, name: str | None) -> Iterable:
 INTERNAL_TOPICS = (OFFSETS_TOPIC, TXN_TOPIC)
 
 
-def topic(broker, md, with_partitions: bool = True) -> dict:
+def topic(broker, md, with_partitions: bool = True, remote: dict | None = None) -> dict:
+    """``remote``: the offsets of partitions held by no log here, asked of their leaders
+    (gateway.management.cluster_offsets.figures)."""
+    remote = remote or {}
     doc: dict[str, Any] = {
         "name": md.name, "partitions": md.partitions, "topic_id": md.topic_id,
         "internal": md.name in INTERNAL_TOPICS, "amqp_queue": _queue_of(broker, md.name),
         "configs": dict(md.configs),
     }
     if with_partitions:
-        doc["partition_details"] = [partition(broker, md.name, p) for p in range(md.partitions)]
+        doc["partition_details"] = [partition(broker, md.name, p, remote.get((md.name, p)))
+                                    for p in range(md.partitions)]
     messages = 0
     for p in range(md.partitions):
         plog = broker.kafka.partition(md.name, p)
         if plog is not None:
             messages += plog.high_watermark - plog.log_start_offset
+        elif (md.name, p) in remote:
+            messages += remote[(md.name, p)]["high_watermark"] - remote[(md.name, p)]["log_start_offset"]
     doc["messages"] = messages
     return doc
 
@@ -273,7 +279,7 @@ def _queue_of(broker, name: str) -> dict | None:
     return {"vhost": vhost_name, "name": queue_name} if q is not None and q.topic == name else None
 
 
-def partition(broker, name: str, index: int) -> dict:
+def partition(broker, name: str, index: int, remote: dict | None = None) -> dict:
     plog = broker.kafka.partition(name, index)
     node = broker.settings.node_id
     leader, replicas, isr = node, [node], [node]
@@ -281,7 +287,9 @@ def partition(broker, name: str, index: int) -> dict:
         state = broker.cluster.view.state(name, index)
         replicas = list(broker.cluster.view.replicas(name, index))
         leader, isr = (state.leader, list(state.isr)) if state is not None else (-1, [])
-    if plog is None:  # cluster mode: held by other brokers only
+    if plog is None and remote is not None:  # cluster mode: held by other brokers only, its leader said
+        return {"partition": index, "leader": leader, "replicas": replicas, "isr": isr, **remote}
+    if plog is None:  # (and its leader did not answer)
         return {"partition": index, "leader": leader, "replicas": replicas, "isr": isr, "error": "not on this broker"}
     return {"partition": index, "leader": leader, "replicas": replicas, "isr": isr,
             "log_start_offset": plog.log_start_offset, "high_watermark": plog.high_watermark,
@@ -290,8 +298,8 @@ def partition(broker, name: str, index: int) -> dict:
             "size_bytes": sum(s.size for s in plog.segments), "segments": len(plog.segments)}
 
 
-def topics(broker) -> list[dict]:
-    return [topic(broker, md, with_partitions=False)
+def topics(broker, remote: dict | None = None) -> list[dict]:
+    return [topic(broker, md, with_partitions=False, remote=remote)
             for md in sorted(broker.kafka.logs.store.topics().values(), key=_by_name)]
 
 
