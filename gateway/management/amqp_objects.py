@@ -13,6 +13,7 @@ from typing import Any, Callable
 from twisted.internet import defer
 
 from gateway.management import cluster_clients, remote_figures, views
+from gateway.management.cluster_clients import then
 from gateway.management.errors import ApiError, bad, not_found
 from routing import mapping
 from routing.policies import VHOST_LIMITS
@@ -227,7 +228,7 @@ class AmqpObjects:
 
     # --- vhosts ---------------------------------------------------------------------------
     def get_vhost(self, user, name):
-        return _then(remote_figures.vhosts(self.broker, self.api.vhost(name).name, self.api.current_request()),
+        return then(remote_figures.vhosts(self.broker, self.api.vhost(name).name, self.api.current_request()),
                      lambda found: found[0])
 
     def put_vhost(self, user, name, body):
@@ -365,14 +366,14 @@ class AmqpObjects:
 
     # --- consumers, connections, channels: the whole cluster's (cluster_clients) -------------------
     def _consumers(self, vhost: str | None):
-        return _then(cluster_clients.consumers(self.broker),
+        return then(cluster_clients.consumers(self.broker),
                      lambda rows: [r for r in rows if vhost is None or r["queue"]["vhost"] == vhost])
 
     def _connections_of(self, vhost: str):
-        return _then(cluster_clients.connections(self.broker), lambda rows: [r for r in rows if r["vhost"] == vhost])
+        return then(cluster_clients.connections(self.broker), lambda rows: [r for r in rows if r["vhost"] == vhost])
 
     def _channels_where(self, key: str, value: str):
-        return _then(cluster_clients.channels(self.broker),
+        return then(cluster_clients.channels(self.broker),
                      lambda rows: [r for r in rows if (r["connection_details"]["name"] if key == "connection"
                                                        else r[key]) == value])
 
@@ -385,10 +386,10 @@ class AmqpObjects:
                 if row["name"] == name:
                     return row
             raise not_found(f"connection '{name}'")
-        return _then(cluster_clients.connections(self.broker), found)
+        return then(cluster_clients.connections(self.broker), found)
 
     def connection_channels(self, user, name):
-        return _then(self.get_connection(user, name), lambda conn: self._channels_where("connection", conn["name"]))
+        return then(self.get_connection(user, name), lambda conn: self._channels_where("connection", conn["name"]))
 
     def get_sessions(self, user, name):
         """RabbitMQ 4: an AMQP 1.0 connection's sessions; 400 for a connection of another protocol."""
@@ -412,7 +413,7 @@ class AmqpObjects:
                 if ch["name"] == name:
                     return ch
             raise not_found(f"channel '{name}'")
-        return _then(cluster_clients.channels(self.broker), found)
+        return then(cluster_clients.channels(self.broker), found)
 
 
 def _settle(queue, taken: list[int], mode: str) -> None:
@@ -422,11 +423,6 @@ def _settle(queue, taken: list[int], mode: str) -> None:
         queue.ack(taken)
     else:
         queue.reject(taken, requeue)
-
-
-def _then(result, fn: Callable[[Any], Any]):
-    """``fn`` of a listing that is a Deferred in a cluster and a plain list on one broker."""
-    return result.addCallback(fn) if isinstance(result, defer.Deferred) else fn(result)
 
 
 def message_json(exchange: str, routing_key: str, properties_raw: bytes, body: bytes, redelivered: bool,

@@ -23,8 +23,8 @@ from twisted.web import resource, server
 
 from core.errors import LogError
 from gateway.logs import fields
-from gateway.management import (authz, cluster_clients, cluster_groups, cluster_offsets, openapi, paging, remote_figures,
-                                schemas, views)
+from gateway.management import (authz, cluster_clients, cluster_groups, cluster_offsets, openapi, paging,
+                                remote_figures, schemas, views)
 from gateway.management.amqp_objects import AmqpObjects
 from gateway.management.definitions import Definitions
 from gateway.management.errors import ApiError, bad as _bad, not_found as _not_found, truthy

@@ -50,8 +50,8 @@ def nodes(broker):
 def listing(broker, op: int):
     """Every broker's connections, channels or consumers (a Deferred in a cluster)."""
     local = LOCAL[op](broker)
-    others = _others(broker)
-    if not others:
+    nodes = others(broker)
+    if not nodes:
         return local
 
     def asked(node: int):
@@ -65,7 +65,7 @@ def listing(broker, op: int):
         if op == NODE:
             return rows  # (the caller adds the brokers that did not answer, then sorts)
         return sorted(rows, key=lambda r: r["name"])
-    return defer.gatherResults([defer.succeed(local)] + [asked(node) for node in others]).addCallback(merged)
+    return defer.gatherResults([defer.succeed(local)] + [asked(node) for node in nodes]).addCallback(merged)
 
 
 def local_connection(broker, name: str):
@@ -92,7 +92,7 @@ def close_local(broker, name: str, reason: str, may_close=lambda row: None) -> N
 def close(broker, name: str, reason: str, may_close):
     """Close the connection ``name`` wherever it is: here, or on the broker the cluster's listing
     says holds it (a Deferred then); ``may_close(its view)`` raises if the asker may not."""
-    if not _others(broker) or any(c["name"] == name for c in views.connections(broker)):
+    if not others(broker) or any(c["name"] == name for c in views.connections(broker)):
         return close_local(broker, name, reason, may_close)
 
     def found(rows: list[dict]):
@@ -125,11 +125,17 @@ def answer(broker, op: int, name: str | None, reason: str | None) -> bytes:
     return json.dumps(LOCAL[op](broker), default=str).encode()
 
 
-def _others(broker) -> list[int]:
+def others(broker) -> list[int]:
+    """The other brokers of the cluster this one can ask (none on a lone broker)."""
     cluster = broker.cluster
     if cluster is None or getattr(broker.kafka, "peers", None) is None:
         return []
     return [b.node_id for b in cluster.brokers() if b.node_id != broker.settings.node_id]
+
+
+def then(result, fn):
+    """``fn`` of what is a Deferred in a cluster (asked of other brokers) and a value on one broker."""
+    return result.addCallback(fn) if isinstance(result, defer.Deferred) else fn(result)
 
 
 def _node_id(node: str) -> int:

@@ -17,7 +17,7 @@ from twisted.internet import defer
 
 from core.offsets import OFFSETS_TOPIC
 from gateway.logs import fields
-from gateway.management import cluster_offsets, views
+from gateway.management import cluster_clients, cluster_offsets, views
 from gateway.management.errors import ApiError
 
 log = logging.getLogger(__name__)
@@ -31,7 +31,7 @@ def groups(broker):
     cluster = broker.cluster
     if cluster is None:
         return views.groups(broker)
-    others = [b.node_id for b in cluster.brokers() if b.node_id != broker.settings.node_id]
+    others = cluster_clients.others(broker)
     asked = [_local(broker, sorted(_local_ids(broker)))]
     asked += [_groups_of(broker, node, None).addErrback(_left_out, node) for node in others]
 
@@ -73,7 +73,7 @@ def count(broker):
     def counted(node: int):
         d = broker.kafka.peers.call(node, LIST_GROUPS, {"states_filter": [], "types_filter": []}, timeout=TIMEOUT_S)
         return d.addCallbacks(lambda answer: len(answer.groups), lambda f: len(_left_out(f, node)))
-    others = [b.node_id for b in cluster.brokers() if b.node_id != broker.settings.node_id]
+    others = cluster_clients.others(broker)
     return defer.gatherResults([counted(node) for node in others]).addCallback(lambda counts: local + sum(counts))
 
 

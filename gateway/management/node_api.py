@@ -9,9 +9,8 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from twisted.internet import defer
-
 from gateway.management import cluster_clients, views
+from gateway.management.cluster_clients import then
 from gateway.management.errors import bad, not_found
 from gateway.management.node_view import PROTOCOLS, alarms_of, node_doc
 from wire.amqp.encoding import encode_properties
@@ -20,11 +19,6 @@ FEATURE_FLAGS = ("implicit_default_bindings", "maintenance_mode_status", "quorum
                  "user_limits", "virtual_host_metadata", "drop_unroutable_metric", "empty_basic_get_metric")
 UNITS = {"days": 86400, "weeks": 7 * 86400, "months": 30 * 86400, "years": 365 * 86400}
 ALIVENESS_QUEUE = "aliveness-test"
-
-
-def _then(result, fn: Callable):
-    """``fn`` of what is a Deferred in a cluster (asked of every broker) and a value on one broker."""
-    return result.addCallback(fn) if isinstance(result, defer.Deferred) else fn(result)
 
 
 def _alarms(nodes: list[dict]) -> dict:
@@ -50,9 +44,9 @@ class NodeApi:
         return [
             ("GET", ("nodes",), lambda user: self.nodes()),
             ("GET", ("nodes", "*"), self.get_node),
-            ("GET", ("nodes", "*", "memory"), lambda user, name: _then(self.get_node(user, name), lambda node: {
+            ("GET", ("nodes", "*", "memory"), lambda user, name: then(self.get_node(user, name), lambda node: {
                 "memory": {"total": {"rss": node["mem_used"]}, "strategy": "rss"}})),
-            ("GET", ("health", "checks", "alarms"), lambda user: _then(self.nodes(), _alarms)),
+            ("GET", ("health", "checks", "alarms"), lambda user: then(self.nodes(), _alarms)),
             ("GET", ("health", "checks", "local-alarms"), lambda user: _alarms([node_doc(self.broker)])),
             ("GET", ("health", "checks", "port-listener", "*"), self.port_listener),
             ("GET", ("health", "checks", "protocol-listener", "*"), self.protocol_listener),
@@ -89,7 +83,7 @@ class NodeApi:
                 by_name.setdefault(self._name(node_id), {"name": self._name(node_id), "type": "disc", "running": True,
                                                          "host": info.host, "partitions": [], "being_drained": False})
             return [by_name[k] for k in sorted(by_name)]
-        return _then(cluster_clients.nodes(self.broker), shown)
+        return then(cluster_clients.nodes(self.broker), shown)
 
     def get_node(self, user, name):
         def found(nodes: list[dict]) -> dict:
@@ -97,7 +91,7 @@ class NodeApi:
                 if node["name"] == name:
                     return node
             raise not_found(f"node '{name}'")
-        return _then(self.nodes(), found)
+        return then(self.nodes(), found)
 
     # --- health checks ------------------------------------------------------------------
 
