@@ -56,7 +56,7 @@ def listing(broker, op: int):
 
     def asked(node: int):
         d = broker.kafka.peers.call(node, MANAGEMENT_VIEW, {"op": op}, version=0, timeout=TIMEOUT_S)
-        return d.addCallback(_body).addErrback(_left_out, node, WHAT[op])
+        return d.addCallback(_body).addErrback(left_out, node, WHAT[op])
 
     def merged(answers) -> list[dict]:
         rows = [row for answer in answers for row in answer]
@@ -148,7 +148,8 @@ def _body(answer) -> list[dict]:
     return json.loads(answer.body)
 
 
-def _left_out(failure, node: int, what: str) -> list:
+def left_out(failure, node: int, what: str) -> list:
+    """A broker that did not answer a listing: named in the log, its part left out."""
     log.warning("management API: the %s of broker %d are left out: %s", what, node, failure.getErrorMessage(),
                 extra=fields(node=node))
     return []

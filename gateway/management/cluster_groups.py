@@ -11,16 +11,11 @@ partitions' starts, which this broker knows from their leaders (routing.share).
 """
 from __future__ import annotations
 
-import logging
-
 from twisted.internet import defer
 
 from core.offsets import OFFSETS_TOPIC
-from gateway.logs import fields
 from gateway.management import cluster_clients, cluster_offsets, views
 from gateway.management.errors import ApiError
-
-log = logging.getLogger(__name__)
 
 OFFSET_FETCH, DESCRIBE_GROUPS, LIST_GROUPS = 9, 15, 16
 TIMEOUT_S = 5.0
@@ -33,7 +28,8 @@ def groups(broker):
         return views.groups(broker)
     others = cluster_clients.others(broker)
     asked = [_local(broker, sorted(_local_ids(broker)))]
-    asked += [_groups_of(broker, node, None).addErrback(_left_out, node) for node in others]
+    asked += [_groups_of(broker, node, None).addErrback(cluster_clients.left_out, node, "groups")
+              for node in others]
 
     def merged(answers) -> list[dict]:
         by_id: dict[str, dict] = {}
@@ -72,7 +68,8 @@ def count(broker):
 
     def counted(node: int):
         d = broker.kafka.peers.call(node, LIST_GROUPS, {"states_filter": [], "types_filter": []}, timeout=TIMEOUT_S)
-        return d.addCallbacks(lambda answer: len(answer.groups), lambda f: len(_left_out(f, node)))
+        return d.addCallbacks(lambda answer: len(answer.groups),
+                              lambda f: len(cluster_clients.left_out(f, node, "groups")))
     others = cluster_clients.others(broker)
     return defer.gatherResults([counted(node) for node in others]).addCallback(lambda counts: local + sum(counts))
 
@@ -85,12 +82,6 @@ def _local(broker, ids: list[str]):
 
 def _local_ids(broker) -> set[str]:
     return {g[0] for g in broker.kafka.groups.list_groups()}
-
-
-def _left_out(failure, node: int) -> list:
-    log.warning("management API: the groups of broker %d are left out: %s", node, failure.getErrorMessage(),
-                extra=fields(node=node))
-    return []
 
 
 @defer.inlineCallbacks
